@@ -1,0 +1,168 @@
+"""TensorFlowOnSpark's ``TFCluster`` module: ``run`` returns a cluster, ``shutdown`` waits for it.
+
+Differences from TFoS 2.2.5, all in the direction of failing clearly:
+
+- a failed node raises :class:`~airflow_tfos.runtime.errors.NodeFailedError` (with the node's role,
+  index and traceback) from ``shutdown()`` instead of calling ``sys.exit(1)``;
+- ``timeout`` is enforced without SIGALRM, so ``shutdown`` also works outside the main thread;
+- TF nodes run in fresh processes, so several clusters can run one after another in one
+  SparkContext (TFoS failed with "Collective ops are already configured").
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+from airflow_tfos.runtime.cluster import ClusterConfigError
+from airflow_tfos.runtime.launcher import TFClusterRun
+from airflow_tfos.runtime.node import CLUSTER_INFO
+
+log = logging.getLogger(__name__)
+
+
+class InputMode:
+    """How a TFoS cluster gets its data."""
+
+    TENSORFLOW = 0  #: each node reads its data itself (files, HDFS)
+    SPARK = 1  #: Spark feeds the nodes from an RDD
+
+
+class TFCluster:
+    """A running TFoS-style cluster, as returned by :func:`run`."""
+
+    def __init__(self, sc, tf_run: TFClusterRun, input_mode: int, queues: Sequence[str]):
+        self.sc = sc
+        self.input_mode = input_mode
+        self.queues = list(queues)
+        self.num_executors = tf_run.num_nodes
+        self.cluster_id = tf_run.run_id
+        self.working_dir = None
+        self.defaultFS = None
+        self._run = tf_run
+
+    @property
+    def cluster_info(self) -> list[dict]:
+        """One dict per node (executor_id, job_name, task_index, host, port), once the nodes are up."""
+        info = self._read_info()
+        if not info:
+            return []
+        nodes = []
+        for role in self._run.roles:
+            endpoint = info["cluster_spec"][role.job_name][role.task_index]
+            host, port = endpoint.rsplit(":", 1)
+            nodes.append(
+                {
+                    "executor_id": role.executor_id,
+                    "job_name": role.job_name,
+                    "task_index": role.task_index,
+                    "host": host,
+                    "port": int(port),
+                }
+            )
+        return nodes
+
+    def _read_info(self) -> dict | None:
+        path = Path(self._run.run_dir) / CLUSTER_INFO
+        try:
+            return json.loads(path.read_text())
+        except (OSError, ValueError):
+            return None
+
+    def train(self, dataRDD, num_epochs=0, feed_timeout=600, qname="input"):  # noqa: N803 - TFoS's name
+        """Feed an RDD to the nodes (InputMode.SPARK)."""
+        raise NotImplementedError(
+            "TFCluster.train (InputMode.SPARK feeding) is not available in this version of airflow-tfos; "
+            "read the data inside map_fun (InputMode.TENSORFLOW)"
+        )
+
+    def inference(self, dataRDD, feed_timeout=600, qname="input"):  # noqa: N803 - TFoS's name
+        """Feed an RDD to the nodes for inference (InputMode.SPARK)."""
+        raise NotImplementedError(
+            "TFCluster.inference (InputMode.SPARK feeding) is not available in this version of airflow-tfos"
+        )
+
+    def shutdown(self, ssc=None, grace_secs=0, timeout=259200):
+        """Wait for the nodes to finish, then stop the ps/evaluator nodes.
+
+        :param ssc: a StreamingContext; Spark Streaming is not supported and must be None.
+        :param grace_secs: seconds to wait after the workers finish (kept for TFoS programs).
+        :param timeout: seconds to wait in all before the cluster is cancelled (-1 or 0: no limit).
+        """
+        if ssc is not None:
+            raise NotImplementedError("Spark Streaming (ssc) is not supported: pass ssc=None")
+        wait = None if timeout is None or timeout <= 0 else float(timeout)
+        result = self._run.wait(wait)
+        if grace_secs:
+            time.sleep(grace_secs)
+        log.info("TF cluster %s shut down", self.cluster_id)
+        return result
+
+    def tensorboard_url(self) -> str | None:
+        """Return TensorBoard's URL, once the chief (or worker 0) has started it; None otherwise."""
+        if not self._run.tensorboard:
+            return None
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not self._run.done():
+            info = self._read_info()
+            if info:
+                return info.get("tensorboard_url")
+            time.sleep(0.5)
+        info = self._read_info()
+        return info.get("tensorboard_url") if info else None
+
+
+def run(
+    sc,
+    map_fun,
+    tf_args,
+    num_executors,
+    num_ps,
+    tensorboard=False,
+    input_mode=InputMode.TENSORFLOW,
+    log_dir=None,
+    driver_ps_nodes=False,
+    master_node=None,
+    reservation_timeout=600,
+    queues=("input", "output", "error"),
+    eval_node=False,
+    release_port=True,
+):
+    """Start a TF cluster of ``num_executors`` nodes running ``map_fun(tf_args, ctx)``; see TFoS.
+
+    Returns at once with a :class:`TFCluster`; call its ``shutdown()`` to wait for the result.
+    """
+    if input_mode not in (InputMode.TENSORFLOW, InputMode.SPARK):
+        raise ClusterConfigError(f"input_mode must be InputMode.TENSORFLOW or InputMode.SPARK, got {input_mode!r}")
+    if input_mode == InputMode.SPARK:
+        raise NotImplementedError(
+            "InputMode.SPARK is not available in this version of airflow-tfos; use InputMode.TENSORFLOW "
+            "and read the data inside map_fun"
+        )
+    if driver_ps_nodes:
+        raise ClusterConfigError(
+            "driver_ps_nodes=True is not supported: parameter servers run in executors like every other "
+            "node; pass driver_ps_nodes=False and give the Spark application num_executors task slots"
+        )
+    run_dir = tempfile.mkdtemp(prefix="airflow-tfos-compat-")
+    tf_run = TFClusterRun(
+        sc,
+        map_fun,
+        tf_args,
+        num_nodes=num_executors,
+        num_ps=num_ps,
+        master_node=master_node,
+        eval_node=eval_node,
+        run_dir=run_dir,
+        tensorboard=tensorboard,
+        log_dir=log_dir,
+        slot_wait_secs=float(min(reservation_timeout, 120)),
+        # TFoS set TF_CONFIG only for clusters with a chief or master.
+        set_tf_config=master_node is not None,
+    )
+    tf_run.start()
+    return TFCluster(sc, tf_run, input_mode, queues)

@@ -1,0 +1,39 @@
+"""TensorFlowOnSpark's ``TFNode`` module: helpers used inside ``map_fun``.
+
+TF1-only helpers (``start_cluster_server``, ``export_saved_model``) and the queue functions that TFoS
+2.x had already replaced raise with the same advice TFoS 2.2.5 gave.
+"""
+
+from __future__ import annotations
+
+from airflow_tfos.runtime.paths import absolute_path
+
+
+def hdfs_path(ctx, path: str) -> str:
+    """Turn ``path`` into a full URI: kept if it has a scheme, else put under ``ctx.defaultFS``."""
+    return absolute_path(path, default_fs=ctx.defaultFS, working_dir=ctx.working_dir)
+
+
+def release_port(ctx) -> None:
+    """Release the node's reserved port (already released before ``map_fun`` starts)."""
+    ctx.release_port()
+
+
+def start_cluster_server(ctx, num_gpus=1, rdma=False):
+    raise Exception("DEPRECATED: Use higher-level APIs like `tf.keras` or `tf.estimator`")  # noqa: TRY002
+
+
+def export_saved_model(sess, export_dir, tag_set, signatures):
+    raise Exception("DEPRECATED: Use TF provided APIs instead.")  # noqa: TRY002
+
+
+def next_batch(mgr, batch_size, qname="input"):
+    raise Exception("DEPRECATED: Use TFNode.DataFeed class instead")  # noqa: TRY002
+
+
+def batch_results(mgr, results, qname="output"):
+    raise Exception("DEPRECATED: Use TFNode.DataFeed class instead")  # noqa: TRY002
+
+
+def terminate(mgr, qname="input"):
+    raise Exception("DEPRECATED: Use TFNode.DataFeed class instead")  # noqa: TRY002

@@ -1,0 +1,97 @@
+"""Errors raised by the runtime, and how a node's failure travels to the driver.
+
+A failing node raises :class:`NodeFailure` inside its Spark task. Spark reports it to the driver as
+text buried in a Java stack trace, so the node's details are also embedded there between two markers,
+as JSON, and :func:`decode_node_failure` reads them back out on the driver.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import asdict, dataclass
+
+from airflow_tfos.runtime.cluster import ClusterConfigError
+
+__all__ = [
+    "ClusterConfigError",
+    "NodeFailedError",
+    "NodeFailure",
+    "RunCancelledError",
+    "RunTimeoutError",
+    "TFoSRuntimeError",
+    "decode_node_failure",
+]
+
+_BEGIN = "<<airflow-tfos-node-failure>>"
+_END = "<</airflow-tfos-node-failure>>"
+_PATTERN = re.compile(re.escape(_BEGIN) + r"(.*?)" + re.escape(_END), re.DOTALL)
+
+
+class TFoSRuntimeError(RuntimeError):
+    """Base class of the runtime's run-time errors."""
+
+
+class RunTimeoutError(TFoSRuntimeError, TimeoutError):
+    """The run did not finish within its ``timeout``; its Spark stage was cancelled."""
+
+
+class RunCancelledError(TFoSRuntimeError):
+    """The run's Spark stage was cancelled before it finished."""
+
+
+@dataclass(frozen=True)
+class NodeFailure:
+    """What the driver learns about a failed node.
+
+    :param job_name: the node's job (``chief``, ``worker``, ``ps``...).
+    :param task_index: its index within the job.
+    :param executor_id: its number in the cluster.
+    :param host: the host it ran on.
+    :param reason: one line: the exception, or how the process ended.
+    :param traceback: the node's Python traceback, or the tail of its stderr.
+    """
+
+    job_name: str
+    task_index: int
+    executor_id: int
+    host: str
+    reason: str
+    traceback: str = ""
+
+    def encode(self) -> str:
+        """Return the text a node raises so that the driver can decode it."""
+        return f"{self.describe()}\n{_BEGIN}{json.dumps(asdict(self))}{_END}"
+
+    def describe(self) -> str:
+        text = (
+            f"TF node {self.job_name}:{self.task_index} (executor_id {self.executor_id}, host {self.host})"
+            f" failed: {self.reason}"
+        )
+        if self.traceback:
+            text += "\n" + self.traceback.rstrip()
+        return text
+
+
+class NodeFailedError(TFoSRuntimeError):
+    """A TF node's ``main_fun`` raised, or its process died; the message holds its traceback."""
+
+    def __init__(self, failure: NodeFailure, spark_message: str = ""):
+        super().__init__(failure.describe())
+        self.failure = failure
+        self.spark_message = spark_message
+
+
+def decode_node_failure(error: BaseException) -> NodeFailure | None:
+    """Find the node failure embedded in a Spark job error, if there is one."""
+    match = _PATTERN.search(str(error))
+    if not match:
+        return None
+    # The JSON may have been escaped once more on its way through the JVM's exception text.
+    raw = match.group(1)
+    for candidate in (raw, raw.encode().decode("unicode_escape", errors="ignore")):
+        try:
+            return NodeFailure(**json.loads(candidate))
+        except (ValueError, TypeError):
+            continue
+    return None

@@ -1,0 +1,236 @@
+"""The driver side of a TF cluster on Spark: one barrier stage per cluster.
+
+>>> from airflow_tfos.runtime import run
+>>> result = run(sc, main_fun, args, num_nodes=2)           # blocks; returns the chief's value
+
+or, to do something while it trains::
+
+    cluster = TFClusterRun(sc, main_fun, args, num_nodes=2).start()
+    ...
+    result = cluster.wait()
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+import uuid
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from airflow_tfos.runtime.checks import check_cluster, snapshot_resources
+from airflow_tfos.runtime.cluster import KERAS_MODES, ClusterConfigError, decider_ids, plan_roles
+from airflow_tfos.runtime.errors import (
+    NodeFailedError,
+    RunCancelledError,
+    RunTimeoutError,
+    TFoSRuntimeError,
+    decode_node_failure,
+)
+from airflow_tfos.runtime.node import NodeJob, run_node
+
+log = logging.getLogger(__name__)
+
+_UNSET = object()
+
+
+class TFClusterRun:
+    """One TF cluster run as a Spark barrier stage, with one task per TF node.
+
+    :param sc: the SparkContext.
+    :param main_fun: ``main_fun(args, ctx)``, run on every node; the chief's (or worker 0's) return
+        value is the run's result.
+    :param args: passed to ``main_fun`` as is (a list also becomes the node's ``sys.argv``).
+    :param num_nodes: number of TF nodes, parameter servers and evaluator included.
+    :param num_ps: number of parameter servers.
+    :param master_node: job name of the coordinating node, ``"chief"`` (default) or ``"master"``, or
+        None for plain workers (worker 0 then acts as chief).
+    :param eval_node: whether one node is an evaluator.
+    :param run_dir: the run's directory; the nodes find it as ``ctx.run_dir``.
+    :param timeout: seconds the whole run may take; then its stage is cancelled and
+        :class:`RunTimeoutError` raised. None: no limit.
+    :param gpus_per_node: GPUs each node needs from Spark's resource scheduling (0: none asked for;
+        GPUs that Spark assigns anyway are still given to the node).
+    :param keras: which Keras ``tf.keras`` means in the nodes: ``"auto"`` (Keras 2 from tf-keras when
+        installed, which MultiWorkerMirroredStrategy's ``fit`` needs on TF 2.21), ``"tf_keras"`` or
+        ``"keras3"``.
+    :param tensorboard: start TensorBoard beside the chief (or worker 0), reading ``log_dir``.
+    :param log_dir: TensorBoard's log directory.
+    :param env: extra environment variables for the node processes.
+    :param slot_wait_secs: how long to wait for executors to register before deciding that the cluster
+        is too small.
+    """
+
+    def __init__(
+        self,
+        sc,
+        main_fun: Callable[[Any, Any], Any],
+        args: Any = None,
+        *,
+        num_nodes: int,
+        num_ps: int = 0,
+        master_node: str | None = "chief",
+        eval_node: bool = False,
+        run_dir: str | None = None,
+        timeout: float | None = None,
+        gpus_per_node: int = 0,
+        keras: str = "auto",
+        tensorboard: bool = False,
+        log_dir: str | None = None,
+        env: Mapping[str, str] | None = None,
+        slot_wait_secs: float = 60.0,
+        set_tf_config: bool = True,
+    ):
+        if not callable(main_fun):
+            raise TypeError(f"main_fun must be callable, got {type(main_fun).__name__}")
+        if keras not in KERAS_MODES:
+            raise ClusterConfigError(f"keras must be one of {', '.join(KERAS_MODES)}, got {keras!r}")
+        if timeout is not None and timeout <= 0:
+            raise ClusterConfigError(f"timeout must be positive seconds or None, got {timeout!r}")
+        if gpus_per_node < 0:
+            raise ClusterConfigError(f"gpus_per_node must be 0 or more, got {gpus_per_node}")
+        self.sc = sc
+        self.main_fun = main_fun
+        self.args = args
+        self.roles = tuple(plan_roles(num_nodes, num_ps=num_ps, master_node=master_node, eval_node=eval_node))
+        self.run_dir = run_dir
+        self.timeout = timeout
+        self.gpus_per_node = gpus_per_node
+        self.keras = keras
+        self.tensorboard = tensorboard
+        self.log_dir = log_dir
+        self.env = dict(env or {})
+        self.slot_wait_secs = slot_wait_secs
+        self.set_tf_config = set_tf_config
+        self.run_id = uuid.uuid4().hex[:12]
+        self.job_group = f"airflow-tfos-{self.run_id}"
+        self._thread: threading.Thread | None = None
+        self._started_at: float | None = None
+        self._outcome: Any = _UNSET
+        self._error: BaseException | None = None
+        self._cancelled = False
+
+    @property
+    def num_nodes(self) -> int:
+        return len(self.roles)
+
+    def start(self) -> TFClusterRun:
+        """Check the cluster, then submit the barrier stage in the background."""
+        if self._thread is not None:
+            raise TFoSRuntimeError(f"run {self.run_id} was already started")
+        resources = snapshot_resources(self.sc, wanted_slots=self.num_nodes, wait_seconds=self.slot_wait_secs)
+        check_cluster(resources, self.num_nodes, gpus_per_node=self.gpus_per_node)
+        job = self._node_job()
+        self._started_at = time.monotonic()
+        from pyspark import InheritableThread
+
+        self._thread = InheritableThread(target=self._collect, args=(job,), name=self.job_group, daemon=True)
+        self._thread.start()
+        log.info(
+            "TF cluster %s: %d node(s) %s submitted as one barrier stage",
+            self.run_id,
+            self.num_nodes,
+            ", ".join(r.label for r in self.roles),
+        )
+        return self
+
+    def _node_job(self) -> NodeJob:
+        from pyspark import cloudpickle
+
+        hadoop_conf = self.sc._jsc.hadoopConfiguration()
+        default_fs = hadoop_conf.get("fs.defaultFS") or "file:///"
+        if default_fs.startswith("file://"):
+            default_fs = "file://"
+        return NodeJob(
+            run_id=self.run_id,
+            roles=self.roles,
+            deciders=decider_ids(self.roles),
+            payload=cloudpickle.dumps((self.main_fun, self.args)),
+            run_dir=self.run_dir,
+            default_fs=default_fs,
+            working_dir=os.getcwd(),
+            keras=self.keras,
+            gpus_per_node=self.gpus_per_node,
+            tensorboard=self.tensorboard,
+            log_dir=self.log_dir,
+            env=self.env,
+            set_tf_config=self.set_tf_config,
+        )
+
+    def _collect(self, job: NodeJob) -> None:
+        sc = self.sc
+        try:
+            sc.setJobGroup(self.job_group, f"airflow-tfos TF cluster {self.run_id}", interruptOnCancel=True)
+            rdd = sc.parallelize(range(self.num_nodes), self.num_nodes)
+            rows = rdd.barrier().mapPartitions(lambda it: run_node(job, it)).collect()
+            self._outcome = rows
+        except BaseException as exc:  # noqa: BLE001 - re-raised on the caller's thread by wait()
+            self._error = exc
+
+    def done(self) -> bool:
+        return self._thread is not None and not self._thread.is_alive()
+
+    def wait(self, timeout: float | None = _UNSET) -> Any:  # type: ignore[assignment]
+        """Wait for the run; return the chief's (or worker 0's) return value.
+
+        :param timeout: seconds to wait from now; defaults to what is left of the run's ``timeout``.
+            When it runs out the stage is cancelled and :class:`RunTimeoutError` raised.
+        """
+        if self._thread is None:
+            raise TFoSRuntimeError("the run was not started: call start() first")
+        if timeout is _UNSET:
+            timeout = None if self.timeout is None else self.timeout - (time.monotonic() - self._started_at)
+        deadline = None if timeout is None else time.monotonic() + max(timeout, 0)
+        try:
+            while self._thread.is_alive():
+                if deadline is not None and time.monotonic() >= deadline:
+                    self.cancel()
+                    raise RunTimeoutError(
+                        f"TF cluster {self.run_id} did not finish within {self.timeout or timeout:g} s; its "
+                        "Spark stage was cancelled (raise timeout= to give it longer)"
+                    )
+                self._thread.join(0.2)
+        except KeyboardInterrupt:
+            log.warning("interrupted: cancelling TF cluster %s", self.run_id)
+            self.cancel()
+            raise
+        return self._result()
+
+    def _result(self) -> Any:
+        if self._error is not None:
+            raise self._translate(self._error) from self._error
+        from pyspark import cloudpickle
+
+        for _executor_id, data in self._outcome:
+            return cloudpickle.loads(data)
+        return None
+
+    def _translate(self, error: BaseException) -> BaseException:
+        failure = decode_node_failure(error)
+        if failure is not None:
+            return NodeFailedError(failure, str(error))
+        if self._cancelled:
+            return RunCancelledError(f"TF cluster {self.run_id} was cancelled")
+        text = str(error)
+        if "BarrierJobSlotsNumberCheckFailed" in text or "more slots than the total number" in text:
+            return ClusterConfigError(
+                f"Spark could not place {self.num_nodes} barrier tasks at once: {text.splitlines()[0]}"
+            )
+        return TFoSRuntimeError(f"TF cluster {self.run_id} failed in Spark: {text}")
+
+    def cancel(self) -> None:
+        """Cancel the stage; Spark kills its tasks and every node process dies with them."""
+        self._cancelled = True
+        self.sc.cancelJobGroup(self.job_group)
+        if self._thread is not None:
+            self._thread.join(30)
+
+
+def run(sc, main_fun: Callable[[Any, Any], Any], args: Any = None, **kwargs: Any) -> Any:
+    """Run ``main_fun(args, ctx)`` on a TF cluster inside Spark and return the chief's result.
+
+    Takes the keyword arguments of :class:`TFClusterRun` (``num_nodes`` is required).
+    """
+    return TFClusterRun(sc, main_fun, args, **kwargs).start().wait()

@@ -1,0 +1,248 @@
+"""The Spark side of one TF node: the body of one barrier task.
+
+Each task reserves a port on its executor's address, swaps ``host:port`` with the other tasks through
+``BarrierTaskContext.allGather``, builds TF_CONFIG and starts the node's own Python process
+(:mod:`airflow_tfos.runtime.child`). Training nodes are waited for; parameter servers and evaluators
+are kept until the training nodes are done (a second ``allGather``), then stopped. A node that fails
+raises with its role, index and traceback, which fails the barrier stage and so every other task,
+whose processes die with them.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import logging
+import os
+import shutil
+import signal
+import socket
+import sys
+import tempfile
+import threading
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from airflow_tfos.runtime import child as child_files
+from airflow_tfos.runtime.cluster import (
+    NodeRole,
+    build_cluster_spec,
+    build_tf_config,
+    gpu_env,
+    keras_env,
+    num_training_nodes,
+    result_node,
+)
+from airflow_tfos.runtime.context import NodeContext
+from airflow_tfos.runtime.errors import NodeFailure
+from airflow_tfos.runtime.process import ChildProcess, describe_exit
+
+log = logging.getLogger(__name__)
+
+CLUSTER_INFO = "cluster.json"
+
+
+@dataclass(frozen=True)
+class NodeJob:
+    """Everything each barrier task needs; built on the driver and shipped with the task.
+
+    :param run_id: identifies this run's processes and temporary files.
+    :param roles: the layout, indexed by partition id.
+    :param deciders: executor ids whose finishing ends the run.
+    :param payload: ``(main_fun, args)`` pickled with cloudpickle on the driver.
+    :param run_dir: the run's directory, if any.
+    :param default_fs: Hadoop's fs.defaultFS.
+    :param working_dir: the driver's working directory (TFoS's ``ctx.working_dir``).
+    :param keras: ``auto``, ``tf_keras`` or ``keras3``.
+    :param gpus_per_node: GPUs each node needs (0: whatever Spark assigned).
+    :param tensorboard: start TensorBoard beside the chief (or worker 0).
+    :param log_dir: TensorBoard's log directory.
+    :param env: extra environment variables for the node processes.
+    :param set_tf_config: whether nodes get TF_CONFIG (TFoS set it only when there was a chief).
+    :param stop_grace_secs: how long a service node may take to stop before it is killed.
+    """
+
+    run_id: str
+    roles: tuple[NodeRole, ...]
+    deciders: frozenset[int]
+    payload: bytes
+    run_dir: str | None = None
+    default_fs: str = "file://"
+    working_dir: str = "."
+    keras: str = "auto"
+    gpus_per_node: int = 0
+    tensorboard: bool = False
+    log_dir: str | None = None
+    env: dict[str, str] = field(default_factory=dict)
+    set_tf_config: bool = True
+    stop_grace_secs: float = 5.0
+
+
+class _Released(Exception):
+    """Raised into a service node's main thread when its process fails while it waits."""
+
+
+def run_node(job: NodeJob, _partition: Iterable) -> Iterator[tuple[int, bytes]]:
+    """Run one TF node as a barrier task; yield ``(executor_id, pickled result)`` from the result node."""
+    from pyspark import BarrierTaskContext
+
+    task = BarrierTaskContext.get()
+    executor_id = task.partitionId()
+    role = job.roles[executor_id]
+    host = task.getTaskInfos()[executor_id].address.rsplit(":", 1)[0]
+    port = _free_port()
+    is_result = result_node(job.roles) == role
+    tb_port = _free_port() if job.tensorboard and is_result else None
+    gathered = task.allGather(json.dumps({"executor_id": executor_id, "endpoint": f"{host}:{port}"}))
+    endpoints = [info["endpoint"] for info in sorted(map(json.loads, gathered), key=lambda i: i["executor_id"])]
+    cluster_spec = build_cluster_spec(job.roles, endpoints)
+    log.info("TF node %s on %s:%d, cluster %s", role.label, host, port, cluster_spec)
+
+    env = dict(os.environ)
+    env.update(job.env)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
+    env["PYTHONUNBUFFERED"] = "1"
+    env["AIRFLOW_TFOS_RUN_ID"] = job.run_id
+    env.pop("TF_CONFIG", None)
+    if job.set_tf_config:
+        env["TF_CONFIG"] = build_tf_config(cluster_spec, role)
+    assigned = _assigned_gpus(task)
+    env.update(gpu_env(assigned, job.gpus_per_node, role.label))
+    env.update(keras_env(job.keras, importlib.util.find_spec("tf_keras") is not None))
+
+    tb_url = f"http://{host}:{tb_port}" if tb_port else None
+    ctx = NodeContext(
+        executor_id=executor_id,
+        job_name=role.job_name,
+        task_index=role.task_index,
+        cluster_spec=cluster_spec,
+        num_workers=num_training_nodes(job.roles),
+        num_nodes=len(job.roles),
+        host=host,
+        port=port,
+        run_dir=job.run_dir,
+        working_dir=job.working_dir,
+        default_fs=job.default_fs,
+        attempt=task.attemptNumber(),
+        gpus=env.get("CUDA_VISIBLE_DEVICES", "").split(",") if env.get("CUDA_VISIBLE_DEVICES") else [],
+        tensorboard_url=tb_url,
+        log_dir=job.log_dir,
+    )
+    node_dir = Path(tempfile.mkdtemp(prefix=f"airflow-tfos-{job.run_id}-{executor_id}-"))
+    from pyspark import cloudpickle
+
+    (node_dir / child_files.PAYLOAD).write_bytes(job.payload)
+    (node_dir / child_files.CONTEXT).write_bytes(cloudpickle.dumps(ctx))
+    proc = ChildProcess(
+        [sys.executable, "-m", "airflow_tfos.runtime.child", str(node_dir), f"--run-id={job.run_id}"],
+        env=env,
+        name=f"TF node {role.label}",
+    )
+    tensorboard = _tensorboard(job, env, host, tb_port) if tb_port else None
+    if is_result:
+        _publish_cluster_info(job, cluster_spec, tb_url)
+    try:
+        proc.start()
+        if executor_id in job.deciders:
+            code = proc.wait()
+            if code != 0:
+                raise RuntimeError(_failure(role, host, node_dir, proc, code).encode())
+            task.allGather("done")
+        else:
+            _serve_until_released(task, proc, role, host, node_dir)
+        result_file = node_dir / child_files.RESULT
+        if is_result and result_file.exists():
+            yield executor_id, result_file.read_bytes()
+    finally:
+        proc.stop(job.stop_grace_secs)
+        if tensorboard is not None:
+            tensorboard.stop(1.0)
+        shutil.rmtree(node_dir, ignore_errors=True)
+
+
+def _serve_until_released(task, proc: ChildProcess, role: NodeRole, host: str, node_dir: Path) -> None:
+    """Keep a ps/evaluator node up until the training nodes are done; fail if it dies first."""
+    lock = threading.Lock()
+    state = {"released": False, "failure": None}
+
+    def watch() -> None:
+        code = proc.wait()
+        with lock:
+            if code != 0 and not state["released"]:
+                state["failure"] = _failure(role, host, node_dir, proc, code)
+                os.kill(os.getpid(), signal.SIGUSR1)
+
+    def interrupt(_signum, _frame) -> None:
+        with lock:
+            if not state["released"]:
+                raise _Released()
+
+    try:
+        previous = signal.signal(signal.SIGUSR1, interrupt)
+    except ValueError:  # not the main thread: a failure then shows when the stage times out
+        previous = None
+    threading.Thread(target=watch, daemon=True, name=f"watch-{role.label}").start()
+    try:
+        task.allGather("waiting")
+        with lock:
+            state["released"] = True
+    except _Released:
+        raise RuntimeError(state["failure"].encode()) from None
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGUSR1, previous)
+    log.info("training nodes are done; stopping %s", role.label)
+
+
+def _failure(role: NodeRole, host: str, node_dir: Path, proc: ChildProcess, code: int) -> NodeFailure:
+    error_file = node_dir / child_files.ERROR
+    if error_file.exists():
+        record = json.loads(error_file.read_text())
+        reason, trace = record["reason"], record["traceback"]
+    else:
+        reason = describe_exit(code)
+        tail = proc.stderr_tail()
+        trace = f"last lines of its stderr:\n{tail}" if tail else ""
+    return NodeFailure(role.job_name, role.task_index, role.executor_id, host, reason, trace)
+
+
+def _free_port() -> int:
+    """Return a port that is free on every interface of this host right now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("", 0))
+        return sock.getsockname()[1]
+
+
+def _assigned_gpus(task) -> list[str]:
+    try:
+        gpu = task.resources().get("gpu")
+    except Exception:  # noqa: BLE001 - older Spark or no resource support
+        return []
+    return list(gpu.addresses) if gpu is not None else []
+
+
+def _tensorboard(job: NodeJob, env: dict[str, str], host: str, port: int) -> ChildProcess | None:
+    if importlib.util.find_spec("tensorboard") is None:
+        log.warning("tensorboard=True but the tensorboard package is not installed on this executor")
+        return None
+    log_dir = job.log_dir or str(Path(job.working_dir) / "tensorboard")
+    argv = [sys.executable, "-m", "tensorboard.main", "--logdir", log_dir, "--host", host, "--port", str(port)]
+    return ChildProcess(argv, env=env, name="TensorBoard").start()
+
+
+def _publish_cluster_info(job: NodeJob, cluster_spec: dict, tensorboard_url: str | None) -> None:
+    """Write the cluster's layout to the run directory, when it is on a file system this node sees."""
+    if not job.run_dir:
+        return
+    path = job.run_dir.removeprefix("file://")
+    if "://" in path:
+        return  # remote run directories are written through the storage layer
+    try:
+        info = {"run_id": job.run_id, "cluster_spec": cluster_spec, "tensorboard_url": tensorboard_url}
+        target = Path(path) / CLUSTER_INFO
+        tmp = target.with_suffix(".tmp")
+        tmp.write_text(json.dumps(info, indent=1))
+        tmp.replace(target)
+    except OSError as exc:
+        log.warning("cannot write %s to %s: %s", CLUSTER_INFO, job.run_dir, exc)

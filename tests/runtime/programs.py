@@ -1,0 +1,124 @@
+"""Training programs run on TF nodes by the integration tests (imported by module path on executors)."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+
+def _write(ctx, name: str, record: dict) -> None:
+    target = Path(ctx.run_dir) / f"{name}-{ctx.job_name}-{ctx.task_index}.json"
+    tmp = target.with_suffix(".tmp")
+    tmp.write_text(json.dumps(record))
+    tmp.replace(target)
+
+
+def report_context(args, ctx):
+    """Record what the node sees; return the same from the chief."""
+    record = {
+        "executor_id": ctx.executor_id,
+        "worker_num": ctx.worker_num,
+        "job_name": ctx.job_name,
+        "task_index": ctx.task_index,
+        "cluster_spec": ctx.cluster_spec,
+        "num_workers": ctx.num_workers,
+        "is_chief": ctx.is_chief,
+        "host": ctx.host,
+        "port": ctx.port,
+        "defaultFS": ctx.defaultFS,
+        "working_dir": ctx.working_dir,
+        "absolute": ctx.absolute_path("data/x"),
+        "tf_config": os.environ.get("TF_CONFIG"),
+        "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
+        "legacy_keras": os.environ.get("TF_USE_LEGACY_KERAS"),
+        "pid": os.getpid(),
+        "args": args,
+    }
+    if ctx.run_dir:
+        _write(ctx, "context", record)
+    if ctx.job_name in ("ps", "evaluator"):
+        time.sleep(3600)  # a service node runs until the training nodes are done
+    return record
+
+
+def fail_on(args, ctx):
+    """Raise on the node named by args['job']/args['index']; the others sleep until killed."""
+    if ctx.job_name == args["job"] and ctx.task_index == args["index"]:
+        raise ValueError(f"boom from {ctx.job_name}:{ctx.task_index}")
+    time.sleep(args.get("others_sleep", 600))
+    return "not reached"
+
+
+def sleep_forever(args, ctx):
+    """Write this node's pid to the run directory, then sleep."""
+    _write(ctx, "pid", {"pid": os.getpid()})
+    time.sleep(3600)
+
+
+def mwms_keras(args, ctx):
+    """Train a small Keras model with MultiWorkerMirroredStrategy; record each worker's final weights."""
+    import numpy as np
+    import tensorflow as tf
+
+    strategy = tf.distribute.MultiWorkerMirroredStrategy()
+    rng = np.random.default_rng(ctx.task_index + (100 if ctx.job_name == "worker" else 0))
+    x = rng.normal(size=(256, 4)).astype("float32")
+    y = (x @ np.array([[1.0], [-2.0], [0.5], [3.0]], dtype="float32")).astype("float32")
+    per_worker_batch = 16
+    dataset = tf.data.Dataset.from_tensor_slices((x, y)).batch(per_worker_batch).repeat()
+    options = tf.data.Options()
+    options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.OFF
+    dataset = dataset.with_options(options)
+    with strategy.scope():
+        tf.keras.utils.set_random_seed(7)
+        model = tf.keras.Sequential([tf.keras.Input(shape=(4,)), tf.keras.layers.Dense(8), tf.keras.layers.Dense(1)])
+        model.compile(optimizer=tf.keras.optimizers.SGD(0.01), loss="mse")
+    history = model.fit(dataset, epochs=args.get("epochs", 2), steps_per_epoch=args.get("steps", 10), verbose=0)
+    weights = [w.tolist() for w in model.get_weights()]
+    record = {"loss": history.history["loss"], "weights": weights, "keras": tf.keras.__name__}
+    _write(ctx, "weights", record)
+    return record
+
+
+def ps_strategy(args, ctx):
+    """ParameterServerStrategy: ps and workers serve; the chief coordinates training."""
+    import tensorflow as tf
+
+    resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
+    if ctx.job_name in ("ps", "worker"):
+        server = tf.distribute.Server(
+            resolver.cluster_spec(), job_name=ctx.job_name, task_index=ctx.task_index, protocol="grpc", start=True
+        )
+        server.join()
+        return None
+    strategy = tf.distribute.experimental.ParameterServerStrategy(resolver)
+    coordinator = tf.distribute.experimental.coordinator.ClusterCoordinator(strategy)
+    with strategy.scope():
+        weight = tf.Variable(0.0)
+        optimizer = tf.keras.optimizers.SGD(0.1)
+
+    def dataset_fn():
+        return tf.data.Dataset.from_tensors((tf.constant(2.0), tf.constant(6.0))).repeat()
+
+    per_worker_dataset = coordinator.create_per_worker_dataset(dataset_fn)
+    per_worker_iterator = iter(per_worker_dataset)
+
+    @tf.function
+    def step(iterator):
+        def replica_step(x, y):
+            with tf.GradientTape() as tape:
+                loss = (weight * x - y) ** 2
+            grads = tape.gradient(loss, [weight])
+            optimizer.apply_gradients(zip(grads, [weight]))
+            return loss
+
+        x, y = next(iterator)
+        return strategy.run(replica_step, args=(x, y))
+
+    steps = args.get("steps", 20)
+    for _ in range(steps):
+        coordinator.schedule(step, args=(per_worker_iterator,))
+    coordinator.join()
+    return {"weight": float(weight.numpy()), "steps": steps, "ps_devices": len(ctx.cluster_spec["ps"])}
