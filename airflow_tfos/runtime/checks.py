@@ -130,6 +130,6 @@ def _task_slots(sc) -> tuple[int | None, int]:
     try:
         profile = jsc.resourceProfileManager().defaultResourceProfile()
         return int(jsc.maxNumConcurrentTasks(profile)), executors
-    except Exception:  # noqa: BLE001 - an internal Spark API; without it the check is skipped
+    except Exception:
         log.debug("cannot read the number of task slots from Spark", exc_info=True)
         return None, executors

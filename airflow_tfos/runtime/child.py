@@ -1,9 +1,9 @@
 """Entry point of a TF node's process: ``python -m airflow_tfos.runtime.child <node-dir>``.
 
 The Spark task writes ``payload.pkl`` (the user's function and its arguments) and ``context.pkl``
-(the node's context) into a private directory and starts this module there. It runs ``main_fun(args, ctx)`` and leaves
-either ``result.pkl`` (the return value) or ``error.json`` (the exception and its traceback) behind
-for the task to read. These files never leave the executor's local disk.
+(the node's context) into a private directory and starts this module there. It runs
+``main_fun(args, ctx)`` and leaves either ``result.pkl`` (the return value) or ``error.json`` (the
+exception and its traceback) behind for the task to read. These files never leave the executor's local disk.
 """
 
 from __future__ import annotations
@@ -81,14 +81,14 @@ def main(argv: list[str]) -> int:
         else:
             _write_error(node_dir, exc, reason=f"main_fun called sys.exit({exc.code!r})")
             return 1
-    except BaseException as exc:  # noqa: BLE001 - everything is reported to the driver
+    except BaseException as exc:
         _write_error(node_dir, exc)
         return 1
     try:
         from pyspark import cloudpickle
 
         data = cloudpickle.dumps(result)
-    except Exception as exc:  # noqa: BLE001
+    except Exception as exc:
         _write_error(node_dir, exc, reason=f"main_fun's return value cannot be pickled: {exc}")
         return 1
     tmp = node_dir / (RESULT + ".tmp")

@@ -54,7 +54,7 @@ class NodeContext:
         return self.executor_id
 
     @property
-    def defaultFS(self) -> str:  # noqa: N802 - TFoS's attribute name
+    def defaultFS(self) -> str:
         """TFoS's name for :attr:`default_fs`."""
         return self.default_fs
 
@@ -65,6 +65,17 @@ class NodeContext:
             return True
         has_chief = any(job in self.cluster_spec for job in (CHIEF, MASTER))
         return self.job_name == WORKER and self.task_index == 0 and not has_chief
+
+    @property
+    def training_rank(self) -> int | None:
+        """This node's rank among the training nodes (chief/master first, then the workers), for
+        sharding data; None on parameter servers and evaluators."""
+        if self.job_name in (CHIEF, MASTER):
+            return 0
+        if self.job_name != WORKER:
+            return None
+        has_chief = any(job in self.cluster_spec for job in (CHIEF, MASTER))
+        return self.task_index + (1 if has_chief else 0)
 
     @property
     def tf_config(self) -> dict[str, Any]:

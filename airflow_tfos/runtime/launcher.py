@@ -166,7 +166,7 @@ class TFClusterRun:
             rdd = sc.parallelize(range(self.num_nodes), self.num_nodes)
             rows = rdd.barrier().mapPartitions(lambda it: run_node(job, it)).collect()
             self._outcome = rows
-        except BaseException as exc:  # noqa: BLE001 - re-raised on the caller's thread by wait()
+        except BaseException as exc:
             self._error = exc
 
     def done(self) -> bool:

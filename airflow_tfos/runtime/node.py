@@ -95,7 +95,9 @@ def run_node(job: NodeJob, _partition: Iterable) -> Iterator[tuple[int, bytes]]:
     is_result = result_node(job.roles) == role
     tb_port = _free_port() if job.tensorboard and is_result else None
     gathered = task.allGather(json.dumps({"executor_id": executor_id, "endpoint": f"{host}:{port}"}))
-    endpoints = [info["endpoint"] for info in sorted(map(json.loads, gathered), key=lambda i: i["executor_id"])]
+    endpoints = [
+        info["endpoint"] for info in sorted(map(json.loads, gathered), key=lambda i: i["executor_id"])
+    ]
     cluster_spec = build_cluster_spec(job.roles, endpoints)
     log.info("TF node %s on %s:%d, cluster %s", role.label, host, port, cluster_spec)
 
@@ -217,7 +219,7 @@ def _free_port() -> int:
 def _assigned_gpus(task) -> list[str]:
     try:
         gpu = task.resources().get("gpu")
-    except Exception:  # noqa: BLE001 - older Spark or no resource support
+    except Exception:
         return []
     return list(gpu.addresses) if gpu is not None else []
 
@@ -227,7 +229,17 @@ def _tensorboard(job: NodeJob, env: dict[str, str], host: str, port: int) -> Chi
         log.warning("tensorboard=True but the tensorboard package is not installed on this executor")
         return None
     log_dir = job.log_dir or str(Path(job.working_dir) / "tensorboard")
-    argv = [sys.executable, "-m", "tensorboard.main", "--logdir", log_dir, "--host", host, "--port", str(port)]
+    argv = [
+        sys.executable,
+        "-m",
+        "tensorboard.main",
+        "--logdir",
+        log_dir,
+        "--host",
+        host,
+        "--port",
+        str(port),
+    ]
     return ChildProcess(argv, env=env, name="TensorBoard").start()
 
 

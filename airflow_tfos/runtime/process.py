@@ -62,7 +62,7 @@ class ChildProcess:
             stdout=None,
             stderr=subprocess.PIPE,
             start_new_session=True,
-            preexec_fn=_die_with_parent,  # noqa: PLW1509 - called from the task's main thread
+            preexec_fn=_die_with_parent,
         )
         self._pump = threading.Thread(target=self._forward_stderr, name=f"{self.name}-stderr", daemon=True)
         self._pump.start()
@@ -70,7 +70,8 @@ class ChildProcess:
         return self
 
     def _forward_stderr(self) -> None:
-        assert self._proc is not None and self._proc.stderr is not None
+        assert self._proc is not None
+        assert self._proc.stderr is not None
         for raw in iter(self._proc.stderr.readline, b""):
             line = raw.decode("utf-8", errors="replace")
             self._tail.append(line)
@@ -129,8 +130,10 @@ def describe_exit(code: int) -> str:
             name = signal.Signals(-code).name
         except ValueError:
             name = f"signal {-code}"
-        hint = " (often the kernel's out-of-memory killer, or YARN enforcing memoryOverhead)" if (
-            -code == signal.SIGKILL
-        ) else ""
+        hint = (
+            " (often the kernel's out-of-memory killer, or YARN enforcing memoryOverhead)"
+            if (-code == signal.SIGKILL)
+            else ""
+        )
         return f"process killed by {name}{hint}"
     return f"process exited with code {code}"

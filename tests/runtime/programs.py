@@ -73,9 +73,13 @@ def mwms_keras(args, ctx):
     dataset = dataset.with_options(options)
     with strategy.scope():
         tf.keras.utils.set_random_seed(7)
-        model = tf.keras.Sequential([tf.keras.Input(shape=(4,)), tf.keras.layers.Dense(8), tf.keras.layers.Dense(1)])
+        model = tf.keras.Sequential(
+            [tf.keras.Input(shape=(4,)), tf.keras.layers.Dense(8), tf.keras.layers.Dense(1)]
+        )
         model.compile(optimizer=tf.keras.optimizers.SGD(0.01), loss="mse")
-    history = model.fit(dataset, epochs=args.get("epochs", 2), steps_per_epoch=args.get("steps", 10), verbose=0)
+    history = model.fit(
+        dataset, epochs=args.get("epochs", 2), steps_per_epoch=args.get("steps", 10), verbose=0
+    )
     weights = [w.tolist() for w in model.get_weights()]
     record = {"loss": history.history["loss"], "weights": weights, "keras": tf.keras.__name__}
     _write(ctx, "weights", record)
@@ -89,7 +93,11 @@ def ps_strategy(args, ctx):
     resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
     if ctx.job_name in ("ps", "worker"):
         server = tf.distribute.Server(
-            resolver.cluster_spec(), job_name=ctx.job_name, task_index=ctx.task_index, protocol="grpc", start=True
+            resolver.cluster_spec(),
+            job_name=ctx.job_name,
+            task_index=ctx.task_index,
+            protocol="grpc",
+            start=True,
         )
         server.join()
         return None
@@ -111,7 +119,7 @@ def ps_strategy(args, ctx):
             with tf.GradientTape() as tape:
                 loss = (weight * x - y) ** 2
             grads = tape.gradient(loss, [weight])
-            optimizer.apply_gradients(zip(grads, [weight]))
+            optimizer.apply_gradients(zip(grads, [weight], strict=True))
             return loss
 
         x, y = next(iterator)

@@ -24,7 +24,9 @@ def run_cluster(sc, main_fun, args=None, **kwargs):
 
 
 def test_two_worker_mwms_training_ends_with_identical_weights(sc, tmp_path):
-    _, result = run_cluster(sc, programs.mwms_keras, {"epochs": 2, "steps": 10}, num_nodes=2, run_dir=str(tmp_path))
+    _, result = run_cluster(
+        sc, programs.mwms_keras, {"epochs": 2, "steps": 10}, num_nodes=2, run_dir=str(tmp_path)
+    )
     records = read_records(str(tmp_path), "weights")
     assert set(records) == {"chief:0", "worker:0"}
     chief, worker = records["chief:0"], records["worker:0"]
@@ -41,7 +43,9 @@ def test_a_second_cluster_in_the_same_spark_context_starts_clean(sc, tmp_path):
     for attempt in range(2):
         run_dir = tmp_path / str(attempt)
         run_dir.mkdir()
-        _, result = run_cluster(sc, programs.mwms_keras, {"epochs": 1, "steps": 3}, num_nodes=2, run_dir=str(run_dir))
+        _, result = run_cluster(
+            sc, programs.mwms_keras, {"epochs": 1, "steps": 3}, num_nodes=2, run_dir=str(run_dir)
+        )
         assert len(result["loss"]) == 1
 
 

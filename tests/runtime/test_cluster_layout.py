@@ -132,3 +132,23 @@ class TestKerasEnv:
     def test_unknown_mode(self):
         with pytest.raises(ClusterConfigError, match="keras must be one of"):
             keras_env("keras2", True)
+
+
+def test_training_rank_puts_the_chief_first_and_skips_service_nodes():
+    from airflow_tfos.runtime.context import NodeContext
+
+    spec = {"ps": ["a:1"], "chief": ["b:1"], "worker": ["c:1", "d:1"]}
+
+    def ctx(job, index):
+        return NodeContext(0, job, index, spec, num_workers=3, num_nodes=4, host="h", port=1)
+
+    assert [
+        ctx("chief", 0).training_rank,
+        ctx("worker", 0).training_rank,
+        ctx("worker", 1).training_rank,
+    ] == [0, 1, 2]
+    assert ctx("ps", 0).training_rank is None
+    plain = NodeContext(
+        0, "worker", 1, {"worker": ["a:1", "b:1"]}, num_workers=2, num_nodes=2, host="h", port=1
+    )
+    assert plain.training_rank == 1 and not plain.is_chief

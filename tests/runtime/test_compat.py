@@ -52,7 +52,9 @@ def test_tfos_tensorflow_mode_program_runs_after_changing_only_its_import(sc, tm
 
 def test_tfos_ctx_fields_and_tf_config_rule(sc, tmp_path):
     # TFoS set TF_CONFIG only when the cluster had a chief or master.
-    cluster = TFCluster.run(sc, programs.report_context, {"a": 1}, 2, 0, input_mode=TFCluster.InputMode.TENSORFLOW)
+    cluster = TFCluster.run(
+        sc, programs.report_context, {"a": 1}, 2, 0, input_mode=TFCluster.InputMode.TENSORFLOW
+    )
     result = cluster.shutdown()
     assert result["job_name"] == "worker" and result["worker_num"] == 0 and result["tf_config"] is None
     assert result["num_workers"] == 2
@@ -81,7 +83,13 @@ def test_tensorboard_runs_beside_the_chief_while_training(sc, tmp_path):
     cloudpickle.register_pickle_by_value(sys.modules[__name__])
     stop_file = tmp_path / "stop"
     cluster = TFCluster.run(
-        sc, tensorboard_main, {"stop_file": str(stop_file)}, 2, 0, tensorboard=True, master_node="chief",
+        sc,
+        tensorboard_main,
+        {"stop_file": str(stop_file)},
+        2,
+        0,
+        tensorboard=True,
+        master_node="chief",
         log_dir=str(tmp_path / "logs"),
     )
     try:

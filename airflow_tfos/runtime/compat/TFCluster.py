@@ -73,14 +73,14 @@ class TFCluster:
         except (OSError, ValueError):
             return None
 
-    def train(self, dataRDD, num_epochs=0, feed_timeout=600, qname="input"):  # noqa: N803 - TFoS's name
+    def train(self, dataRDD, num_epochs=0, feed_timeout=600, qname="input"):
         """Feed an RDD to the nodes (InputMode.SPARK)."""
         raise NotImplementedError(
             "TFCluster.train (InputMode.SPARK feeding) is not available in this version of airflow-tfos; "
             "read the data inside map_fun (InputMode.TENSORFLOW)"
         )
 
-    def inference(self, dataRDD, feed_timeout=600, qname="input"):  # noqa: N803 - TFoS's name
+    def inference(self, dataRDD, feed_timeout=600, qname="input"):
         """Feed an RDD to the nodes for inference (InputMode.SPARK)."""
         raise NotImplementedError(
             "TFCluster.inference (InputMode.SPARK feeding) is not available in this version of airflow-tfos"
@@ -137,7 +137,9 @@ def run(
     Returns at once with a :class:`TFCluster`; call its ``shutdown()`` to wait for the result.
     """
     if input_mode not in (InputMode.TENSORFLOW, InputMode.SPARK):
-        raise ClusterConfigError(f"input_mode must be InputMode.TENSORFLOW or InputMode.SPARK, got {input_mode!r}")
+        raise ClusterConfigError(
+            f"input_mode must be InputMode.TENSORFLOW or InputMode.SPARK, got {input_mode!r}"
+        )
     if input_mode == InputMode.SPARK:
         raise NotImplementedError(
             "InputMode.SPARK is not available in this version of airflow-tfos; use InputMode.TENSORFLOW "

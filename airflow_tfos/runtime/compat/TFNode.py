@@ -20,20 +20,20 @@ def release_port(ctx) -> None:
 
 
 def start_cluster_server(ctx, num_gpus=1, rdma=False):
-    raise Exception("DEPRECATED: Use higher-level APIs like `tf.keras` or `tf.estimator`")  # noqa: TRY002
+    raise Exception("DEPRECATED: Use higher-level APIs like `tf.keras` or `tf.estimator`")
 
 
 def export_saved_model(sess, export_dir, tag_set, signatures):
-    raise Exception("DEPRECATED: Use TF provided APIs instead.")  # noqa: TRY002
+    raise Exception("DEPRECATED: Use TF provided APIs instead.")
 
 
 def next_batch(mgr, batch_size, qname="input"):
-    raise Exception("DEPRECATED: Use TFNode.DataFeed class instead")  # noqa: TRY002
+    raise Exception("DEPRECATED: Use TFNode.DataFeed class instead")
 
 
 def batch_results(mgr, results, qname="output"):
-    raise Exception("DEPRECATED: Use TFNode.DataFeed class instead")  # noqa: TRY002
+    raise Exception("DEPRECATED: Use TFNode.DataFeed class instead")
 
 
 def terminate(mgr, qname="input"):
-    raise Exception("DEPRECATED: Use TFNode.DataFeed class instead")  # noqa: TRY002
+    raise Exception("DEPRECATED: Use TFNode.DataFeed class instead")

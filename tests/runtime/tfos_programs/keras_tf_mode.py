@@ -20,7 +20,7 @@ def main_fun(args, ctx):
     strategy = tf.distribute.MultiWorkerMirroredStrategy()
     if args.mark_dir:
         # The moment this node has its strategy built: what the launch benchmark measures.
-        with open("{}/ready-{}-{}".format(args.mark_dir, ctx.job_name, ctx.task_index), "w") as f:
+        with open(f"{args.mark_dir}/ready-{ctx.job_name}-{ctx.task_index}", "w") as f:
             f.write(repr(time.time()))
     if args.steps == 0:
         return
@@ -34,12 +34,17 @@ def main_fun(args, ctx):
 
     with strategy.scope():
         model = tf.keras.Sequential(
-            [tf.keras.layers.Dense(16, activation="relu", input_shape=(8,)), tf.keras.layers.Dense(1, activation="sigmoid")]
+            [
+                tf.keras.layers.Dense(16, activation="relu", input_shape=(8,)),
+                tf.keras.layers.Dense(1, activation="sigmoid"),
+            ]
         )
         model.compile(optimizer="adam", loss="binary_crossentropy", metrics=["accuracy"])
 
     model_dir = TFNode.hdfs_path(ctx, args.model_dir)
-    callbacks = [tf.keras.callbacks.ModelCheckpoint(filepath=model_dir.replace("file://", "") + "/weights-{epoch}")]
+    callbacks = [
+        tf.keras.callbacks.ModelCheckpoint(filepath=model_dir.replace("file://", "") + "/weights-{epoch}")
+    ]
     model.fit(dataset, epochs=args.epochs, steps_per_epoch=args.steps, callbacks=callbacks, verbose=0)
     compat.export_saved_model(model, args.export_dir, ctx.job_name == "chief")
 

@@ -1,0 +1,19 @@
+# The two commands a newcomer runs: `make demo` and `make test`. Each installs what it needs.
+PY := .venv/bin/python
+
+.PHONY: demo test bootstrap bench lint
+
+bootstrap:
+	@bash scripts/bootstrap.sh
+
+demo: bootstrap
+	$(PY) scripts/demo.py
+
+test: bootstrap
+	$(PY) -m pytest
+
+bench: bootstrap
+	$(PY) bench/launch.py
+
+lint: bootstrap
+	$(PY) -m ruff check airflow_tfos tests bench scripts example_dags

@@ -1,0 +1,1 @@
+"""Training programs that ship with the runtime (used by the demo and the example DAGs)."""

@@ -1,0 +1,39 @@
+"""The provider is visible to Airflow and the runtime stays free of Airflow."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from importlib.metadata import entry_points
+
+
+def test_provider_entry_point_returns_provider_info():
+    (entry,) = [
+        e for e in entry_points(group="apache_airflow_provider") if e.value.startswith("airflow_tfos")
+    ]
+    info = entry.load()()
+    assert info["package-name"] == "airflow-tfos"
+    assert info["versions"] == ["0.1.0"]
+
+
+def test_airflow_lists_the_provider():
+    out = subprocess.run(
+        [sys.executable, "-m", "airflow", "providers", "get", "airflow-tfos", "-o", "json"],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        env={**__import__("os").environ, "AIRFLOW__CORE__LOAD_EXAMPLES": "False"},
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "airflow-tfos" in out.stdout
+
+
+def test_runtime_never_imports_airflow():
+    code = (
+        "import sys, airflow_tfos.runtime, airflow_tfos.runtime.compat, airflow_tfos.runtime.node, "
+        "airflow_tfos.runtime.child, airflow_tfos.runtime.examples.digits; "
+        "bad = [m for m in sys.modules if m == 'airflow' or m.startswith('airflow.')]; "
+        "print(bad); sys.exit(1 if bad else 0)"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
