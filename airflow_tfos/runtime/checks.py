@@ -91,6 +91,14 @@ def check_cluster(resources: ClusterResources, num_nodes: int, *, gpus_per_node:
             "spark.executor.instances (or the local-cluster/local[N] size), raise spark.executor.cores "
             "or lower spark.task.cpus; or ask for fewer nodes (num_nodes / num_executors)"
         )
+    if 0 < resources.num_executors < num_nodes and not resources.master.startswith("local"):
+        log.warning(
+            "%d TF nodes will share %d executors; for one node per executor set spark.executor.instances=%d "
+            "and spark.task.cpus equal to spark.executor.cores",
+            num_nodes,
+            resources.num_executors,
+            num_nodes,
+        )
 
 
 _CONF_KEYS = (

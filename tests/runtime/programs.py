@@ -130,3 +130,41 @@ def ps_strategy(args, ctx):
         coordinator.schedule(step, args=(per_worker_iterator,))
     coordinator.join()
     return {"weight": float(weight.numpy()), "steps": steps, "ps_devices": len(ctx.cluster_spec["ps"])}
+
+
+def mwms_keras3_custom_loop(args, ctx):
+    """Keras 3 layers and optimizer under MultiWorkerMirroredStrategy with a custom training loop."""
+    import numpy as np
+    import tensorflow as tf
+
+    strategy = tf.distribute.MultiWorkerMirroredStrategy()
+    import keras
+
+    rng = np.random.default_rng(ctx.training_rank)
+    x = rng.normal(size=(64, 4)).astype("float32")
+    y = (x @ np.array([[1.0], [-2.0], [0.5], [3.0]], dtype="float32")).astype("float32")
+    with strategy.scope():
+        keras.utils.set_random_seed(7)
+        model = keras.Sequential([keras.Input(shape=(4,)), keras.layers.Dense(1)])
+        optimizer = keras.optimizers.SGD(0.05)
+
+    @tf.function
+    def train_step(xb, yb):
+        def replica_step(xr, yr):
+            with tf.GradientTape() as tape:
+                loss = tf.reduce_mean((model(xr, training=True) - yr) ** 2)
+            grads = tape.gradient(loss, model.trainable_variables)
+            optimizer.apply_gradients(zip(grads, model.trainable_variables, strict=True))
+            return loss
+
+        per_replica = strategy.run(replica_step, args=(xb, yb))
+        return strategy.reduce(tf.distribute.ReduceOp.MEAN, per_replica, axis=None)
+
+    losses = [float(train_step(tf.constant(x), tf.constant(y))) for _ in range(args.get("steps", 20))]
+    record = {
+        "loss": losses,
+        "weights": [w.tolist() for w in model.get_weights()],
+        "keras": keras.__version__,
+    }
+    _write(ctx, "weights", record)
+    return record

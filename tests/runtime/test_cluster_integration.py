@@ -147,3 +147,29 @@ def test_main_fun_that_executors_cannot_import_is_explained(sc, tmp_path, monkey
 def test_keras3_is_kept_when_asked_for(sc, tmp_path):
     _, result = run_cluster(sc, programs.report_context, num_nodes=1, keras="keras3", run_dir=str(tmp_path))
     assert result["legacy_keras"] == "0"
+
+
+def test_keras3_trains_with_mwms_in_a_custom_training_loop(sc, tmp_path):
+    _, result = run_cluster(
+        sc,
+        programs.mwms_keras3_custom_loop,
+        {"steps": 20},
+        num_nodes=2,
+        keras="keras3",
+        run_dir=str(tmp_path),
+    )
+    records = read_records(str(tmp_path), "weights")
+    assert result["keras"].startswith("3.")
+    assert records["chief:0"]["weights"] == records["worker:0"]["weights"]
+    assert result["loss"][-1] < result["loss"][0] / 2
+
+
+def test_evaluator_node_runs_until_training_is_done_then_stops(sc, tmp_path):
+    tf_run, result = run_cluster(
+        sc, programs.report_context, num_nodes=3, eval_node=True, run_dir=str(tmp_path)
+    )
+    records = read_records(str(tmp_path), "context")
+    assert set(records) == {"chief:0", "evaluator:0", "worker:0"}
+    assert records["evaluator:0"]["num_workers"] == 2
+    assert json.loads(records["evaluator:0"]["tf_config"])["task"] == {"type": "evaluator", "index": 0}
+    assert result["job_name"] == "chief"
