@@ -165,7 +165,7 @@ def test_keras3_trains_with_mwms_in_a_custom_training_loop(sc, tmp_path):
 
 
 def test_evaluator_node_runs_until_training_is_done_then_stops(sc, tmp_path):
-    tf_run, result = run_cluster(
+    _, result = run_cluster(
         sc, programs.report_context, num_nodes=3, eval_node=True, run_dir=str(tmp_path)
     )
     records = read_records(str(tmp_path), "context")
