@@ -168,3 +168,15 @@ def mwms_keras3_custom_loop(args, ctx):
     }
     _write(ctx, "weights", record)
     return record
+
+
+def die_by_signal(args, ctx):
+    """The chief prints a line and is killed by SIGKILL (as the OOM killer would); others sleep."""
+    import signal
+    import sys
+
+    if ctx.job_name == "chief":
+        sys.stderr.write("chief about to be killed\n")
+        sys.stderr.flush()
+        os.kill(os.getpid(), signal.SIGKILL)
+    time.sleep(600)

@@ -173,3 +173,14 @@ def test_evaluator_node_runs_until_training_is_done_then_stops(sc, tmp_path):
     assert records["evaluator:0"]["num_workers"] == 2
     assert json.loads(records["evaluator:0"]["tf_config"])["task"] == {"type": "evaluator", "index": 0}
     assert result["job_name"] == "chief"
+
+
+def test_a_node_killed_by_a_signal_is_reported_with_its_stderr(sc):
+    tf_run = TFClusterRun(sc, programs.die_by_signal, num_nodes=2).start()
+    with pytest.raises(NodeFailedError) as info:
+        tf_run.wait(120)
+    message = str(info.value)
+    assert "TF node chief:0" in message
+    assert "process killed by SIGKILL" in message
+    assert "chief about to be killed" in message
+    assert_no_node_processes(tf_run.run_id)
