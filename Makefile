@@ -16,4 +16,4 @@ bench: bootstrap
 	$(PY) bench/launch.py
 
 lint: bootstrap
-	$(PY) -m ruff check airflow_tfos tests bench scripts example_dags
+	$(PY) -m ruff check airflow_tfos tests bench scripts
