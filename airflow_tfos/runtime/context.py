@@ -5,9 +5,12 @@ from __future__ import annotations
 import json
 import os
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from airflow_tfos.runtime.cluster import CHIEF, MASTER, WORKER
+
+if TYPE_CHECKING:
+    from airflow_tfos.runtime.feed.dataset import FeedShare
 
 
 @dataclass
@@ -30,6 +33,10 @@ class NodeContext:
     :param attempt: the Spark task's attempt number (0 on the first try).
     :param gpus: GPU addresses Spark assigned to this node (also in CUDA_VISIBLE_DEVICES).
     :param tensorboard_url: where TensorBoard serves this run, when this node started it.
+    :param log_dir: TensorBoard's log directory.
+    :param feed_shares: InputMode.SPARK: this node's share of the training (``train``) and validation
+        (``validation``) data, spilled on its executor.
+    :param mgr: TFoS programs' feed handle (``DataFeed(ctx.mgr)``), for RDDs fed by ``TFCluster.train``.
     """
 
     executor_id: int
@@ -47,6 +54,54 @@ class NodeContext:
     gpus: list[str] = field(default_factory=list)
     tensorboard_url: str | None = None
     log_dir: str | None = None
+    feed_shares: dict[str, FeedShare] = field(default_factory=dict)
+    mgr: Any = None
+
+    # --- InputMode.SPARK -------------------------------------------------------------------------
+
+    def _share(self, split: str) -> FeedShare:
+        if split not in self.feed_shares:
+            if not self.feed_shares:
+                raise RuntimeError(
+                    f"node {self.job_name}:{self.task_index} has no data fed from Spark: pass data= (and feed=) "
+                    "to run(), and read it on the chief/master and workers only"
+                )
+            raise RuntimeError(f"no {split} data was fed: pass validation_data= to run()")
+        return self.feed_shares[split]
+
+    @property
+    def steps_per_epoch(self) -> int:
+        """Batches per epoch of the training data: the same on every node."""
+        return self._share("train").steps_per_epoch
+
+    @property
+    def validation_steps(self) -> int | None:
+        """Batches per pass over the validation data (the same on every node), or None without it."""
+        share = self.feed_shares.get("validation")
+        return share.steps_per_epoch if share else None
+
+    def dataset(self, split: str = "train"):
+        """This node's data as a ``tf.data.Dataset`` of ``(features, label)`` batches, one epoch long
+        (``steps_per_epoch`` batches); every iteration replays it from the executor's local disk."""
+        from airflow_tfos.runtime.feed.dataset import make_dataset
+
+        return make_dataset(self._share(split))
+
+    def validation_dataset(self):
+        """The validation data as a ``tf.data.Dataset``, or None when none was fed."""
+        return self.dataset("validation") if "validation" in self.feed_shares else None
+
+    def batches(self, split: str = "train", epoch: int = 0):
+        """Iterate one epoch of this node's data as NumPy batches (for loops that do not use tf.data)."""
+        from airflow_tfos.runtime.feed.dataset import iter_epoch
+
+        return iter_epoch(self._share(split), epoch)
+
+    def get_data_feed(self, train_mode=True, qname_in="input", qname_out="output", input_mapping=None):
+        """TFoS: ``TFNode.DataFeed(ctx.mgr, ...)`` over the rows fed by ``TFCluster.train``/``inference``."""
+        from airflow_tfos.runtime.feed.rows import DataFeed
+
+        return DataFeed(self.mgr, train_mode, qname_in, qname_out, input_mapping)
 
     @property
     def worker_num(self) -> int:

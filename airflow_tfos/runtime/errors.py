@@ -50,6 +50,8 @@ class NodeFailure:
     :param host: the host it ran on.
     :param reason: one line: the exception, or how the process ended.
     :param traceback: the node's Python traceback, or the tail of its stderr.
+    :param kind: ``node`` (the node's program or process failed) or ``input`` (its data was rejected
+        before training started).
     """
 
     job_name: str
@@ -58,12 +60,15 @@ class NodeFailure:
     host: str
     reason: str
     traceback: str = ""
+    kind: str = "node"
 
     def encode(self) -> str:
         """Return the text a node raises so that the driver can decode it."""
         return f"{self.describe()}\n{_BEGIN}{json.dumps(asdict(self))}{_END}"
 
     def describe(self) -> str:
+        if self.kind == "input":
+            return f"{self.reason} (seen by TF node {self.job_name}:{self.task_index} on host {self.host})"
         text = (
             f"TF node {self.job_name}:{self.task_index} (executor_id {self.executor_id}, host {self.host})"
             f" failed: {self.reason}"

@@ -29,6 +29,8 @@ from airflow_tfos.runtime.errors import (
     TFoSRuntimeError,
     decode_node_failure,
 )
+from airflow_tfos.runtime.feed.plan import Feed, FeedConfigError
+from airflow_tfos.runtime.feed.rows import RowFeed
 from airflow_tfos.runtime.node import NodeJob, run_node
 
 log = logging.getLogger(__name__)
@@ -61,6 +63,11 @@ class TFClusterRun:
     :param env: extra environment variables for the node processes.
     :param slot_wait_secs: how long to wait for executors to register before deciding that the cluster
         is too small.
+    :param data: InputMode.SPARK: a DataFrame whose rows are fed to the training nodes (with ``feed``),
+        or an RDD of rows for TFoS programs (with ``row_feed``).
+    :param feed: how the DataFrame's columns become batches (:class:`~airflow_tfos.runtime.feed.Feed`).
+    :param validation_data: a second DataFrame, fed beside ``data`` as the validation set.
+    :param row_feed: how an RDD's rows are fed to TFoS programs (``DataFeed``).
     """
 
     def __init__(
@@ -82,6 +89,10 @@ class TFClusterRun:
         env: Mapping[str, str] | None = None,
         slot_wait_secs: float = 60.0,
         set_tf_config: bool = True,
+        data: Any = None,
+        feed: Feed | None = None,
+        validation_data: Any = None,
+        row_feed: RowFeed | None = None,
     ):
         if not callable(main_fun):
             raise TypeError(f"main_fun must be callable, got {type(main_fun).__name__}")
@@ -104,6 +115,8 @@ class TFClusterRun:
         self.env = dict(env or {})
         self.slot_wait_secs = slot_wait_secs
         self.set_tf_config = set_tf_config
+        self.data, self.feed, self.validation_data, self.row_feed = data, feed, validation_data, row_feed
+        _check_data_args(data, feed, validation_data, row_feed)
         self.run_id = uuid.uuid4().hex[:12]
         self.job_group = f"airflow-tfos-{self.run_id}"
         self._thread: threading.Thread | None = None
@@ -157,17 +170,45 @@ class TFClusterRun:
             log_dir=self.log_dir,
             env=self.env,
             set_tf_config=self.set_tf_config,
+            feed=self.feed,
+            with_validation=self.validation_data is not None,
+            row_feed=self.row_feed,
         )
 
     def _collect(self, job: NodeJob) -> None:
         sc = self.sc
         try:
             sc.setJobGroup(self.job_group, f"airflow-tfos TF cluster {self.run_id}", interruptOnCancel=True)
-            rdd = sc.parallelize(range(self.num_nodes), self.num_nodes)
-            rows = rdd.barrier().mapPartitions(lambda it: run_node(job, it)).collect()
-            self._outcome = rows
+            self._outcome = self._stage(job)
         except BaseException as exc:
             self._error = exc
+
+    def _stage(self, job: NodeJob) -> list[tuple[int, bytes, str]]:
+        if self.feed is not None:
+            from airflow_tfos.runtime.feed.spark_side import prepare_dataframe
+
+            frame = prepare_dataframe(self.data, self.feed, self.roles, self.validation_data)
+
+            def node_batches(batches):
+                import pyarrow as pa
+
+                for executor_id, result, notes in run_node(job, batches):
+                    yield pa.RecordBatch.from_pydict(
+                        {"executor_id": [executor_id], "result": [result], "notes": [notes]},
+                        schema=pa.schema(
+                            [("executor_id", pa.int32()), ("result", pa.binary()), ("notes", pa.string())]
+                        ),
+                    )
+
+            rows = frame.mapInArrow(node_batches, "executor_id int, result binary, notes string", barrier=True)
+            return [(r["executor_id"], bytes(r["result"]), r["notes"]) for r in rows.collect()]
+        if self.row_feed is not None:
+            from airflow_tfos.runtime.feed.spark_side import prepare_rdd
+
+            rdd = prepare_rdd(self.data, self.roles)
+        else:
+            rdd = self.sc.parallelize(range(self.num_nodes), self.num_nodes)
+        return rdd.barrier().mapPartitions(lambda it: run_node(job, it)).collect()
 
     def done(self) -> bool:
         return self._thread is not None and not self._thread.is_alive()
@@ -203,12 +244,16 @@ class TFClusterRun:
             raise self._translate(self._error) from self._error
         from pyspark import cloudpickle
 
-        for _executor_id, data in self._outcome:
+        for _executor_id, data, notes in self._outcome:
+            for line in filter(None, notes.splitlines()):
+                log.info("TF cluster %s: %s", self.run_id, line)
             return cloudpickle.loads(data)
         return None
 
     def _translate(self, error: BaseException) -> BaseException:
         failure = decode_node_failure(error)
+        if failure is not None and failure.kind == "input":
+            return FeedConfigError(failure.describe())
         if failure is not None:
             return NodeFailedError(failure, str(error))
         if self._cancelled:
@@ -226,6 +271,26 @@ class TFClusterRun:
         self.sc.cancelJobGroup(self.job_group)
         if self._thread is not None:
             self._thread.join(30)
+
+
+def _check_data_args(data: Any, feed: Feed | None, validation_data: Any, row_feed: RowFeed | None) -> None:
+    if data is None:
+        if feed is not None or validation_data is not None or row_feed is not None:
+            raise FeedConfigError("feed=, validation_data= and row_feed= need data= (the DataFrame to feed)")
+        return
+    is_frame = hasattr(data, "mapInArrow")
+    if is_frame and feed is None:
+        raise FeedConfigError(
+            "data= is a DataFrame: also pass feed=Feed(features=[...], label=...) to say which columns to feed"
+        )
+    if is_frame and row_feed is not None:
+        raise FeedConfigError("row_feed= is for RDDs; a DataFrame is fed with feed=Feed(...)")
+    if not is_frame and not hasattr(data, "mapPartitions"):
+        raise FeedConfigError(f"data= must be a Spark DataFrame or RDD, got {type(data).__name__}")
+    if not is_frame and row_feed is None:
+        raise FeedConfigError("data= is an RDD: feed it with row_feed=RowFeed(...), or pass a DataFrame with feed=")
+    if validation_data is not None and not hasattr(validation_data, "mapInArrow"):
+        raise FeedConfigError("validation_data= must be a DataFrame fed beside a DataFrame data=")
 
 
 def run(sc, main_fun: Callable[[Any, Any], Any], args: Any = None, **kwargs: Any) -> Any:

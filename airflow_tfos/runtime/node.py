@@ -36,6 +36,8 @@ from airflow_tfos.runtime.cluster import (
 )
 from airflow_tfos.runtime.context import NodeContext
 from airflow_tfos.runtime.errors import NodeFailure
+from airflow_tfos.runtime.feed.plan import Feed, FeedConfigError
+from airflow_tfos.runtime.feed.rows import RowFeed, RowFeedManager
 from airflow_tfos.runtime.process import ChildProcess, describe_exit
 
 log = logging.getLogger(__name__)
@@ -61,6 +63,9 @@ class NodeJob:
     :param env: extra environment variables for the node processes.
     :param set_tf_config: whether nodes get TF_CONFIG (TFoS set it only when there was a chief).
     :param stop_grace_secs: how long a service node may take to stop before it is killed.
+    :param feed: InputMode.SPARK from a DataFrame: the partition holds Arrow batches to spill and feed.
+    :param with_validation: the partition also holds validation rows (tagged by a split column).
+    :param row_feed: InputMode.SPARK from an RDD (TFoS's DataFeed): the partition holds Python rows.
     """
 
     run_id: str
@@ -77,29 +82,68 @@ class NodeJob:
     env: dict[str, str] = field(default_factory=dict)
     set_tf_config: bool = True
     stop_grace_secs: float = 5.0
+    feed: Feed | None = None
+    with_validation: bool = False
+    row_feed: RowFeed | None = None
 
 
 class _Released(Exception):
     """Raised into a service node's main thread when its process fails while it waits."""
 
 
-def run_node(job: NodeJob, _partition: Iterable) -> Iterator[tuple[int, bytes]]:
-    """Run one TF node as a barrier task; yield ``(executor_id, pickled result)`` from the result node."""
+def run_node(job: NodeJob, partition: Iterable) -> Iterator[tuple[int, bytes, str]]:
+    """Run one TF node as a barrier task.
+
+    Yields ``(executor_id, pickled result, notes)`` from the result node; notes are lines for the
+    driver's log (how the data was balanced).
+    """
     from pyspark import BarrierTaskContext
 
     task = BarrierTaskContext.get()
     executor_id = task.partitionId()
     role = job.roles[executor_id]
     host = task.getTaskInfos()[executor_id].address.rsplit(":", 1)[0]
+    node_dir = Path(tempfile.mkdtemp(prefix=f"airflow-tfos-{job.run_id}-{executor_id}-"))
+    try:
+        yield from _run_node(job, task, role, host, node_dir, partition)
+    finally:
+        shutil.rmtree(node_dir, ignore_errors=True)
+
+
+def _input_failure(role: NodeRole, host: str, exc: Exception) -> RuntimeError:
+    return RuntimeError(
+        NodeFailure(role.job_name, role.task_index, role.executor_id, host, str(exc), "", "input").encode()
+    )
+
+
+def _run_node(job: NodeJob, task, role: NodeRole, host: str, node_dir: Path, partition: Iterable):
+    from airflow_tfos.runtime.feed import spark_side
+
+    info: dict = {"executor_id": role.executor_id}
+    try:
+        if job.feed is not None:
+            info["spill"] = spark_side.spill_partition(partition, str(node_dir), job.feed, job.with_validation)
+        elif job.row_feed is not None:
+            info["rows"] = job.row_feed.spill(partition, str(node_dir))
+    except FeedConfigError as exc:
+        raise _input_failure(role, host, exc) from None
     port = _free_port()
     is_result = result_node(job.roles) == role
     tb_port = _free_port() if job.tensorboard and is_result else None
-    gathered = task.allGather(json.dumps({"executor_id": executor_id, "endpoint": f"{host}:{port}"}))
-    endpoints = [
-        info["endpoint"] for info in sorted(map(json.loads, gathered), key=lambda i: i["executor_id"])
-    ]
-    cluster_spec = build_cluster_spec(job.roles, endpoints)
+    info["endpoint"] = f"{host}:{port}"
+    infos = sorted(map(json.loads, task.allGather(json.dumps(info))), key=lambda i: i["executor_id"])
+    cluster_spec = build_cluster_spec(job.roles, [i["endpoint"] for i in infos])
     log.info("TF node %s on %s:%d, cluster %s", role.label, host, port, cluster_spec)
+    shares, notes, mgr = {}, [], None
+    try:
+        if job.feed is not None:
+            shares, notes = spark_side.plan_shares(infos, job.roles, role, job.feed)
+        elif job.row_feed is not None:
+            mgr = job.row_feed.manager(infos, job.roles, role, str(node_dir))
+    except FeedConfigError as exc:
+        raise _input_failure(role, host, exc) from None
+    if notes and is_result:
+        sys.stderr.write("".join(f"airflow-tfos: {line}\n" for line in notes))
 
     env = dict(os.environ)
     env.update(job.env)
@@ -109,13 +153,12 @@ def run_node(job: NodeJob, _partition: Iterable) -> Iterator[tuple[int, bytes]]:
     env.pop("TF_CONFIG", None)
     if job.set_tf_config:
         env["TF_CONFIG"] = build_tf_config(cluster_spec, role)
-    assigned = _assigned_gpus(task)
-    env.update(gpu_env(assigned, job.gpus_per_node, role.label))
+    env.update(gpu_env(_assigned_gpus(task), job.gpus_per_node, role.label))
     env.update(keras_env(job.keras, importlib.util.find_spec("tf_keras") is not None))
 
     tb_url = f"http://{host}:{tb_port}" if tb_port else None
     ctx = NodeContext(
-        executor_id=executor_id,
+        executor_id=role.executor_id,
         job_name=role.job_name,
         task_index=role.task_index,
         cluster_spec=cluster_spec,
@@ -130,8 +173,9 @@ def run_node(job: NodeJob, _partition: Iterable) -> Iterator[tuple[int, bytes]]:
         gpus=env.get("CUDA_VISIBLE_DEVICES", "").split(",") if env.get("CUDA_VISIBLE_DEVICES") else [],
         tensorboard_url=tb_url,
         log_dir=job.log_dir,
+        feed_shares=shares,
+        mgr=mgr,
     )
-    node_dir = Path(tempfile.mkdtemp(prefix=f"airflow-tfos-{job.run_id}-{executor_id}-"))
     from pyspark import cloudpickle
 
     (node_dir / child_files.PAYLOAD).write_bytes(job.payload)
@@ -146,8 +190,8 @@ def run_node(job: NodeJob, _partition: Iterable) -> Iterator[tuple[int, bytes]]:
         _publish_cluster_info(job, cluster_spec, tb_url)
     try:
         proc.start()
-        if executor_id in job.deciders:
-            code = proc.wait()
+        if role.executor_id in job.deciders:
+            code = _wait_for(proc, mgr, role, host)
             if code != 0:
                 raise RuntimeError(_failure(role, host, node_dir, proc, code).encode())
             task.allGather("done")
@@ -155,12 +199,26 @@ def run_node(job: NodeJob, _partition: Iterable) -> Iterator[tuple[int, bytes]]:
             _serve_until_released(task, proc, role, host, node_dir)
         result_file = node_dir / child_files.RESULT
         if is_result and result_file.exists():
-            yield executor_id, result_file.read_bytes()
+            yield role.executor_id, result_file.read_bytes(), "\n".join(notes)
     finally:
         proc.stop(job.stop_grace_secs)
         if tensorboard is not None:
             tensorboard.stop(1.0)
-        shutil.rmtree(node_dir, ignore_errors=True)
+
+
+def _wait_for(proc: ChildProcess, mgr: RowFeedManager | None, role: NodeRole, host: str) -> int:
+    """Wait for a training node's process; with a TFoS data feed, fail it if the feed goes unread."""
+    while True:
+        code = proc.wait(1.0)
+        if code is not None:
+            return code
+        if mgr is not None and (stalled := mgr.stalled()) is not None:
+            proc.stop(1.0)
+            raise RuntimeError(
+                NodeFailure(
+                    role.job_name, role.task_index, role.executor_id, host, stalled, proc.stderr_tail()
+                ).encode()
+            )
 
 
 def _serve_until_released(task, proc: ChildProcess, role: NodeRole, host: str, node_dir: Path) -> None:

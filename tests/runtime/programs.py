@@ -180,3 +180,45 @@ def die_by_signal(args, ctx):
         sys.stderr.flush()
         os.kill(os.getpid(), signal.SIGKILL)
     time.sleep(600)
+
+
+def feed_keras(args, ctx):
+    """Train a Keras model on the DataFrame fed from Spark; record what this node saw."""
+    import tensorflow as tf
+
+    if ctx.job_name in ("ps", "evaluator"):
+        time.sleep(3600)
+    strategy = tf.distribute.MultiWorkerMirroredStrategy()
+    dataset = ctx.dataset()
+    validation = ctx.validation_dataset()
+    with strategy.scope():
+        model = tf.keras.Sequential([tf.keras.Input(shape=(args.get("width", 2),)), tf.keras.layers.Dense(1)])
+        model.compile(optimizer=tf.keras.optimizers.SGD(args.get("lr", 0.05)), loss="mse")
+    callbacks = []
+    if args.get("stop_after_batches"):
+        limit = args["stop_after_batches"]
+
+        class StopAfter(tf.keras.callbacks.Callback):
+            def on_train_batch_end(self, batch, logs=None):
+                if batch + 1 >= limit:
+                    self.model.stop_training = True
+
+        callbacks.append(StopAfter())
+    history = model.fit(
+        dataset,
+        epochs=args.get("epochs", 2),
+        validation_data=validation,
+        callbacks=callbacks,
+        verbose=0,
+    )
+    share = ctx.feed_shares["train"]
+    record = {
+        "steps_per_epoch": ctx.steps_per_epoch,
+        "validation_steps": ctx.validation_steps,
+        "rows": share.rows,
+        "loss": history.history["loss"],
+        "val_loss": history.history.get("val_loss"),
+        "weights": [w.tolist() for w in model.get_weights()],
+    }
+    _write(ctx, "feed", record)
+    return record

@@ -137,9 +137,7 @@ def run(
     Returns at once with a :class:`TFCluster`; call its ``shutdown()`` to wait for the result.
     """
     if input_mode not in (InputMode.TENSORFLOW, InputMode.SPARK):
-        raise ClusterConfigError(
-            f"input_mode must be InputMode.TENSORFLOW or InputMode.SPARK, got {input_mode!r}"
-        )
+        raise ClusterConfigError(f"input_mode must be InputMode.TENSORFLOW or InputMode.SPARK, got {input_mode!r}")
     if input_mode == InputMode.SPARK:
         raise NotImplementedError(
             "InputMode.SPARK is not available in this version of airflow-tfos; use InputMode.TENSORFLOW "

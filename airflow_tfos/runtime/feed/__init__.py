@@ -1,0 +1,5 @@
+"""Feeding data to TF nodes: InputMode.SPARK (Arrow from DataFrames) and InputMode.TENSORFLOW (files)."""
+
+from airflow_tfos.runtime.feed.plan import Feed, FeedConfigError
+
+__all__ = ["Feed", "FeedConfigError"]

@@ -1,0 +1,135 @@
+"""Inside a node: its spilled share of the data as NumPy batches and as a ``tf.data.Dataset``."""
+
+from __future__ import annotations
+
+import itertools
+import logging
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from airflow_tfos.runtime.feed.plan import Feed
+from airflow_tfos.runtime.feed.spill import read_batches, to_numpy
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class FeedShare:
+    """One node's share of one data set (training or validation), as spilled on its executor.
+
+    :param split: ``train`` or ``validation``.
+    :param path: the local spill file.
+    :param rows: rows in the file.
+    :param steps_per_epoch: batches per epoch, the same on every node.
+    :param widths: element count of each array column.
+    :param feed: the feed settings.
+    :param rank: the node's training rank (seeds its shuffle).
+    """
+
+    split: str
+    path: str
+    rows: int
+    steps_per_epoch: int
+    widths: dict[str, int] = field(default_factory=dict)
+    feed: Feed = None  # type: ignore[assignment]
+    rank: int = 0
+
+    @property
+    def rows_per_epoch(self) -> int:
+        return self.steps_per_epoch * self.feed.batch_size
+
+
+def _cast(name: str, array: np.ndarray, feed: Feed) -> np.ndarray:
+    if feed.cast_floats and array.dtype.kind == "f" and name != feed.label:
+        return array.astype(feed.cast_floats, copy=False)
+    return array
+
+
+def _windows(share: FeedShare, rng: np.random.Generator | None) -> Iterator[dict[str, np.ndarray]]:
+    """Yield the file's rows in windows of about ``shuffle_window`` rows, shuffled within each window."""
+    columns = share.feed.columns
+    pending: list[dict[str, np.ndarray]] = []
+    held = 0
+    window = share.feed.shuffle_window if rng is not None else 1
+    for batch in read_batches(share.path):
+        pending.append(to_numpy(batch, columns, share.widths))
+        held += batch.num_rows
+        if held >= window:
+            yield _merge(pending, rng)
+            pending, held = [], 0
+    if pending:
+        yield _merge(pending, rng)
+
+
+def _merge(parts: list[dict[str, np.ndarray]], rng: np.random.Generator | None) -> dict[str, np.ndarray]:
+    merged = parts[0] if len(parts) == 1 else {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
+    if rng is not None:
+        order = rng.permutation(len(next(iter(merged.values()))))
+        merged = {k: v[order] for k, v in merged.items()}
+    return merged
+
+
+def iter_epoch(share: FeedShare, epoch: int = 0) -> Iterator:
+    """Yield exactly ``steps_per_epoch`` batches of ``batch_size`` rows: ``(features, label)``, or the
+    features alone without a label. Features are one array, or a dict of arrays for several columns."""
+    feed = share.feed
+    rng = np.random.default_rng([feed.seed, share.rank, epoch]) if feed.shuffle else None
+    wanted = share.rows_per_epoch
+    size = feed.batch_size
+    carry: dict[str, np.ndarray] | None = None
+    emitted = 0
+
+    def rows_forever():
+        for cycle in itertools.count():
+            if cycle and not share.rows:
+                return
+            yield from _windows(share, rng)
+
+    for window in rows_forever():
+        if carry is not None:
+            window = {k: np.concatenate([carry[k], window[k]]) for k in window}
+        n = len(next(iter(window.values())))
+        start = 0
+        while n - start >= size and emitted < wanted:
+            yield _shape({k: v[start : start + size] for k, v in window.items()}, feed)
+            start += size
+            emitted += size
+        if emitted >= wanted:
+            return
+        carry = {k: v[start:] for k, v in window.items()}
+
+
+def _shape(batch: dict[str, np.ndarray], feed: Feed):
+    features = {name: _cast(name, batch[name], feed) for name in feed.features}
+    x = features[feed.features[0]] if len(feed.features) == 1 else features
+    return (x, batch[feed.label]) if feed.label else x
+
+
+def make_dataset(share: FeedShare):
+    """Return a ``tf.data.Dataset`` of one epoch (``steps_per_epoch`` batches), replayed from local disk
+    each time it is iterated, with prefetching and tf.data's auto-sharding off (the data is already
+    this node's own)."""
+    import tensorflow as tf
+
+    epochs = itertools.count()
+    first = next(iter_epoch(share, 0))
+
+    def spec(value):
+        if isinstance(value, dict):
+            return {k: spec(v) for k, v in value.items()}
+        if isinstance(value, tuple):
+            return tuple(spec(v) for v in value)
+        return tf.TensorSpec(shape=(None, *value.shape[1:]), dtype=tf.as_dtype(value.dtype))
+
+    def generate():
+        epoch = next(epochs)
+        log.debug("%s data: epoch %d from %s", share.split, epoch, share.path)
+        yield from iter_epoch(share, epoch)
+
+    dataset = tf.data.Dataset.from_generator(generate, output_signature=spec(first))
+    dataset = dataset.apply(tf.data.experimental.assert_cardinality(share.steps_per_epoch))
+    options = tf.data.Options()
+    options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.OFF
+    return dataset.with_options(options).prefetch(tf.data.AUTOTUNE)

@@ -1,0 +1,160 @@
+"""Pure parts of InputMode.SPARK: what to feed, checks on the schema, and balancing the workers.
+
+Nothing here touches Spark, Arrow or TensorFlow.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+#: Spark SQL scalar types a feature or label may have (``simpleString`` names).
+NUMERIC_TYPES = frozenset({"tinyint", "smallint", "int", "bigint", "float", "double", "boolean"})
+BALANCE_MODES = ("pad", "drop")
+
+
+class FeedConfigError(ValueError):
+    """The data or the feed settings cannot be fed; the message names the column or setting."""
+
+
+@dataclass(frozen=True)
+class Feed:
+    """How a DataFrame's rows become the batches each node trains on.
+
+    :param features: the feature columns, by name. One column gives the model a tensor; several give
+        it a dict of tensors keyed by column name.
+    :param label: the label column, or None for unlabelled data.
+    :param batch_size: rows per batch on each node (the per-worker batch).
+    :param shuffle: shuffle rows within a window, and the order of windows, anew every epoch.
+    :param shuffle_window: rows shuffled together when ``shuffle`` is on.
+    :param balance: ``"pad"`` (a node short of the common number of steps repeats some of its own rows,
+        so no row is left out) or ``"drop"`` (every node stops at the smallest node's full batches).
+    :param seed: seeds the shuffle.
+    :param cast_floats: NumPy dtype floating-point features are cast to (None: keep Spark's).
+    """
+
+    features: tuple[str, ...]
+    label: str | None = None
+    batch_size: int = 64
+    shuffle: bool = True
+    shuffle_window: int = 10_000
+    balance: str = "pad"
+    seed: int = 0
+    cast_floats: str | None = "float32"
+
+    def __post_init__(self):
+        features = (self.features,) if isinstance(self.features, str) else tuple(self.features)
+        object.__setattr__(self, "features", features)
+        if not features:
+            raise FeedConfigError("Feed(features=...) must name at least one column")
+        if self.label is not None and self.label in features:
+            raise FeedConfigError(f"column {self.label!r} is both a feature and the label")
+        if not isinstance(self.batch_size, int) or self.batch_size < 1:
+            raise FeedConfigError(f"Feed.batch_size must be a positive integer, got {self.batch_size!r}")
+        if self.balance not in BALANCE_MODES:
+            raise FeedConfigError(f"Feed.balance must be 'pad' or 'drop', got {self.balance!r}")
+        if self.shuffle_window < 1:
+            raise FeedConfigError(f"Feed.shuffle_window must be positive, got {self.shuffle_window}")
+
+    @property
+    def columns(self) -> tuple[str, ...]:
+        return self.features + ((self.label,) if self.label else ())
+
+
+def check_schema(fields: Sequence[tuple[str, str]], feed: Feed, what: str = "training DataFrame") -> None:
+    """Check that every fed column exists and has a type that can become a tensor.
+
+    :param fields: ``(name, type)`` pairs, the type as Spark's ``simpleString`` (``double``,
+        ``array<float>``, ``map<string,int>``...).
+    """
+    types = dict(fields)
+    for column in feed.columns:
+        if column not in types:
+            raise FeedConfigError(
+                f"column {column!r} is not in the {what} (its columns: {', '.join(types) or 'none'}); "
+                "fix Feed(features=..., label=...) or select the column"
+            )
+        kind = types[column]
+        if kind in NUMERIC_TYPES:
+            continue
+        if kind.startswith("array<") and kind[6:-1] in NUMERIC_TYPES:
+            continue
+        if kind.startswith("decimal"):
+            hint = f"cast it to double (df.withColumn({column!r}, F.col({column!r}).cast('double')))"
+        elif kind.startswith(("map<", "struct<", "array<")):
+            hint = "flatten it into numeric columns or a fixed-length array<float> column"
+        elif kind in ("string", "binary"):
+            hint = "encode it as numbers first (e.g. StringIndexer, or a lookup table in Spark)"
+        else:
+            hint = "cast it to a numeric type or an array of a numeric type"
+        raise FeedConfigError(f"column {column!r} of the {what} has type {kind}, which cannot be fed to TF: {hint}")
+
+
+@dataclass(frozen=True)
+class NodeShare:
+    """What one node feeds per epoch after balancing.
+
+    :param rows: rows the node holds.
+    :param rows_per_epoch: rows it feeds each epoch (``steps * batch_size``).
+    :param padded: rows repeated to fill the last steps (balance ``pad``).
+    :param dropped: rows left out each epoch (balance ``drop``).
+    """
+
+    rows: int
+    rows_per_epoch: int
+    padded: int = 0
+    dropped: int = 0
+
+
+@dataclass(frozen=True)
+class Balance:
+    """The common number of synchronous steps per epoch, and each node's share."""
+
+    steps_per_epoch: int
+    shares: tuple[NodeShare, ...] = field(default_factory=tuple)
+
+    def describe(self, labels: Sequence[str], batch_size: int) -> str:
+        parts = []
+        for label, share in zip(labels, self.shares, strict=True):
+            text = f"{label} {share.rows} rows"
+            if share.padded:
+                text += f" (+{share.padded} repeated)"
+            if share.dropped:
+                text += f" ({share.dropped} left out)"
+            parts.append(text)
+        return f"{self.steps_per_epoch} steps of {batch_size} rows per epoch on every node: " + ", ".join(parts)
+
+
+def balance(counts: Sequence[int], batch_size: int, mode: str = "pad", what: str = "training data") -> Balance:
+    """Give every node the same number of steps per epoch (uneven partitions hang synchronous training).
+
+    :param counts: rows held by each training node.
+    :param batch_size: rows per step on each node.
+    :param mode: ``pad`` (steps of the largest node; the others repeat rows) or ``drop`` (full batches of
+        the smallest node; the others leave rows out).
+    """
+    if mode not in BALANCE_MODES:
+        raise FeedConfigError(f"balance must be 'pad' or 'drop', got {mode!r}")
+    total = sum(counts)
+    if total == 0:
+        raise FeedConfigError(f"the {what} is empty: nothing to train on (check the DataFrame's filter/path)")
+    if min(counts) == 0:
+        raise FeedConfigError(
+            f"the {what} has {total} rows for {len(counts)} training nodes and at least one node got none: "
+            "feed at least one row per node (more data, or fewer nodes)"
+        )
+    if mode == "pad":
+        steps = max(-(-c // batch_size) for c in counts)
+    else:
+        steps = min(c // batch_size for c in counts)
+        if steps == 0:
+            raise FeedConfigError(
+                f"balance='drop' leaves no full batch: the smallest node holds {min(counts)} rows, fewer than "
+                f"batch_size={batch_size}; lower batch_size or use balance='pad'"
+            )
+    per_epoch = steps * batch_size
+    shares = tuple(
+        NodeShare(rows=c, rows_per_epoch=per_epoch, padded=max(per_epoch - c, 0), dropped=max(c - per_epoch, 0))
+        for c in counts
+    )
+    return Balance(steps_per_epoch=steps, shares=shares)

@@ -1,0 +1,151 @@
+"""InputMode.SPARK plumbing: the driver lays the data out on the nodes; each task spills its share.
+
+On the driver, :func:`prepare_dataframe` keeps the fed columns, tags validation rows, and repartitions
+so that partition ``i`` is TF node ``i``'s data: rows go round-robin to the training nodes (chief or
+master, then workers) and parameter servers and evaluators get none. In each barrier task,
+:func:`spill_partition` writes the partition to local disk and :func:`plan_shares` turns every
+node's row count (exchanged with ``allGather``) into the same number of steps per epoch everywhere.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Sequence
+
+from airflow_tfos.runtime.cluster import NodeRole
+from airflow_tfos.runtime.feed.dataset import FeedShare
+from airflow_tfos.runtime.feed.plan import Feed, FeedConfigError, balance, check_schema
+from airflow_tfos.runtime.feed.spill import SpillWriter
+
+NODE_COLUMN = "__airflow_tfos_node"
+SPLIT_COLUMN = "__airflow_tfos_split"
+TRAIN, VALIDATION = "train", "validation"
+
+
+def training_order(roles: Sequence[NodeRole]) -> list[NodeRole]:
+    """Training nodes in rank order: chief/master first, then workers by index."""
+    coordinators = [r for r in roles if r.job_name in ("chief", "master")]
+    workers = sorted((r for r in roles if r.job_name == "worker"), key=lambda r: r.task_index)
+    return coordinators + workers
+
+
+def _schema_fields(df) -> list[tuple[str, str]]:
+    return [(f.name, f.dataType.simpleString()) for f in df.schema.fields]
+
+
+def _partition_keys(spark, num_partitions: int) -> dict[int, int]:
+    """Find, for each partition id, an int whose Spark hash lands in it under ``repartition(n, col)``."""
+    from pyspark.sql import functions as F
+
+    keys: dict[int, int] = {}
+    upper = 64 * num_partitions
+    while len(keys) < num_partitions:
+        rows = (
+            spark.range(0, upper)
+            .select(F.col("id").cast("int").alias("v"))
+            .select("v", F.pmod(F.hash("v"), F.lit(num_partitions)).alias("p"))
+            .groupBy("p")
+            .agg(F.min("v").alias("v"))
+            .collect()
+        )
+        keys = {row["p"]: row["v"] for row in rows}
+        upper *= 4
+    return keys
+
+
+def prepare_dataframe(df, feed: Feed, roles: Sequence[NodeRole], validation_df=None):
+    """Check the schema, then lay ``df`` (and ``validation_df``) out as one partition per TF node."""
+    from pyspark.sql import functions as F
+
+    check_schema(_schema_fields(df), feed, "training DataFrame")
+    data = df.select(*feed.columns)
+    if validation_df is not None:
+        check_schema(_schema_fields(validation_df), feed, "validation DataFrame")
+        data = data.withColumn(SPLIT_COLUMN, F.lit(0)).unionByName(
+            validation_df.select(*feed.columns).withColumn(SPLIT_COLUMN, F.lit(1))
+        )
+    n = len(roles)
+    keys = _partition_keys(df.sparkSession, n)
+    targets = [keys[r.executor_id] for r in training_order(roles)]
+    pick = (F.pmod(F.monotonically_increasing_id(), F.lit(len(targets))) + 1).cast("int")
+    node = F.element_at(F.array(*[F.lit(k) for k in targets]), pick)
+    return data.withColumn(NODE_COLUMN, node).repartition(n, NODE_COLUMN).drop(NODE_COLUMN)
+
+
+def prepare_rdd(rdd, roles: Sequence[NodeRole]):
+    """Lay an RDD's rows out as one partition per TF node, round-robin over the training nodes."""
+    targets = [r.executor_id for r in training_order(roles)]
+    count = len(targets)
+
+    def assign(index: int, rows: Iterable):
+        for position, row in enumerate(rows):
+            yield targets[(index + position) % count], row
+
+    return rdd.mapPartitionsWithIndex(assign).partitionBy(len(roles), lambda key: key).values()
+
+
+def spill_partition(batches: Iterable, node_dir: str, feed: Feed, with_validation: bool) -> dict:
+    """Write this task's Arrow batches to local spill files; return each split's rows and widths."""
+    import pyarrow.compute as pc
+
+    writers = {TRAIN: SpillWriter(os.path.join(node_dir, "train.arrows"), feed.columns, "training data")}
+    if with_validation:
+        writers[VALIDATION] = SpillWriter(os.path.join(node_dir, "validation.arrows"), feed.columns, "validation data")
+    try:
+        for batch in batches:
+            if with_validation:
+                split = batch.column(SPLIT_COLUMN)
+                writers[TRAIN].write(batch.filter(pc.equal(split, 0)))
+                writers[VALIDATION].write(batch.filter(pc.equal(split, 1)))
+            else:
+                writers[TRAIN].write(batch)
+    finally:
+        stats = {name: writer.close() for name, writer in writers.items()}
+    return {
+        name: {"rows": s.rows, "widths": s.widths, "path": writers[name].path, "bytes": s.bytes}
+        for name, s in stats.items()
+    }
+
+
+def plan_shares(
+    infos: Sequence[dict], roles: Sequence[NodeRole], me: NodeRole, feed: Feed
+) -> tuple[dict[str, FeedShare], list[str]]:
+    """Balance the nodes from everyone's spill info (indexed by executor id); return this node's shares
+    and lines for the log."""
+    order = training_order(roles)
+    labels = [r.label for r in order]
+    shares: dict[str, FeedShare] = {}
+    notes: list[str] = []
+    for split in (TRAIN, VALIDATION):
+        if split not in infos[order[0].executor_id]["spill"]:
+            continue
+        what = "training data" if split == TRAIN else "validation data"
+        widths = _common_widths([infos[r.executor_id]["spill"][split]["widths"] for r in order], what)
+        counts = [infos[r.executor_id]["spill"][split]["rows"] for r in order]
+        plan = balance(counts, feed.batch_size, feed.balance, what)
+        notes.append(f"{what}: " + plan.describe(labels, feed.batch_size))
+        if me in order:
+            rank = order.index(me)
+            mine = infos[me.executor_id]["spill"][split]
+            shares[split] = FeedShare(
+                split=split,
+                path=mine["path"],
+                rows=mine["rows"],
+                steps_per_epoch=plan.steps_per_epoch,
+                widths=widths,
+                feed=feed,
+                rank=rank,
+            )
+    return shares, notes
+
+
+def _common_widths(per_node: Sequence[dict[str, int]], what: str) -> dict[str, int]:
+    merged: dict[str, int] = {}
+    for widths in per_node:
+        for name, width in widths.items():
+            if merged.setdefault(name, width) != width:
+                raise FeedConfigError(
+                    f"array column {name!r} of the {what} has rows of different lengths ({merged[name]} and "
+                    f"{width}) on different nodes: every row must have the same number of elements"
+                )
+    return merged

@@ -1,0 +1,138 @@
+"""A node's share of the data on local disk, in Arrow IPC stream form.
+
+The Spark task writes the Arrow record batches of its partition to a local file as they arrive
+(:class:`SpillWriter`), checking them on the way, so that the partition is read from Spark once,
+however many epochs follow, and never held in memory whole. The node's TF process replays the file
+(:func:`read_batches`) through a memory map, one record batch at a time.
+"""
+
+from __future__ import annotations
+
+import pickle
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from airflow_tfos.runtime.feed.plan import FeedConfigError
+
+
+@dataclass
+class SpillStats:
+    """What was written: rows, record batches, bytes, and each array column's element count."""
+
+    rows: int = 0
+    batches: int = 0
+    bytes: int = 0
+    widths: dict[str, int] = field(default_factory=dict)
+
+
+class SpillWriter:
+    """Write record batches to ``path``, checking the fed columns for nulls and ragged arrays.
+
+    :param path: the local file.
+    :param columns: the columns to keep (features and label), in order.
+    :param what: how the data is named in errors (``training data``, ``validation data``).
+    """
+
+    def __init__(self, path: str, columns: Sequence[str], what: str = "training data"):
+        self.path = path
+        self.columns = list(columns)
+        self.what = what
+        self.stats = SpillStats()
+        self._sink = pa.OSFile(path, "wb")
+        self._writer: pa.ipc.RecordBatchStreamWriter | None = None
+
+    def write(self, batch: pa.RecordBatch) -> None:
+        if batch.num_rows == 0:
+            return
+        batch = batch.select(self.columns)
+        for name in self.columns:
+            self._check(name, batch.column(name))
+        if self._writer is None:
+            self._writer = pa.ipc.new_stream(self._sink, batch.schema)
+        self._writer.write_batch(batch)
+        self.stats.rows += batch.num_rows
+        self.stats.batches += 1
+        self.stats.bytes += batch.nbytes
+
+    def _check(self, name: str, column: pa.Array) -> None:
+        if column.null_count:
+            raise FeedConfigError(
+                f"column {name!r} of the {self.what} has null values ({column.null_count} in one batch): fill "
+                f"or drop them in Spark first (df.na.fill(...) or df.dropna(subset=[{name!r}]))"
+            )
+        if pa.types.is_list(column.type) or pa.types.is_large_list(column.type):
+            if column.flatten().null_count:
+                raise FeedConfigError(
+                    f"array column {name!r} of the {self.what} has null elements: fill them in Spark first"
+                )
+            lengths = pc.list_value_length(column)
+            low, high = pc.min(lengths).as_py(), pc.max(lengths).as_py()
+            width = self.stats.widths.setdefault(name, low)
+            if low != high or low != width:
+                raise FeedConfigError(
+                    f"array column {name!r} of the {self.what} has rows of different lengths ({min(low, width)} "
+                    f"to {max(high, width)}): every row must have the same number of elements; pad or "
+                    "truncate it in Spark first"
+                )
+
+    def close(self) -> SpillStats:
+        if self._writer is not None:
+            self._writer.close()
+        self._sink.close()
+        return self.stats
+
+
+def read_batches(path: str) -> Iterator[pa.RecordBatch]:
+    """Replay a spill file one record batch at a time (memory-mapped: the page cache holds the data)."""
+    with pa.memory_map(path) as source:
+        if source.size() == 0:
+            return
+        reader = pa.ipc.open_stream(source)
+        yield from reader
+
+
+def to_numpy(batch: pa.RecordBatch, columns: Sequence[str], widths: dict[str, int]):
+    """Turn the named columns of ``batch`` into NumPy arrays (``(rows,)`` or ``(rows, width)``)."""
+    arrays = {}
+    for name in columns:
+        column = batch.column(name)
+        if name in widths:
+            flat = column.flatten().to_numpy(zero_copy_only=False)
+            arrays[name] = flat.reshape(len(column), widths[name])
+        else:
+            arrays[name] = column.to_numpy(zero_copy_only=False)
+    return arrays
+
+
+# Rows of an RDD (TFoS programs) are Python objects; they are spilled in pickled chunks, not per row.
+ROWS_PER_CHUNK = 1024
+
+
+def spill_rows(rows: Iterable, path: str) -> int:
+    """Write Python rows to ``path`` in pickled chunks; return how many rows were written."""
+    count = 0
+    chunk: list = []
+    with open(path, "wb") as f:
+        for row in rows:
+            chunk.append(row)
+            if len(chunk) == ROWS_PER_CHUNK:
+                pickle.dump(chunk, f, protocol=pickle.HIGHEST_PROTOCOL)
+                count += len(chunk)
+                chunk = []
+        if chunk:
+            pickle.dump(chunk, f, protocol=pickle.HIGHEST_PROTOCOL)
+            count += len(chunk)
+    return count
+
+
+def read_row_chunks(path: str) -> Iterator[list]:
+    """Replay the chunks written by :func:`spill_rows`."""
+    with open(path, "rb") as f:
+        while True:
+            try:
+                yield pickle.load(f)
+            except EOFError:
+                return
