@@ -46,3 +46,11 @@ def sc():
     context.setLogLevel("WARN")
     yield context
     context.stop()
+
+
+@pytest.fixture(scope="session")
+def spark(sc):
+    """A SparkSession on the shared local cluster."""
+    from pyspark.sql import SparkSession
+
+    return SparkSession(sc)

@@ -124,6 +124,7 @@ class TFClusterRun:
         self._outcome: Any = _UNSET
         self._error: BaseException | None = None
         self._cancelled = False
+        self._frame = None
 
     @property
     def num_nodes(self) -> int:
@@ -135,7 +136,12 @@ class TFClusterRun:
             raise TFoSRuntimeError(f"run {self.run_id} was already started")
         resources = snapshot_resources(self.sc, wanted_slots=self.num_nodes, wait_seconds=self.slot_wait_secs)
         check_cluster(resources, self.num_nodes, gpus_per_node=self.gpus_per_node)
-        job = self._node_job()
+        if self.feed is not None:
+            from airflow_tfos.runtime.feed.spark_side import prepare_dataframe
+
+            # Checks the schema here, on the caller's thread, before anything is launched.
+            self._frame = prepare_dataframe(self.data, self.feed, self.roles, self.validation_data)
+        job = self.node_job()
         self._started_at = time.monotonic()
         from pyspark import InheritableThread
 
@@ -149,7 +155,8 @@ class TFClusterRun:
         )
         return self
 
-    def _node_job(self) -> NodeJob:
+    def node_job(self) -> NodeJob:
+        """What every node task of this run gets (built on the driver)."""
         from pyspark import cloudpickle
 
         hadoop_conf = self.sc._jsc.hadoopConfiguration()
@@ -185,9 +192,7 @@ class TFClusterRun:
 
     def _stage(self, job: NodeJob) -> list[tuple[int, bytes, str]]:
         if self.feed is not None:
-            from airflow_tfos.runtime.feed.spark_side import prepare_dataframe
-
-            frame = prepare_dataframe(self.data, self.feed, self.roles, self.validation_data)
+            frame = self._frame
 
             def node_batches(batches):
                 import pyarrow as pa
@@ -201,7 +206,13 @@ class TFClusterRun:
                     )
 
             rows = frame.mapInArrow(node_batches, "executor_id int, result binary, notes string", barrier=True)
-            return [(r["executor_id"], bytes(r["result"]), r["notes"]) for r in rows.collect()]
+            outcome = [(r["executor_id"], bytes(r["result"]), r["notes"]) for r in rows.collect()]
+            if not outcome:
+                # Spark's adaptive execution skips the stage altogether when the input has no rows.
+                raise FeedConfigError(
+                    "the training data is empty: nothing to train on (check the DataFrame's filter/path)"
+                )
+            return outcome
         if self.row_feed is not None:
             from airflow_tfos.runtime.feed.spark_side import prepare_rdd
 
@@ -241,7 +252,10 @@ class TFClusterRun:
 
     def _result(self) -> Any:
         if self._error is not None:
-            raise self._translate(self._error) from self._error
+            translated = self._translate(self._error)
+            if translated is self._error:
+                raise translated
+            raise translated from self._error
         from pyspark import cloudpickle
 
         for _executor_id, data, notes in self._outcome:
@@ -251,6 +265,8 @@ class TFClusterRun:
         return None
 
     def _translate(self, error: BaseException) -> BaseException:
+        if isinstance(error, FeedConfigError):
+            return error
         failure = decode_node_failure(error)
         if failure is not None and failure.kind == "input":
             return FeedConfigError(failure.describe())

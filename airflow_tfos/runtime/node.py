@@ -101,6 +101,11 @@ def run_node(job: NodeJob, partition: Iterable) -> Iterator[tuple[int, bytes, st
 
     task = BarrierTaskContext.get()
     executor_id = task.partitionId()
+    if len(task.getTaskInfos()) != len(job.roles):
+        raise RuntimeError(
+            f"Spark runs {len(task.getTaskInfos())} barrier tasks for {len(job.roles)} TF nodes: the stage's "
+            "partitioning was changed (adaptive execution?); set spark.sql.adaptive.enabled=false"
+        )
     role = job.roles[executor_id]
     host = task.getTaskInfos()[executor_id].address.rsplit(":", 1)[0]
     node_dir = Path(tempfile.mkdtemp(prefix=f"airflow-tfos-{job.run_id}-{executor_id}-"))
@@ -145,16 +150,9 @@ def _run_node(job: NodeJob, task, role: NodeRole, host: str, node_dir: Path, par
     if notes and is_result:
         sys.stderr.write("".join(f"airflow-tfos: {line}\n" for line in notes))
 
-    env = dict(os.environ)
-    env.update(job.env)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
-    env["PYTHONUNBUFFERED"] = "1"
-    env["AIRFLOW_TFOS_RUN_ID"] = job.run_id
-    env.pop("TF_CONFIG", None)
-    if job.set_tf_config:
-        env["TF_CONFIG"] = build_tf_config(cluster_spec, role)
+    tf_config = build_tf_config(cluster_spec, role) if job.set_tf_config else None
+    env = _node_env(job, tf_config)
     env.update(gpu_env(_assigned_gpus(task), job.gpus_per_node, role.label))
-    env.update(keras_env(job.keras, importlib.util.find_spec("tf_keras") is not None))
 
     tb_url = f"http://{host}:{tb_port}" if tb_port else None
     ctx = NodeContext(
@@ -204,6 +202,92 @@ def _run_node(job: NodeJob, task, role: NodeRole, host: str, node_dir: Path, par
         proc.stop(job.stop_grace_secs)
         if tensorboard is not None:
             tensorboard.stop(1.0)
+
+
+def _node_env(job: NodeJob, tf_config: str | None) -> dict[str, str]:
+    env = dict(os.environ)
+    env.update(job.env)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
+    env["PYTHONUNBUFFERED"] = "1"
+    env["AIRFLOW_TFOS_RUN_ID"] = job.run_id
+    env.pop("TF_CONFIG", None)
+    if tf_config:
+        env["TF_CONFIG"] = tf_config
+    env.update(keras_env(job.keras, importlib.util.find_spec("tf_keras") is not None))
+    return env
+
+
+def run_inference_partition(job: NodeJob, index: int, rows: Iterable) -> Iterator:
+    """TFoS inference: run ``main_fun`` on one partition's rows in a node of its own; yield its results.
+
+    No barrier is needed: each partition is fed to its own node process, which answers with one result
+    per row through ``DataFeed.batch_results``; results come back in the order of the input rows.
+    """
+    from pyspark import cloudpickle
+
+    from airflow_tfos.runtime.feed.rows import RESULTS_FILE, ROWS_FILE
+    from airflow_tfos.runtime.feed.spill import read_row_chunks, spill_rows
+
+    role = NodeRole(index, "worker", index)
+    host = socket.gethostname()
+    node_dir = Path(tempfile.mkdtemp(prefix=f"airflow-tfos-{job.run_id}-infer-{index}-"))
+    proc = None
+    try:
+        count = spill_rows(rows, str(node_dir / ROWS_FILE))
+        if count == 0:
+            return
+        feed = job.row_feed
+        mgr = RowFeedManager(
+            path=str(node_dir / ROWS_FILE),
+            rows=count,
+            rows_per_epoch=count,
+            epochs=1,
+            progress_path=str(node_dir / "feed.progress"),
+            results_path=str(node_dir / RESULTS_FILE),
+            feed_timeout=feed.feed_timeout if feed else 600.0,
+            label=role.label,
+        )
+        ctx = NodeContext(
+            executor_id=index,
+            job_name="worker",
+            task_index=index,
+            cluster_spec={},
+            num_workers=1,
+            num_nodes=1,
+            host=host,
+            port=0,
+            run_dir=job.run_dir,
+            working_dir=job.working_dir,
+            default_fs=job.default_fs,
+            log_dir=job.log_dir,
+            mgr=mgr,
+        )
+        (node_dir / child_files.PAYLOAD).write_bytes(job.payload)
+        (node_dir / child_files.CONTEXT).write_bytes(cloudpickle.dumps(ctx))
+        proc = ChildProcess(
+            [sys.executable, "-m", "airflow_tfos.runtime.child", str(node_dir), f"--run-id={job.run_id}"],
+            env=_node_env(job, None),
+            name=f"TF inference node {index}",
+        ).start()
+        code = _wait_for(proc, mgr, role, host)
+        if code != 0:
+            raise RuntimeError(_failure(role, host, node_dir, proc, code).encode())
+        results = (
+            [r for chunk in read_row_chunks(str(node_dir / RESULTS_FILE)) for r in chunk]
+            if (node_dir / RESULTS_FILE).exists()
+            else []
+        )
+        if len(results) != count:
+            reason = (
+                f"map_fun returned {len(results)} results for {count} input rows: inference must call "
+                "DataFeed.batch_results with one result per row it got from next_batch"
+            )
+            raise RuntimeError(NodeFailure(role.job_name, index, index, host, reason).encode())
+        yield from results
+    finally:
+        if proc is not None:
+            proc.stop(job.stop_grace_secs)
+        shutil.rmtree(node_dir, ignore_errors=True)
 
 
 def _wait_for(proc: ChildProcess, mgr: RowFeedManager | None, role: NodeRole, host: str) -> int:

@@ -8,9 +8,7 @@ from importlib.metadata import entry_points
 
 
 def test_provider_entry_point_returns_provider_info():
-    (entry,) = [
-        e for e in entry_points(group="apache_airflow_provider") if e.value.startswith("airflow_tfos")
-    ]
+    (entry,) = [e for e in entry_points(group="apache_airflow_provider") if e.value.startswith("airflow_tfos")]
     info = entry.load()()
     assert info["package-name"] == "airflow-tfos"
     assert info["versions"] == ["0.1.0"]

@@ -38,11 +38,7 @@ def main(scenario: str, run_dir: str) -> int:
 
     from airflow_tfos.runtime import TFClusterRun
 
-    conf = (
-        gpu_conf(Path(run_dir))
-        if scenario == "gpu"
-        else local_cluster_conf(2, app_name="airflow-tfos-driver")
-    )
+    conf = gpu_conf(Path(run_dir)) if scenario == "gpu" else local_cluster_conf(2, app_name="airflow-tfos-driver")
     sc = SparkContext(conf=conf)
     sc.setLogLevel("ERROR")
     try:

@@ -73,13 +73,9 @@ def mwms_keras(args, ctx):
     dataset = dataset.with_options(options)
     with strategy.scope():
         tf.keras.utils.set_random_seed(7)
-        model = tf.keras.Sequential(
-            [tf.keras.Input(shape=(4,)), tf.keras.layers.Dense(8), tf.keras.layers.Dense(1)]
-        )
+        model = tf.keras.Sequential([tf.keras.Input(shape=(4,)), tf.keras.layers.Dense(8), tf.keras.layers.Dense(1)])
         model.compile(optimizer=tf.keras.optimizers.SGD(0.01), loss="mse")
-    history = model.fit(
-        dataset, epochs=args.get("epochs", 2), steps_per_epoch=args.get("steps", 10), verbose=0
-    )
+    history = model.fit(dataset, epochs=args.get("epochs", 2), steps_per_epoch=args.get("steps", 10), verbose=0)
     weights = [w.tolist() for w in model.get_weights()]
     record = {"loss": history.history["loss"], "weights": weights, "keras": tf.keras.__name__}
     _write(ctx, "weights", record)
@@ -221,4 +217,27 @@ def feed_keras(args, ctx):
         "weights": [w.tolist() for w in model.get_weights()],
     }
     _write(ctx, "feed", record)
+    return record
+
+
+def feed_shapes(args, ctx):
+    """Walk this node's fed data for two epochs with ctx.batches(); record shapes, dtypes and counts."""
+    if ctx.job_name in ("ps", "evaluator"):
+        record = {"has_feed": bool(ctx.feed_shares)}
+        _write(ctx, "shapes", record)
+        time.sleep(3600)
+    epochs = []
+    for epoch in range(2):
+        rows, first = 0, None
+        for x, y in ctx.batches(epoch=epoch):
+            if first is None:
+                first = x
+            rows += len(y)
+        epochs.append(rows)
+    if isinstance(first, dict):
+        shapes = {k: [list(v.shape), str(v.dtype)] for k, v in first.items()}
+    else:
+        shapes = [list(first.shape), str(first.dtype)]
+    record = {"has_feed": True, "epoch_rows": epochs, "steps": ctx.steps_per_epoch, "shapes": shapes}
+    _write(ctx, "shapes", record)
     return record

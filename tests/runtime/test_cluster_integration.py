@@ -24,9 +24,7 @@ def run_cluster(sc, main_fun, args=None, **kwargs):
 
 
 def test_two_worker_mwms_training_ends_with_identical_weights(sc, tmp_path):
-    _, result = run_cluster(
-        sc, programs.mwms_keras, {"epochs": 2, "steps": 10}, num_nodes=2, run_dir=str(tmp_path)
-    )
+    _, result = run_cluster(sc, programs.mwms_keras, {"epochs": 2, "steps": 10}, num_nodes=2, run_dir=str(tmp_path))
     records = read_records(str(tmp_path), "weights")
     assert set(records) == {"chief:0", "worker:0"}
     chief, worker = records["chief:0"], records["worker:0"]
@@ -43,16 +41,12 @@ def test_a_second_cluster_in_the_same_spark_context_starts_clean(sc, tmp_path):
     for attempt in range(2):
         run_dir = tmp_path / str(attempt)
         run_dir.mkdir()
-        _, result = run_cluster(
-            sc, programs.mwms_keras, {"epochs": 1, "steps": 3}, num_nodes=2, run_dir=str(run_dir)
-        )
+        _, result = run_cluster(sc, programs.mwms_keras, {"epochs": 1, "steps": 3}, num_nodes=2, run_dir=str(run_dir))
         assert len(result["loss"]) == 1
 
 
 def test_every_node_gets_its_role_cluster_spec_and_tf_config(sc, tmp_path):
-    tf_run, result = run_cluster(
-        sc, programs.report_context, {"x": 1}, num_nodes=3, num_ps=1, run_dir=str(tmp_path)
-    )
+    tf_run, result = run_cluster(sc, programs.report_context, {"x": 1}, num_nodes=3, num_ps=1, run_dir=str(tmp_path))
     records = read_records(str(tmp_path), "context")
     assert set(records) == {"ps:0", "chief:0", "worker:0"}
     spec = records["chief:0"]["cluster_spec"]
@@ -165,9 +159,7 @@ def test_keras3_trains_with_mwms_in_a_custom_training_loop(sc, tmp_path):
 
 
 def test_evaluator_node_runs_until_training_is_done_then_stops(sc, tmp_path):
-    _, result = run_cluster(
-        sc, programs.report_context, num_nodes=3, eval_node=True, run_dir=str(tmp_path)
-    )
+    _, result = run_cluster(sc, programs.report_context, num_nodes=3, eval_node=True, run_dir=str(tmp_path))
     records = read_records(str(tmp_path), "context")
     assert set(records) == {"chief:0", "evaluator:0", "worker:0"}
     assert records["evaluator:0"]["num_workers"] == 2

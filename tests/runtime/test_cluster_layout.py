@@ -148,7 +148,5 @@ def test_training_rank_puts_the_chief_first_and_skips_service_nodes():
         ctx("worker", 1).training_rank,
     ] == [0, 1, 2]
     assert ctx("ps", 0).training_rank is None
-    plain = NodeContext(
-        0, "worker", 1, {"worker": ["a:1", "b:1"]}, num_workers=2, num_nodes=2, host="h", port=1
-    )
+    plain = NodeContext(0, "worker", 1, {"worker": ["a:1", "b:1"]}, num_workers=2, num_nodes=2, host="h", port=1)
     assert plain.training_rank == 1 and not plain.is_chief

@@ -52,9 +52,7 @@ def test_tfos_tensorflow_mode_program_runs_after_changing_only_its_import(sc, tm
 
 def test_tfos_ctx_fields_and_tf_config_rule(sc, tmp_path):
     # TFoS set TF_CONFIG only when the cluster had a chief or master.
-    cluster = TFCluster.run(
-        sc, programs.report_context, {"a": 1}, 2, 0, input_mode=TFCluster.InputMode.TENSORFLOW
-    )
+    cluster = TFCluster.run(sc, programs.report_context, {"a": 1}, 2, 0, input_mode=TFCluster.InputMode.TENSORFLOW)
     result = cluster.shutdown()
     assert result["job_name"] == "worker" and result["worker_num"] == 0 and result["tf_config"] is None
     assert result["num_workers"] == 2
@@ -112,9 +110,9 @@ def test_tensorboard_runs_beside_the_chief_while_training(sc, tmp_path):
         urllib.request.urlopen(url, timeout=5)
 
 
-def test_spark_input_mode_and_driver_ps_are_refused_clearly(sc):
-    with pytest.raises(NotImplementedError, match="InputMode.SPARK"):
-        TFCluster.run(sc, programs.report_context, None, 2, 0, input_mode=TFCluster.InputMode.SPARK)
+def test_unsupported_tfos_options_are_refused_clearly(sc):
+    with pytest.raises(ValueError, match="evaluator nodes is only supported in InputMode.TENSORFLOW"):
+        TFCluster.run(sc, programs.report_context, None, 3, 0, input_mode=TFCluster.InputMode.SPARK, eval_node=True)
     with pytest.raises(ValueError, match="driver_ps_nodes=True is not supported"):
         TFCluster.run(sc, programs.report_context, None, 3, 1, driver_ps_nodes=True)
 
@@ -127,3 +125,54 @@ def test_tfnode_hdfs_path_and_deprecated_helpers():
     assert TFNode.hdfs_path(Ctx(), "/data") == "hdfs://nn:8020/data"
     with pytest.raises(Exception, match="DEPRECATED"):
         TFNode.start_cluster_server(Ctx())
+
+
+TFOS_SPARK_PROGRAM = Path(__file__).parent / "tfos_programs" / "keras_spark_mode.py"
+
+
+def test_tfos_spark_mode_program_trains_and_infers_after_changing_only_its_import(sc, tmp_path):
+    import random
+
+    program = load_migrated(tmp_path, TFOS_SPARK_PROGRAM)
+    args = program.parse_args(["--rows", "1200", "--model_dir", str(tmp_path)])
+    rng = random.Random(3)
+    rows = [([rng.random() for _ in range(4)], float(i % 7)) for i in range(1200)]
+    program.train(sc, args, sc.parallelize(rows, 5))
+    assert (tmp_path / "weights.h5").exists()
+
+    predictions = program.infer(sc, args, sc.parallelize(rows[:300], 3)).collect()
+    assert len(predictions) == 300  # one result per input row, in order
+    assert predictions == [(sum(features), label) for features, label in rows[:300]]
+
+
+def slow_reader(args, ctx):
+    from airflow_tfos.runtime.compat import TFNode
+
+    feed = TFNode.DataFeed(ctx.mgr)
+    feed.next_batch(10)
+    time.sleep(60)  # stops reading its feed
+
+
+def test_tfos_feed_not_consumed_within_feed_timeout_fails_clearly(sc):
+    from pyspark import cloudpickle
+
+    cloudpickle.register_pickle_by_value(sys.modules[__name__])
+    cluster = TFCluster.run(sc, slow_reader, None, 2, 0, input_mode=TFCluster.InputMode.SPARK, master_node="chief")
+    started = time.monotonic()
+    with pytest.raises(NodeFailedError, match=r"Timeout while feeding partition: TF node \w+:0 read 10 of its"):
+        cluster.train(sc.parallelize(range(1000), 2), num_epochs=1, feed_timeout=5)
+    assert time.monotonic() - started < 45
+
+
+def test_tfos_spark_mode_error_in_map_fun_reaches_the_driver(sc):
+    cluster = TFCluster.run(
+        sc,
+        programs.fail_on,
+        {"job": "worker", "index": 0, "others_sleep": 0},
+        2,
+        0,
+        input_mode=TFCluster.InputMode.SPARK,
+        master_node="chief",
+    )
+    with pytest.raises(NodeFailedError, match="ValueError: boom from worker:0"):
+        cluster.train(sc.parallelize(range(100), 2), 1)

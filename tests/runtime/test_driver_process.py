@@ -77,8 +77,6 @@ finally:
     sc.stop()
 """
     started = time.monotonic()
-    done = subprocess.run(
-        [sys.executable, "-c", script], capture_output=True, text=True, timeout=180, cwd=REPO
-    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=180, cwd=REPO)
     assert "ERROR gpus_per_node=2 but spark.task.resource.gpu.amount=1" in done.stdout, done.stderr[-2000:]
     assert time.monotonic() - started < 120

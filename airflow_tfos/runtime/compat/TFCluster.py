@@ -6,7 +6,10 @@ Differences from TFoS 2.2.5, all in the direction of failing clearly:
   index and traceback) from ``shutdown()`` instead of calling ``sys.exit(1)``;
 - ``timeout`` is enforced without SIGALRM, so ``shutdown`` also works outside the main thread;
 - TF nodes run in fresh processes, so several clusters can run one after another in one
-  SparkContext (TFoS failed with "Collective ops are already configured").
+  SparkContext (TFoS failed with "Collective ops are already configured");
+- InputMode.SPARK: ``train()`` starts the nodes with their data and returns when ``map_fun`` has
+  finished on every training node, raising its errors; each partition given to ``inference()`` runs
+  ``map_fun`` in a node process of its own.
 """
 
 from __future__ import annotations
@@ -15,12 +18,13 @@ import json
 import logging
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from airflow_tfos.runtime.cluster import ClusterConfigError
+from airflow_tfos.runtime.feed.rows import RowFeed
 from airflow_tfos.runtime.launcher import TFClusterRun
-from airflow_tfos.runtime.node import CLUSTER_INFO
+from airflow_tfos.runtime.node import CLUSTER_INFO, run_inference_partition
 
 log = logging.getLogger(__name__)
 
@@ -35,15 +39,20 @@ class InputMode:
 class TFCluster:
     """A running TFoS-style cluster, as returned by :func:`run`."""
 
-    def __init__(self, sc, tf_run: TFClusterRun, input_mode: int, queues: Sequence[str]):
+    def __init__(self, sc, make_run: Callable[..., TFClusterRun], input_mode: int, queues: Sequence[str]):
         self.sc = sc
         self.input_mode = input_mode
         self.queues = list(queues)
-        self.num_executors = tf_run.num_nodes
-        self.cluster_id = tf_run.run_id
         self.working_dir = None
         self.defaultFS = None
-        self._run = tf_run
+        self._make_run = make_run
+        self._run = make_run()
+        self.num_executors = self._run.num_nodes
+        self.cluster_id = self._run.run_id
+        self._trained = False
+        self._result = None
+        if input_mode == InputMode.TENSORFLOW:
+            self._run.start()
 
     @property
     def cluster_info(self) -> list[dict]:
@@ -74,17 +83,39 @@ class TFCluster:
             return None
 
     def train(self, dataRDD, num_epochs=0, feed_timeout=600, qname="input"):
-        """Feed an RDD to the nodes (InputMode.SPARK)."""
-        raise NotImplementedError(
-            "TFCluster.train (InputMode.SPARK feeding) is not available in this version of airflow-tfos; "
-            "read the data inside map_fun (InputMode.TENSORFLOW)"
-        )
+        """Feed ``dataRDD`` to the training nodes ``num_epochs`` times (0 means 10, as in TFoS); wait for it.
+
+        The RDD's rows are laid out round-robin over the chief/master and workers, spilled to each
+        executor's disk once, and replayed per epoch; every node gets the same number of rows per epoch.
+        """
+        if self.input_mode != InputMode.SPARK:
+            raise ValueError("TFCluster.train() requires InputMode.SPARK")
+        if qname not in self.queues:
+            raise ValueError(f"Unknown queue: {qname}")
+        if num_epochs < 0:
+            raise ValueError("num_epochs cannot be negative")
+        if self._trained:
+            raise RuntimeError("TFCluster.train() was already called on this cluster: run a new TFCluster.run()")
+        epochs = num_epochs or 10
+        self._run = self._make_run(data=dataRDD, row_feed=RowFeed(epochs=epochs, feed_timeout=float(feed_timeout)))
+        self.cluster_id = self._run.run_id
+        self._trained = True
+        self._result = self._run.start().wait()
 
     def inference(self, dataRDD, feed_timeout=600, qname="input"):
-        """Feed an RDD to the nodes for inference (InputMode.SPARK)."""
-        raise NotImplementedError(
-            "TFCluster.inference (InputMode.SPARK feeding) is not available in this version of airflow-tfos"
-        )
+        """Return an RDD with ``map_fun``'s result for every row of ``dataRDD``, in order (lazy).
+
+        Each partition is fed to a node process of its own, running ``map_fun`` with
+        ``DataFeed(ctx.mgr, train_mode=False)``; it must call ``batch_results`` once per row.
+        """
+        if self.input_mode != InputMode.SPARK:
+            raise ValueError("TFCluster.inference() requires InputMode.SPARK")
+        if qname not in self.queues:
+            raise ValueError(f"Unknown queue: {qname}")
+        job = self._make_run(
+            data=dataRDD, row_feed=RowFeed(train_mode=False, feed_timeout=float(feed_timeout))
+        ).node_job()
+        return dataRDD.mapPartitionsWithIndex(lambda index, rows: run_inference_partition(job, index, rows))
 
     def shutdown(self, ssc=None, grace_secs=0, timeout=259200):
         """Wait for the nodes to finish, then stop the ps/evaluator nodes.
@@ -95,8 +126,11 @@ class TFCluster:
         """
         if ssc is not None:
             raise NotImplementedError("Spark Streaming (ssc) is not supported: pass ssc=None")
-        wait = None if timeout is None or timeout <= 0 else float(timeout)
-        result = self._run.wait(wait)
+        if self.input_mode == InputMode.SPARK:
+            result = self._result  # train() already waited for the nodes
+        else:
+            wait = None if timeout is None or timeout <= 0 else float(timeout)
+            result = self._run.wait(wait)
         if grace_secs:
             time.sleep(grace_secs)
         log.info("TF cluster %s shut down", self.cluster_id)
@@ -134,35 +168,36 @@ def run(
 ):
     """Start a TF cluster of ``num_executors`` nodes running ``map_fun(tf_args, ctx)``; see TFoS.
 
-    Returns at once with a :class:`TFCluster`; call its ``shutdown()`` to wait for the result.
+    InputMode.TENSORFLOW: the nodes start at once; ``shutdown()`` waits for them. InputMode.SPARK: the
+    nodes start with their data, in ``train()`` (or per partition in ``inference()``).
     """
     if input_mode not in (InputMode.TENSORFLOW, InputMode.SPARK):
         raise ClusterConfigError(f"input_mode must be InputMode.TENSORFLOW or InputMode.SPARK, got {input_mode!r}")
-    if input_mode == InputMode.SPARK:
-        raise NotImplementedError(
-            "InputMode.SPARK is not available in this version of airflow-tfos; use InputMode.TENSORFLOW "
-            "and read the data inside map_fun"
-        )
+    if input_mode == InputMode.SPARK and eval_node:
+        raise ClusterConfigError("running evaluator nodes is only supported in InputMode.TENSORFLOW")
     if driver_ps_nodes:
         raise ClusterConfigError(
             "driver_ps_nodes=True is not supported: parameter servers run in executors like every other "
             "node; pass driver_ps_nodes=False and give the Spark application num_executors task slots"
         )
     run_dir = tempfile.mkdtemp(prefix="airflow-tfos-compat-")
-    tf_run = TFClusterRun(
-        sc,
-        map_fun,
-        tf_args,
-        num_nodes=num_executors,
-        num_ps=num_ps,
-        master_node=master_node,
-        eval_node=eval_node,
-        run_dir=run_dir,
-        tensorboard=tensorboard,
-        log_dir=log_dir,
-        slot_wait_secs=float(min(reservation_timeout, 120)),
-        # TFoS set TF_CONFIG only for clusters with a chief or master.
-        set_tf_config=master_node is not None,
-    )
-    tf_run.start()
-    return TFCluster(sc, tf_run, input_mode, queues)
+
+    def make_run(**data) -> TFClusterRun:
+        return TFClusterRun(
+            sc,
+            map_fun,
+            tf_args,
+            num_nodes=num_executors,
+            num_ps=num_ps,
+            master_node=master_node,
+            eval_node=eval_node,
+            run_dir=run_dir,
+            tensorboard=tensorboard,
+            log_dir=log_dir,
+            slot_wait_secs=float(min(reservation_timeout, 120)),
+            # TFoS set TF_CONFIG only for clusters with a chief or master.
+            set_tf_config=master_node is not None,
+            **data,
+        )
+
+    return TFCluster(sc, make_run, input_mode, queues)

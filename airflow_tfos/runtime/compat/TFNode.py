@@ -6,7 +6,19 @@ TF1-only helpers (``start_cluster_server``, ``export_saved_model``) and the queu
 
 from __future__ import annotations
 
+from airflow_tfos.runtime.feed.rows import DataFeed
 from airflow_tfos.runtime.paths import absolute_path
+
+__all__ = [
+    "DataFeed",
+    "batch_results",
+    "export_saved_model",
+    "hdfs_path",
+    "next_batch",
+    "release_port",
+    "start_cluster_server",
+    "terminate",
+]
 
 
 def hdfs_path(ctx, path: str) -> str:

@@ -42,9 +42,7 @@ def main_fun(args, ctx):
         model.compile(optimizer="adam", loss="binary_crossentropy", metrics=["accuracy"])
 
     model_dir = TFNode.hdfs_path(ctx, args.model_dir)
-    callbacks = [
-        tf.keras.callbacks.ModelCheckpoint(filepath=model_dir.replace("file://", "") + "/weights-{epoch}")
-    ]
+    callbacks = [tf.keras.callbacks.ModelCheckpoint(filepath=model_dir.replace("file://", "") + "/weights-{epoch}")]
     model.fit(dataset, epochs=args.epochs, steps_per_epoch=args.steps, callbacks=callbacks, verbose=0)
     compat.export_saved_model(model, args.export_dir, ctx.job_name == "chief")
 

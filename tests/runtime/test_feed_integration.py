@@ -1,0 +1,148 @@
+"""InputMode.SPARK on a real local cluster: DataFrames fed to real TF training as Arrow batches."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from airflow_tfos.runtime import TFClusterRun
+from airflow_tfos.runtime.feed import Feed, FeedConfigError
+from tests.runtime import programs
+from tests.runtime.helpers import assert_no_node_processes, read_records
+
+pytestmark = pytest.mark.integration
+
+
+def linear_frame(spark, rows: int, partitions: int = 3):
+    """Rows of x = [a, b] and y = 3a - 2b + 1, spread unevenly over ``partitions`` input partitions."""
+    base = spark.range(0, rows, numPartitions=partitions).selectExpr(
+        "id", "cast(rand(1) as double) as a", "cast(rand(2) as double) as b"
+    )
+    # Uneven input partitions: the first holds far more rows than the others.
+    skewed = base.repartitionByRange(partitions, "id").where("id < 10 or id % 3 = 0 or id > 100")
+    return skewed.selectExpr("array(a, b) as x", "a", "b", "3 * a - 2 * b + 1 as y")
+
+
+def run_cluster(sc, main_fun, args=None, **kwargs):
+    tf_run = TFClusterRun(sc, main_fun, args, **kwargs).start()
+    try:
+        return tf_run.wait(300)
+    finally:
+        assert_no_node_processes(tf_run.run_id)
+
+
+def test_dataframe_feed_trains_in_step_with_validation_data(spark, tmp_path, caplog):
+    frame = linear_frame(spark, 4000)
+    total = frame.count()
+    feed = Feed(features="x", label="y", batch_size=32)
+    with caplog.at_level("INFO", logger="airflow_tfos"):
+        result = run_cluster(
+            spark.sparkContext,
+            programs.feed_keras,
+            {"epochs": 3},
+            num_nodes=2,
+            run_dir=str(tmp_path),
+            data=frame,
+            feed=feed,
+            validation_data=frame.limit(300),
+        )
+    records = read_records(str(tmp_path), "feed")
+    chief, worker = records["chief:0"], records["worker:0"]
+    assert chief["rows"] + worker["rows"] == total  # every row reached exactly one node
+    assert abs(chief["rows"] - worker["rows"]) <= 3  # round-robin, whatever the input skew
+    assert chief["steps_per_epoch"] == worker["steps_per_epoch"] == -(-max(chief["rows"], worker["rows"]) // 32)
+    assert chief["weights"] == worker["weights"]  # synchronous training on different data
+    assert chief["validation_steps"] == worker["validation_steps"] >= 4
+    assert len(result["val_loss"]) == 3
+    assert result["loss"][-1] < result["loss"][0]
+    logged = caplog.text
+    assert "steps of 32 rows per epoch on every node" in logged and "repeated" in logged
+
+
+def test_scalar_and_array_columns_replayed_each_epoch_with_ps_left_out(spark, tmp_path):
+    frame = spark.range(0, 1000, numPartitions=4).selectExpr(
+        "cast(id as float) as a",
+        "cast(id * 2 as double) as b",
+        "array_repeat(cast(id as float), 784) as image",
+        "cast(id % 10 as int) as label",
+    )
+    feed = Feed(features=["a", "b", "image"], label="label", batch_size=100, balance="drop")
+    result = run_cluster(
+        spark.sparkContext, programs.feed_shapes, num_nodes=3, num_ps=1, run_dir=str(tmp_path), data=frame, feed=feed
+    )
+    records = read_records(str(tmp_path), "shapes")
+    assert records["ps:0"] == {"has_feed": False}
+    assert result["shapes"] == {"a": [[100], "float32"], "b": [[100], "float32"], "image": [[100, 784], "float32"]}
+    for label in ("chief:0", "worker:0"):
+        assert records[label]["steps"] == 5  # 500 rows per node, full batches of 100
+        assert records[label]["epoch_rows"] == [500, 500]  # the spill replays every epoch
+
+
+def test_early_stop_ends_the_run_without_feeding_the_remaining_epochs(spark, tmp_path):
+    frame = linear_frame(spark, 20000)
+    started = time.monotonic()
+    result = run_cluster(
+        spark.sparkContext,
+        programs.feed_keras,
+        {"epochs": 200, "stop_after_batches": 3},
+        num_nodes=2,
+        run_dir=str(tmp_path),
+        data=frame,
+        feed=Feed(features="x", label="y", batch_size=16),
+    )
+    assert len(result["loss"]) == 1  # stopped in the first of 200 epochs
+    assert time.monotonic() - started < 120
+
+
+@pytest.mark.parametrize(
+    ("make_frame", "message"),
+    [
+        (lambda s: s.range(0).selectExpr("array(1d, 2d) as x", "1d as y"), "training data is empty"),
+        (lambda s: s.range(1).selectExpr("array(1d, 2d) as x", "1d as y"), "at least one node got none"),
+        (
+            lambda s: s.range(100).selectExpr("array(1d, 2d) as x", "if(id = 42, null, 1d) as y"),
+            "column 'y' of the training data has null values",
+        ),
+        (
+            lambda s: s.range(100).selectExpr("if(id = 7, array(1d), array(1d, 2d)) as x", "1d as y"),
+            "array column 'x' of the training data has rows of different lengths",
+        ),
+    ],
+    ids=["empty", "fewer-rows-than-workers", "nulls", "ragged-arrays"],
+)
+def test_bad_data_is_rejected_before_training_with_the_column_named(spark, make_frame, message):
+    started = time.monotonic()
+    with pytest.raises(FeedConfigError, match=message):
+        run_cluster(
+            spark.sparkContext,
+            programs.feed_keras,
+            num_nodes=2,
+            data=make_frame(spark),
+            feed=Feed(features="x", label="y", batch_size=8),
+        )
+    assert time.monotonic() - started < 60
+
+
+@pytest.mark.parametrize(
+    ("select", "message"),
+    [
+        ("map('k', 1.0) as x", "column 'x' of the training DataFrame has type map<string,decimal"),
+        ("named_struct('p', 1.0) as x", "flatten it into numeric columns"),
+        ("'text' as x", "encode it as numbers first"),
+    ],
+)
+def test_unsupported_column_types_fail_before_launch(spark, select, message):
+    frame = spark.range(10).selectExpr(select, "1d as y")
+    with pytest.raises(FeedConfigError, match=message):
+        TFClusterRun(
+            spark.sparkContext, programs.feed_keras, num_nodes=2, data=frame, feed=Feed(features="x", label="y")
+        ).start()
+
+
+def test_missing_column_and_missing_feed_are_named(spark):
+    frame = spark.range(10).selectExpr("1d as x", "1d as y")
+    with pytest.raises(FeedConfigError, match="column 'z' is not in the training DataFrame"):
+        TFClusterRun(spark.sparkContext, programs.feed_keras, num_nodes=2, data=frame, feed=Feed(features="z")).start()
+    with pytest.raises(FeedConfigError, match="also pass feed=Feed"):
+        TFClusterRun(spark.sparkContext, programs.feed_keras, num_nodes=2, data=frame)
