@@ -97,6 +97,18 @@ class NodeContext:
 
         return iter_epoch(self._share(split), epoch)
 
+    # --- InputMode.TENSORFLOW --------------------------------------------------------------------
+
+    def shard_files(self, paths) -> list[str]:
+        """This node's share of ``paths`` (a path, directory, glob, or list of them): files dealt by size
+        over the training nodes, the same split on every node. Parameter servers and evaluators get all."""
+        from airflow_tfos.runtime.feed.files import list_files, shard_files
+
+        files = list_files(paths)
+        if self.training_rank is None:
+            return sorted(f.path for f in files)
+        return [f.path for f in shard_files(files, self.num_workers, self.training_rank)]
+
     def get_data_feed(self, train_mode=True, qname_in="input", qname_out="output", input_mapping=None):
         """TFoS: ``TFNode.DataFeed(ctx.mgr, ...)`` over the rows fed by ``TFCluster.train``/``inference``."""
         from airflow_tfos.runtime.feed.rows import DataFeed

@@ -241,3 +241,34 @@ def feed_shapes(args, ctx):
     record = {"has_feed": True, "epoch_rows": epochs, "steps": ctx.steps_per_epoch, "shapes": shapes}
     _write(ctx, "shapes", record)
     return record
+
+
+def export_linear_model(args, ctx):
+    """Export a Keras model computing x . [3, -2] + 1 (weights set, not trained) as a SavedModel."""
+    import numpy as np
+    import tensorflow as tf
+
+    from airflow_tfos.runtime.compat import compat
+
+    model = tf.keras.Sequential([tf.keras.Input(shape=(2,)), tf.keras.layers.Dense(args.get("units", 1))])
+    units = args.get("units", 1)
+    model.set_weights([np.tile(np.array([[3.0], [-2.0]], dtype="float32"), (1, units)), np.ones(units, "float32")])
+    compat.export_saved_model(model, args["export_dir"], ctx.is_chief)
+    return args["export_dir"]
+
+
+def tf_mode_files(args, ctx):
+    """InputMode.TENSORFLOW: read this node's share of Parquet/CSV files; record what it read."""
+    from airflow_tfos.runtime.feed import Feed
+    from airflow_tfos.runtime.feed.files import csv_dataset, parquet_dataset
+
+    files = ctx.shard_files(args["pattern"])
+    feed = Feed(features=["a", "b"], label="y", batch_size=10)
+    reader = parquet_dataset if args["format"] == "parquet" else csv_dataset
+    rows, ids = 0, []
+    for x, y in reader(files, feed):
+        rows += len(y)
+        ids.extend(int(v) for v in x["a"].numpy())
+    record = {"files": files, "rows": rows, "ids": ids}
+    _write(ctx, "files", record)
+    return record

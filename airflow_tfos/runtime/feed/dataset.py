@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from airflow_tfos.runtime.feed.plan import Feed
+from airflow_tfos.runtime.feed.plan import Feed, FeedConfigError
 from airflow_tfos.runtime.feed.spill import read_batches, to_numpy
 
 log = logging.getLogger(__name__)
@@ -107,6 +107,57 @@ def _shape(batch: dict[str, np.ndarray], feed: Feed):
     return (x, batch[feed.label]) if feed.label else x
 
 
+def signature_of(value):
+    """The ``tf.TensorSpec`` structure of a batch, with the batch dimension left open."""
+    import tensorflow as tf
+
+    if isinstance(value, dict):
+        return {k: signature_of(v) for k, v in value.items()}
+    if isinstance(value, tuple):
+        return tuple(signature_of(v) for v in value)
+    return tf.TensorSpec(shape=(None, *value.shape[1:]), dtype=tf.as_dtype(value.dtype))
+
+
+def rebatch(batches, feed: Feed) -> Iterator:
+    """Turn Arrow record batches of any size into batches of ``feed.batch_size`` rows (the last may be
+    smaller), shaped like :func:`iter_epoch`'s. Array columns must keep one length throughout."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    widths: dict[str, int] = {}
+    carry: dict[str, np.ndarray] | None = None
+    size = feed.batch_size
+    for batch in batches:
+        for name in feed.columns:
+            column = batch.column(name)
+            if not (
+                pa.types.is_integer(column.type)
+                or pa.types.is_floating(column.type)
+                or pa.types.is_boolean(column.type)
+                or pa.types.is_list(column.type)
+            ):
+                raise FeedConfigError(
+                    f"column {name!r} has type {column.type}, which cannot be fed to TF: write it as a number "
+                    "or an array of numbers (cast decimals to double)"
+                )
+            if pa.types.is_list(column.type) and len(column):
+                lengths = pc.list_value_length(column)
+                low, high = pc.min(lengths).as_py(), pc.max(lengths).as_py()
+                if low != high or widths.setdefault(name, low) != low:
+                    raise ValueError(f"array column {name!r} has rows of different lengths")
+        arrays = to_numpy(batch, feed.columns, widths)
+        if carry is not None:
+            arrays = {k: np.concatenate([carry[k], arrays[k]]) for k in arrays}
+        n = len(next(iter(arrays.values())))
+        start = 0
+        while n - start >= size:
+            yield _shape({k: v[start : start + size] for k, v in arrays.items()}, feed)
+            start += size
+        carry = {k: v[start:] for k, v in arrays.items()}
+    if carry is not None and len(next(iter(carry.values()))):
+        yield _shape(carry, feed)
+
+
 def make_dataset(share: FeedShare):
     """Return a ``tf.data.Dataset`` of one epoch (``steps_per_epoch`` batches), replayed from local disk
     each time it is iterated, with prefetching and tf.data's auto-sharding off (the data is already
@@ -116,19 +167,12 @@ def make_dataset(share: FeedShare):
     epochs = itertools.count()
     first = next(iter_epoch(share, 0))
 
-    def spec(value):
-        if isinstance(value, dict):
-            return {k: spec(v) for k, v in value.items()}
-        if isinstance(value, tuple):
-            return tuple(spec(v) for v in value)
-        return tf.TensorSpec(shape=(None, *value.shape[1:]), dtype=tf.as_dtype(value.dtype))
-
     def generate():
         epoch = next(epochs)
         log.debug("%s data: epoch %d from %s", share.split, epoch, share.path)
         yield from iter_epoch(share, epoch)
 
-    dataset = tf.data.Dataset.from_generator(generate, output_signature=spec(first))
+    dataset = tf.data.Dataset.from_generator(generate, output_signature=signature_of(first))
     dataset = dataset.apply(tf.data.experimental.assert_cardinality(share.steps_per_epoch))
     options = tf.data.Options()
     options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.OFF

@@ -1,0 +1,125 @@
+"""Batch inference of a DataFrame with a SavedModel, in Arrow batches on the executors.
+
+No TF cluster is needed: every partition is scored on its own (``mapInArrow`` without barrier), on as
+many executors as there are partitions. The model is loaded once per Python worker and kept for the
+next tasks that worker runs (Spark reuses its Python workers).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+from airflow_tfos.runtime.feed.plan import Feed, FeedConfigError, check_schema
+
+log = logging.getLogger(__name__)
+
+_MODELS: dict[tuple[str, str], Any] = {}
+
+
+def _signature(model_path: str, signature: str):
+    key = (model_path, signature)
+    if key not in _MODELS:
+        import tensorflow as tf
+
+        loaded = tf.saved_model.load(model_path)
+        if signature not in loaded.signatures:
+            raise FeedConfigError(
+                f"SavedModel {model_path} has no signature {signature!r} (it has: {', '.join(loaded.signatures)})"
+            )
+        _MODELS[key] = (loaded, loaded.signatures[signature])
+    return _MODELS[key][1]
+
+
+def _input_spec(fn) -> dict:
+    _, kwargs = fn.structured_input_signature
+    return kwargs
+
+
+def _output_name_and_width(fn, output: str | None) -> tuple[str, int | None]:
+    outputs = fn.structured_outputs
+    name = output or sorted(outputs)[0]
+    if name not in outputs:
+        raise FeedConfigError(f"the model has no output {name!r} (it has: {', '.join(sorted(outputs))})")
+    shape = outputs[name].shape
+    width = None if shape.rank == 1 or (shape.rank == 2 and shape[1] == 1) else int(shape[-1])
+    return name, width
+
+
+def _model_inputs(fn, arrays: dict, features: Sequence[str]) -> dict:
+    import numpy as np
+
+    spec = _input_spec(fn)
+    if len(spec) == 1:
+        ((name, tensor),) = spec.items()
+        value = arrays[features[0]] if len(features) == 1 else np.stack([arrays[f] for f in features], axis=1)
+        if tensor.shape.rank == 2 and value.ndim == 1:
+            value = value.reshape(-1, 1)
+        return {name: value.astype(tensor.dtype.as_numpy_dtype, copy=False)}
+    missing = [name for name in spec if name not in arrays]
+    if missing:
+        raise FeedConfigError(
+            f"the model takes inputs {sorted(spec)}; name feature columns after them (missing: {missing})"
+        )
+    return {name: arrays[name].astype(t.dtype.as_numpy_dtype, copy=False) for name, t in spec.items()}
+
+
+def predict(
+    df,
+    model_path: str,
+    features: str | Sequence[str],
+    *,
+    output_col: str = "prediction",
+    output: str | None = None,
+    signature: str = "serving_default",
+    batch_size: int = 1024,
+):
+    """Return ``df`` with a column of the model's predictions, row for row.
+
+    :param df: the rows to score; every column is kept.
+    :param model_path: the SavedModel directory, readable from the driver and every executor.
+    :param features: the columns fed to the model: one (an array column, or a scalar), several scalars
+        (stacked into one input), or columns named like the model's inputs.
+    :param output_col: name of the new column: ``float`` for one value per row, ``array<float>`` else.
+    :param output: which of the signature's outputs to take (default: the first by name).
+    :param signature: the SavedModel signature to call.
+    :param batch_size: rows per call of the model (Arrow batches are split to this size).
+    """
+    from pyspark.sql.types import ArrayType, FloatType, StructField, StructType
+
+    feed = Feed(features=features, batch_size=batch_size, shuffle=False)
+    check_schema([(f.name, f.dataType.simpleString()) for f in df.schema.fields], feed, "DataFrame to score")
+    if output_col in df.columns:
+        raise FeedConfigError(f"the DataFrame already has a column {output_col!r}: choose another output_col")
+    name, width = _output_name_and_width(_signature(model_path, signature), output)
+    out_type = FloatType() if width is None else ArrayType(FloatType(), containsNull=False)
+    schema = StructType([*df.schema.fields, StructField(output_col, out_type, nullable=False)])
+    columns = list(feed.features)
+
+    def score(batches: Iterator) -> Iterator:
+        import numpy as np
+        import pyarrow as pa
+
+        from airflow_tfos.runtime.feed.spill import to_numpy
+
+        fn = _signature(model_path, signature)
+        widths: dict[str, int] = {}
+        for batch in batches:
+            for start in range(0, batch.num_rows, batch_size):
+                part = batch.slice(start, batch_size)
+                for c in columns:
+                    column = part.column(c)
+                    if pa.types.is_list(column.type) and len(column):
+                        widths.setdefault(c, len(column[0]))
+                arrays = to_numpy(part, columns, widths)
+                result = fn(**_model_inputs(fn, arrays, columns))[name].numpy().astype(np.float32)
+                if width is None:
+                    values = pa.array(result.reshape(-1), type=pa.float32())
+                else:
+                    values = pa.FixedSizeListArray.from_arrays(pa.array(result.reshape(-1)), width).cast(
+                        pa.list_(pa.field("element", pa.float32(), nullable=False))
+                    )
+                yield pa.RecordBatch.from_arrays([*part.columns, values], [*part.schema.names, output_col])
+
+    return df.mapInArrow(score, schema)
