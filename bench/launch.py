@@ -87,9 +87,7 @@ def main() -> int:
         for i in range(options.repeats):
             tfos.append(time_launch(sc, tfos_program, options.nodes))
             ours.append(time_launch(sc, ours_program, options.nodes))
-            print(
-                f"run {i + 1}: tensorflowonspark {tfos[-1]:.2f} s, airflow-tfos {ours[-1]:.2f} s", flush=True
-            )
+            print(f"run {i + 1}: tensorflowonspark {tfos[-1]:.2f} s, airflow-tfos {ours[-1]:.2f} s", flush=True)
     finally:
         sc.stop()
     ours_median, tfos_median = statistics.median(ours), statistics.median(tfos)

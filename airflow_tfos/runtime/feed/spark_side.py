@@ -86,8 +86,14 @@ def prepare_rdd(rdd, roles: Sequence[NodeRole]):
 
 def spill_partition(batches: Iterable, node_dir: str, feed: Feed, with_validation: bool) -> dict:
     """Write this task's Arrow batches to local spill files; return each split's rows and widths."""
+    import time
+
+    import psutil
     import pyarrow.compute as pc
 
+    me = psutil.Process()
+    peak = me.memory_info().rss
+    started = time.monotonic()
     writers = {TRAIN: SpillWriter(os.path.join(node_dir, "train.arrows"), feed.columns, "training data")}
     if with_validation:
         writers[VALIDATION] = SpillWriter(os.path.join(node_dir, "validation.arrows"), feed.columns, "validation data")
@@ -99,10 +105,20 @@ def spill_partition(batches: Iterable, node_dir: str, feed: Feed, with_validatio
                 writers[VALIDATION].write(batch.filter(pc.equal(split, 1)))
             else:
                 writers[TRAIN].write(batch)
+            del batch
+            peak = max(peak, me.memory_info().rss)
     finally:
         stats = {name: writer.close() for name, writer in writers.items()}
+    seconds = time.monotonic() - started
     return {
-        name: {"rows": s.rows, "widths": s.widths, "path": writers[name].path, "bytes": s.bytes}
+        name: {
+            "rows": s.rows,
+            "widths": s.widths,
+            "path": writers[name].path,
+            "bytes": s.bytes,
+            "seconds": seconds,
+            "peak_rss_mb": peak / 2**20,
+        }
         for name, s in stats.items()
     }
 
@@ -124,6 +140,14 @@ def plan_shares(
         counts = [infos[r.executor_id]["spill"][split]["rows"] for r in order]
         plan = balance(counts, feed.batch_size, feed.balance, what)
         notes.append(f"{what}: " + plan.describe(labels, feed.batch_size))
+        spilled = [infos[r.executor_id]["spill"][split] for r in order]
+        notes.append(
+            f"{what}: read from Spark once and spilled to local disk: "
+            + ", ".join(
+                f"{label} {s['rows']} rows / {s['bytes'] / 2**20:.1f} MiB in {s['seconds']:.1f} s"
+                for label, s in zip(labels, spilled, strict=True)
+            )
+        )
         if me in order:
             rank = order.index(me)
             mine = infos[me.executor_id]["spill"][split]
@@ -135,6 +159,8 @@ def plan_shares(
                 widths=widths,
                 feed=feed,
                 rank=rank,
+                spill_seconds=mine["seconds"],
+                spill_peak_rss_mb=mine["peak_rss_mb"],
             )
     return shares, notes
 

@@ -3,7 +3,7 @@
 The Spark task writes the Arrow record batches of its partition to a local file as they arrive
 (:class:`SpillWriter`), checking them on the way, so that the partition is read from Spark once,
 however many epochs follow, and never held in memory whole. The node's TF process replays the file
-(:func:`read_batches`) through a memory map, one record batch at a time.
+(:func:`read_batches`) one record batch at a time.
 """
 
 from __future__ import annotations
@@ -86,12 +86,15 @@ class SpillWriter:
 
 
 def read_batches(path: str) -> Iterator[pa.RecordBatch]:
-    """Replay a spill file one record batch at a time (memory-mapped: the page cache holds the data)."""
-    with pa.memory_map(path) as source:
+    """Replay a spill file one record batch at a time.
+
+    Plain reads rather than a memory map: mapped pages would count in the TF process's resident memory
+    and grow with the data; read this way, memory holds one record batch at a time.
+    """
+    with pa.OSFile(path, "rb") as source:
         if source.size() == 0:
             return
-        reader = pa.ipc.open_stream(source)
-        yield from reader
+        yield from pa.ipc.open_stream(source)
 
 
 def to_numpy(batch: pa.RecordBatch, columns: Sequence[str], widths: dict[str, int]):
