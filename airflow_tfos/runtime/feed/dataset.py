@@ -166,8 +166,9 @@ def make_dataset(share: FeedShare):
     """Return a ``tf.data.Dataset`` of one epoch (``steps_per_epoch`` batches), replayed from local disk
     each time it is iterated, with tf.data's auto-sharding off (the data is already this node's own).
 
-    Python only hands over whole spilled record batches (thousands of rows at a time); splitting into rows, padding, shuffling and batching run in tf.data's C++ ops,
-    so the input pipeline costs the training loop almost nothing.
+    Python only hands over whole spilled record batches (thousands of rows at a time); splitting into
+    rows, padding, shuffling and batching run in tf.data's C++ ops, so the input pipeline costs the
+    training loop almost nothing.
     """
     import tensorflow as tf
 
