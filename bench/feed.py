@@ -19,14 +19,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import local_cluster_conf
 
 
 def _record(directory: str, ctx, record: dict) -> None:
@@ -221,23 +221,9 @@ def main() -> int:
     options = parser.parse_args()
     scale = 0.2 if options.small else 1.0
 
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    os.environ.setdefault("TFOS_SERVER_HOST", "127.0.0.1")
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
-    from pyspark import SparkConf
+    conf = local_cluster_conf("bench-feed", 2, 3072, "2g")
     from pyspark.sql import SparkSession
 
-    conf = (
-        SparkConf()
-        .setMaster("local-cluster[2,1,3072]")
-        .setAppName("bench-feed")
-        .set("spark.driver.host", "127.0.0.1")
-        .set("spark.executor.memory", "2g")
-        .set("spark.ui.enabled", "false")
-        .set("spark.ui.showConsoleProgress", "false")
-    )
     spark = SparkSession.builder.config(conf=conf).getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     try:

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
-import os
 import shutil
 import statistics
 import sys
@@ -23,7 +22,9 @@ import tempfile
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import REPO, local_cluster_conf
+
 PROGRAM = REPO / "tests" / "runtime" / "tfos_programs" / "keras_tf_mode.py"
 
 
@@ -61,22 +62,9 @@ def main() -> int:
     parser.add_argument("--nodes", type=int, default=2)
     options = parser.parse_args()
 
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    os.environ.setdefault("TFOS_SERVER_HOST", "127.0.0.1")
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
-    from pyspark import SparkConf, SparkContext
+    conf = local_cluster_conf("bench-launch", options.nodes, 1024, "768m").set("spark.python.worker.reuse", "false")
+    from pyspark import SparkContext
 
-    conf = (
-        SparkConf()
-        .setMaster(f"local-cluster[{options.nodes},1,1024]")
-        .setAppName("bench-launch")
-        .set("spark.driver.host", "127.0.0.1")
-        .set("spark.executor.memory", "768m")
-        .set("spark.ui.enabled", "false")
-        .set("spark.python.worker.reuse", "false")
-    )
     sc = SparkContext(conf=conf)
     sc.setLogLevel("ERROR")
     sc.parallelize(range(options.nodes), options.nodes).count()  # executors up before timing

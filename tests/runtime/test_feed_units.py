@@ -1,0 +1,147 @@
+"""Unit tests of the feed's pure and local parts: balancing, schema checks, spill files, DataFeed."""
+
+from __future__ import annotations
+
+import pickle
+import subprocess
+import sys
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from airflow_tfos.runtime.feed.dataset import FeedShare, iter_epoch
+from airflow_tfos.runtime.feed.plan import Feed, FeedConfigError, balance, check_schema
+from airflow_tfos.runtime.feed.rows import DataFeed, RowFeedManager
+from airflow_tfos.runtime.feed.spill import SpillWriter, read_batches, spill_rows
+
+
+class TestBalance:
+    def test_pad_gives_every_node_the_largest_nodes_steps(self):
+        plan = balance([100, 90, 64], batch_size=32, mode="pad")
+        assert plan.steps_per_epoch == 4
+        assert [s.padded for s in plan.shares] == [28, 38, 64]
+        assert "4 steps of 32 rows per epoch on every node" in plan.describe(["a", "b", "c"], 32)
+
+    def test_drop_stops_at_the_smallest_nodes_full_batches(self):
+        plan = balance([100, 90, 64], batch_size=32, mode="drop")
+        assert plan.steps_per_epoch == 2
+        assert [s.dropped for s in plan.shares] == [36, 26, 0]
+
+    def test_empty_and_starved_nodes_are_errors(self):
+        with pytest.raises(FeedConfigError, match="is empty"):
+            balance([0, 0], 8)
+        with pytest.raises(FeedConfigError, match="at least one node got none"):
+            balance([5, 0], 8)
+        with pytest.raises(FeedConfigError, match="leaves no full batch"):
+            balance([5, 9], 8, mode="drop")
+
+
+def test_schema_check_accepts_numbers_and_numeric_arrays():
+    check_schema([("x", "array<float>"), ("y", "int"), ("z", "double")], Feed(features=["x", "z"], label="y"))
+    with pytest.raises(FeedConfigError, match="decimal.*cast it to double"):
+        check_schema([("x", "decimal(10,2)")], Feed(features="x"))
+    with pytest.raises(FeedConfigError, match="is both a feature and the label"):
+        Feed(features=["x"], label="x")
+
+
+def test_spill_round_trip_and_epoch_batches(tmp_path):
+    path = str(tmp_path / "s.arrows")
+    writer = SpillWriter(path, ["x", "y"])
+    for start in (0, 7, 13):
+        n = [7, 6, 5][(0, 7, 13).index(start)]
+        xs = pa.array([[float(i), float(-i)] for i in range(start, start + n)])
+        writer.write(pa.record_batch([xs, pa.array(range(start, start + n)), pa.array(["junk"] * n)], ["x", "y", "z"]))
+    stats = writer.close()
+    assert (stats.rows, stats.widths) == (18, {"x": 2})
+    assert sum(b.num_rows for b in read_batches(path)) == 18
+    share = FeedShare(
+        "train", path, 18, steps_per_epoch=5, widths={"x": 2}, feed=Feed("x", "y", batch_size=4, shuffle=False)
+    )
+    batches = list(iter_epoch(share))
+    assert len(batches) == 5 and all(x.shape == (4, 2) and x.dtype == np.float32 for x, _ in batches)
+    labels = np.concatenate([y for _, y in batches]).tolist()
+    assert labels == [*range(18), 0, 1]  # padded with the node's own first rows
+
+
+def test_spill_writer_rejects_nulls_and_ragged_arrays(tmp_path):
+    writer = SpillWriter(str(tmp_path / "a"), ["x"])
+    with pytest.raises(FeedConfigError, match="column 'x' of the training data has null values"):
+        writer.write(pa.record_batch([pa.array([1.0, None])], ["x"]))
+    writer = SpillWriter(str(tmp_path / "b"), ["x"])
+    writer.write(pa.record_batch([pa.array([[1.0, 2.0]])], ["x"]))
+    with pytest.raises(FeedConfigError, match="rows of different lengths"):
+        writer.write(pa.record_batch([pa.array([[1.0, 2.0, 3.0]])], ["x"]))
+
+
+def make_feed(tmp_path, rows, rows_per_epoch=None, epochs=1):
+    path = str(tmp_path / "rows")
+    spill_rows(rows, path)
+    return RowFeedManager(
+        path=path,
+        rows=len(rows),
+        rows_per_epoch=rows_per_epoch or len(rows),
+        epochs=epochs,
+        progress_path=str(tmp_path / "progress"),
+        results_path=str(tmp_path / "results"),
+        feed_timeout=1.0,
+        label="worker:0",
+    )
+
+
+class TestDataFeed:
+    def test_batches_cover_every_epoch_then_stop(self, tmp_path):
+        mgr = make_feed(tmp_path, list(range(2500)), epochs=2)
+        feed = DataFeed(mgr)
+        seen = []
+        while not feed.should_stop():
+            seen.extend(feed.next_batch(1000))
+        assert seen == list(range(2500)) * 2
+
+    def test_padding_repeats_the_nodes_rows(self, tmp_path):
+        feed = DataFeed(make_feed(tmp_path, [1, 2, 3], rows_per_epoch=5))
+        assert feed.next_batch(10) == [1, 2, 3, 1, 2]
+
+    def test_input_mapping_returns_columns_in_sorted_name_order(self, tmp_path):
+        feed = DataFeed(make_feed(tmp_path, [(1, "a"), (2, "b")]), input_mapping={"b_col": "t2", "a_col": "t1"})
+        assert feed.next_batch(5) == {"t1": [1, 2], "t2": ["a", "b"]}
+
+    def test_results_and_terminate(self, tmp_path):
+        mgr = make_feed(tmp_path, list(range(10)))
+        feed = DataFeed(mgr, train_mode=False)
+        feed.batch_results([x * 2 for x in feed.next_batch(4)])
+        feed.terminate()
+        assert feed.should_stop()
+        with open(mgr.results_path, "rb") as f:
+            assert pickle.load(f) == [0, 2, 4, 6]
+        with open(mgr.progress_path) as f:
+            assert f.read() == "done"
+
+    def test_an_unread_feed_is_reported_after_feed_timeout(self, tmp_path):
+        import time
+
+        mgr = make_feed(tmp_path, list(range(10)))
+        feed = DataFeed(mgr)
+        feed.next_batch(3)
+        time.sleep(0.6)
+        feed.next_batch(0)  # reports progress 3
+        assert mgr.stalled() is None
+        time.sleep(1.2)
+        assert "read 3 of its 10 rows" in mgr.stalled()
+
+
+def test_tfrecord_dataset_reads_the_files_it_is_given(tmp_path):
+    script = f"""
+import tensorflow as tf
+from airflow_tfos.runtime.feed.files import tfrecord_dataset
+paths = []
+for i in range(2):
+    path = {str(tmp_path)!r} + f"/part-{{i}}.tfrecord"
+    with tf.io.TFRecordWriter(path) as w:
+        for j in range(3):
+            w.write(f"{{i}}-{{j}}".encode())
+    paths.append(path)
+print(sorted(r.decode() for r in tfrecord_dataset(paths).as_numpy_iterator()))
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert done.stdout.strip().splitlines()[-1] == str(sorted(f"{i}-{j}" for i in range(2) for j in range(3)))
