@@ -1,0 +1,243 @@
+"""The run directory: the only state shared by the Airflow side and the Spark side of a training run.
+
+Pure Python (no Airflow, no Spark, no TensorFlow), used by both halves. Everything in it is JSON or
+TensorFlow's own files, never pickles, and everything that a watcher may read is published
+atomically, so a sensor never sees half of anything::
+
+    <run_dir>/spec.json            what to train, with its hash
+    <run_dir>/status.json          state, application id, attempt, step, heartbeat, error
+    <run_dir>/checkpoints/         ckpt-<step>/ directories, and manifest.json naming the latest complete one
+    <run_dir>/feeds/<id>.json      a feed request; <id>.done.json once it has been served
+    <run_dir>/control/stop.json    a graceful stop request
+    <run_dir>/export/              the final SavedModel, with _SUCCESS (spec hash, step, metrics) inside
+    <run_dir>/events/              one JSON file per event, in time order
+
+A checkpoint or export is written under a temporary name inside the run directory, then renamed into
+place; only then does the manifest (or ``_SUCCESS``) name it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+import re
+import time
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+from airflow_tfos.storage import Storage, join, storage_for
+
+SPEC = "spec.json"
+STATUS = "status.json"
+CHECKPOINTS = "checkpoints"
+MANIFEST = "manifest.json"
+FEEDS = "feeds"
+STOP = "control/stop.json"
+EXPORT = "export"
+SUCCESS = "_SUCCESS"
+EVENTS = "events"
+
+#: Run states written to status.json by the driver.
+STATES = ("SUBMITTED", "STARTING", "RUNNING", "STOPPING", "SUCCEEDED", "FAILED", "STOPPED")
+TERMINAL_STATES = frozenset({"SUCCEEDED", "FAILED", "STOPPED"})
+
+_EVENT_SEQ = itertools.count()
+_FEED_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
+
+
+class RunDirError(RuntimeError):
+    """The run directory cannot be read or written as the contract says; the message says why."""
+
+
+def spec_hash(spec: dict[str, Any]) -> str:
+    """A stable hash of what a spec asks for (its canonical JSON, without its own ``spec_hash``)."""
+    body = {k: v for k, v in spec.items() if k != "spec_hash"}
+    return hashlib.sha256(json.dumps(body, sort_keys=True, separators=(",", ":")).encode()).hexdigest()[:16]
+
+
+def _dumps(value: Any) -> bytes:
+    return json.dumps(value, indent=1, sort_keys=True).encode()
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    """A published, complete checkpoint."""
+
+    path: str
+    step: int
+    epoch: int | None = None
+    time: float | None = None
+
+
+class RunDir:
+    """One training run's directory.
+
+    :param uri: a local path or a URI of a registered storage (``file://``, later ``hdfs://``...).
+    :param storage: the storage to use (default: chosen by the URI's scheme).
+    """
+
+    def __init__(self, uri: str, storage: Storage | None = None):
+        if not uri:
+            raise RunDirError("the run directory is empty: give a path or URI")
+        self.uri = uri.rstrip("/")
+        self.storage = storage or storage_for(uri)
+
+    def path(self, *parts: str) -> str:
+        return join(self.uri, *parts)
+
+    def _read_json(self, *parts: str) -> Any | None:
+        path = self.path(*parts)
+        try:
+            data = self.storage.read_bytes(path)
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            raise RunDirError(f"cannot read {path}: {exc}") from exc
+        try:
+            return json.loads(data)
+        except ValueError as exc:
+            raise RunDirError(f"{path} is not valid JSON ({exc}); it was not written by airflow-tfos") from exc
+
+    def _write_json(self, value: Any, *parts: str) -> None:
+        try:
+            self.storage.write_bytes(self.path(*parts), _dumps(value))
+        except OSError as exc:
+            raise RunDirError(f"cannot write {self.path(*parts)}: {exc}") from exc
+
+    # --- spec and status ---------------------------------------------------------------------------
+
+    def write_spec(self, spec: dict[str, Any]) -> str:
+        """Write spec.json with its hash; return the hash."""
+        digest = spec_hash(spec)
+        self._write_json({**spec, "spec_hash": digest}, SPEC)
+        return digest
+
+    def read_spec(self) -> dict[str, Any] | None:
+        return self._read_json(SPEC)
+
+    def write_status(self, state: str, **fields: Any) -> dict[str, Any]:
+        """Replace status.json: ``state`` plus the given fields, and the time as heartbeat."""
+        if state not in STATES:
+            raise ValueError(f"unknown run state {state!r}; one of {', '.join(STATES)}")
+        status = {**(self.read_status() or {}), **fields, "state": state, "heartbeat": time.time()}
+        self._write_json(status, STATUS)
+        return status
+
+    def read_status(self) -> dict[str, Any] | None:
+        return self._read_json(STATUS)
+
+    # --- checkpoints ---------------------------------------------------------------------------------
+
+    def checkpoint_staging(self, step: int) -> str:
+        """A fresh temporary directory to write the checkpoint of ``step`` into before publishing it."""
+        path = self.path(CHECKPOINTS, f".staging-ckpt-{int(step)}-{uuid.uuid4().hex[:8]}")
+        self.storage.makedirs(path)
+        return path
+
+    def publish_checkpoint(self, staging: str, step: int, *, epoch: int | None = None, keep: int = 3) -> Checkpoint:
+        """Rename a fully written checkpoint into place, then name it in the manifest; keep the last ``keep``."""
+        name = f"ckpt-{int(step)}"
+        final = self.path(CHECKPOINTS, name)
+        if self.storage.exists(final):
+            self.storage.delete(staging)  # the same step was published already (a retried save)
+        else:
+            self.storage.rename(staging, final)
+        record = {"name": name, "step": int(step), "epoch": epoch, "time": time.time()}
+        manifest = self._read_json(CHECKPOINTS, MANIFEST) or {"history": []}
+        history = [h for h in manifest["history"] if h["name"] != name] + [record]
+        history.sort(key=lambda h: h["step"])
+        manifest = {"latest": record, "history": history[-keep:] if keep > 0 else history}
+        self._write_json(manifest, CHECKPOINTS, MANIFEST)
+        for old in history[:-keep] if keep > 0 else []:
+            self.storage.delete(self.path(CHECKPOINTS, old["name"]))
+        return Checkpoint(final, int(step), epoch, record["time"])
+
+    def latest_checkpoint(self) -> Checkpoint | None:
+        """The newest complete checkpoint the manifest names (a half-written one is never named)."""
+        manifest = self._read_json(CHECKPOINTS, MANIFEST)
+        for record in reversed((manifest or {}).get("history", [])):
+            path = self.path(CHECKPOINTS, record["name"])
+            if self.storage.exists(path):
+                return Checkpoint(path, record["step"], record.get("epoch"), record.get("time"))
+        return None
+
+    def discard_staging(self) -> int:
+        """Remove checkpoints left half-written by a crash; return how many there were."""
+        names = [n for n in self.storage.listdir(self.path(CHECKPOINTS)) if n.startswith(".staging-")]
+        for name in names:
+            self.storage.delete(self.path(CHECKPOINTS, name))
+        return len(names)
+
+    # --- feeds ---------------------------------------------------------------------------------------
+
+    def request_feed(self, feed_id: str, request: dict[str, Any]) -> bool:
+        """Ask for a feed; False (and nothing written) if a request with this id exists already."""
+        if not _FEED_ID.match(feed_id):
+            raise ValueError(f"feed id {feed_id!r} must be 1-128 letters, digits, '_', '-' or '.'")
+        if self.storage.exists(self.path(FEEDS, f"{feed_id}.json")):
+            return False
+        self._write_json({**request, "feed_id": feed_id, "requested": time.time()}, FEEDS, f"{feed_id}.json")
+        return True
+
+    def pending_feeds(self) -> list[dict[str, Any]]:
+        """Requests not yet served, oldest first."""
+        names = self.storage.listdir(self.path(FEEDS))
+        done = {n[: -len(".done.json")] for n in names if n.endswith(".done.json")}
+        requests = [
+            self._read_json(FEEDS, n)
+            for n in names
+            if n.endswith(".json") and not n.endswith(".done.json") and n[: -len(".json")] not in done
+        ]
+        return sorted((r for r in requests if r), key=lambda r: (r["requested"], r["feed_id"]))
+
+    def mark_feed_done(self, feed_id: str, **result: Any) -> None:
+        self._write_json({**result, "feed_id": feed_id, "done": time.time()}, FEEDS, f"{feed_id}.done.json")
+
+    def feed_result(self, feed_id: str) -> dict[str, Any] | None:
+        return self._read_json(FEEDS, f"{feed_id}.done.json")
+
+    # --- stop ----------------------------------------------------------------------------------------
+
+    def request_stop(self, reason: str = "") -> None:
+        self._write_json({"reason": reason, "requested": time.time()}, STOP)
+
+    def stop_requested(self) -> dict[str, Any] | None:
+        return self._read_json(STOP)
+
+    # --- export --------------------------------------------------------------------------------------
+
+    def export_staging(self) -> str:
+        """A fresh temporary directory to write the SavedModel into before publishing it."""
+        path = self.path(f".staging-export-{uuid.uuid4().hex[:8]}")
+        self.storage.makedirs(path)
+        return path
+
+    def publish_export(self, staging: str, *, spec_hash: str, step: int, metrics: dict[str, Any]) -> str:
+        """Write ``_SUCCESS`` into a complete export, then rename it to ``export/`` in one step."""
+        success = {"spec_hash": spec_hash, "step": int(step), "metrics": metrics, "time": time.time()}
+        self.storage.write_bytes(join(staging, SUCCESS), _dumps(success))
+        final = self.path(EXPORT)
+        if self.storage.exists(final):
+            self.storage.delete(final)  # a re-export of an incomplete or older model
+        self.storage.rename(staging, final)
+        return final
+
+    def export_success(self) -> dict[str, Any] | None:
+        """The ``_SUCCESS`` record of a complete export, or None."""
+        return self._read_json(EXPORT, SUCCESS)
+
+    # --- events --------------------------------------------------------------------------------------
+
+    def add_event(self, kind: str, **fields: Any) -> dict[str, Any]:
+        """Record what happened (attempt, worker lost, restore, checkpoint...), one file per event."""
+        now = time.time()
+        event = {**fields, "kind": kind, "time": now}
+        name = f"{time.time_ns():020d}-{next(_EVENT_SEQ):06d}-{re.sub(r'[^A-Za-z0-9_-]', '_', kind)}.json"
+        self._write_json(event, EVENTS, name)
+        return event
+
+    def events(self, kind: str | None = None) -> list[dict[str, Any]]:
+        found = [self._read_json(EVENTS, n) for n in self.storage.listdir(self.path(EVENTS)) if n.endswith(".json")]
+        return [e for e in found if e and (kind is None or e["kind"] == kind)]

@@ -1,0 +1,144 @@
+"""The one seam through which both halves read and write files: local paths and ``file://`` URIs now.
+
+Pure Python (no Airflow, no Spark, no TensorFlow). A storage is chosen by the URI's scheme
+(:func:`storage_for`). Other schemes (``hdfs://`` and ``webhdfs://`` over WebHDFS) plug in with
+:func:`register_storage` and are then usable everywhere a path is taken: the run directory
+(:mod:`airflow_tfos.rundir`), InputMode.TENSORFLOW file shards and the readers in
+:mod:`airflow_tfos.runtime.feed.files`.
+
+Writes that others may watch are atomic: :meth:`Storage.write_bytes` writes a temporary name, then
+renames it into place, so a reader sees the old content or the new, never half of it.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import shutil
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import BinaryIO, Protocol
+
+
+@dataclass(frozen=True)
+class FileInfo:
+    """A file and its size in bytes."""
+
+    path: str
+    size: int
+
+
+class Storage(Protocol):
+    """What the runtime needs from a file system."""
+
+    def list(self, pattern: str) -> list[FileInfo]:
+        """Files matching ``pattern`` (a path, a directory's files, or a glob), sorted by path."""
+
+    def open(self, path: str, mode: str = "rb") -> BinaryIO:
+        """Open a file for reading (``rb``) or writing (``wb``)."""
+
+    def local_path(self, path: str) -> str | None:
+        """The path on this machine's file system, when there is one (TF and Arrow then read it directly)."""
+
+    def read_bytes(self, path: str) -> bytes:
+        """The file's content; FileNotFoundError if there is none."""
+
+    def write_bytes(self, path: str, data: bytes) -> None:
+        """Replace the file's content atomically (temporary name, then rename), creating parents."""
+
+    def exists(self, path: str) -> bool: ...
+
+    def makedirs(self, path: str) -> None: ...
+
+    def rename(self, src: str, dst: str) -> None:
+        """Move ``src`` to ``dst`` (which must not exist) in one step."""
+
+    def delete(self, path: str) -> None:
+        """Remove a file or a directory tree; nothing if it is not there."""
+
+    def listdir(self, path: str) -> list[str]:
+        """Names in a directory (empty if it does not exist)."""
+
+
+class LocalStorage:
+    """Local files, given as plain paths or ``file://`` URIs."""
+
+    @staticmethod
+    def _strip(path: str) -> str:
+        return path[len("file://") :] if path.startswith("file://") else path
+
+    def list(self, pattern: str) -> list[FileInfo]:
+        path = self._strip(pattern)
+        if os.path.isdir(path):
+            names = [os.path.join(path, n) for n in os.listdir(path)]
+            matches = [n for n in names if os.path.isfile(n) and not os.path.basename(n).startswith((".", "_"))]
+        else:
+            matches = [m for m in glob.glob(path) if os.path.isfile(m)]
+        return [FileInfo(m, os.path.getsize(m)) for m in sorted(matches)]
+
+    def open(self, path: str, mode: str = "rb") -> BinaryIO:
+        return open(self._strip(path), mode)
+
+    def local_path(self, path: str) -> str | None:
+        return self._strip(path)
+
+    def read_bytes(self, path: str) -> bytes:
+        with open(self._strip(path), "rb") as f:
+            return f.read()
+
+    def write_bytes(self, path: str, data: bytes) -> None:
+        target = self._strip(path)
+        os.makedirs(os.path.dirname(target) or ".", exist_ok=True)
+        tmp = f"{target}.tmp-{uuid.uuid4().hex[:8]}"
+        with open(tmp, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, target)
+
+    def exists(self, path: str) -> bool:
+        return os.path.exists(self._strip(path))
+
+    def makedirs(self, path: str) -> None:
+        os.makedirs(self._strip(path), exist_ok=True)
+
+    def rename(self, src: str, dst: str) -> None:
+        target = self._strip(dst)
+        if os.path.exists(target):
+            raise FileExistsError(f"cannot rename {src} to {dst}: the target exists")
+        os.makedirs(os.path.dirname(target) or ".", exist_ok=True)
+        os.rename(self._strip(src), target)
+
+    def delete(self, path: str) -> None:
+        target = self._strip(path)
+        if os.path.isdir(target) and not os.path.islink(target):
+            shutil.rmtree(target, ignore_errors=True)
+        elif os.path.lexists(target):
+            os.remove(target)
+
+    def listdir(self, path: str) -> list[str]:
+        target = self._strip(path)
+        return sorted(os.listdir(target)) if os.path.isdir(target) else []
+
+
+_FACTORIES: dict[str, Callable[[str], Storage]] = {"": lambda uri: LocalStorage(), "file": lambda uri: LocalStorage()}
+
+
+def register_storage(scheme: str, factory: Callable[[str], Storage]) -> None:
+    """Make URIs with ``scheme`` (e.g. ``webhdfs``) usable; ``factory(uri)`` returns their storage."""
+    _FACTORIES[scheme] = factory
+
+
+def join(base: str, *parts: str) -> str:
+    """Join path parts onto a path or URI with ``/``."""
+    return "/".join([base.rstrip("/"), *(p.strip("/") for p in parts)])
+
+
+def storage_for(uri: str) -> Storage:
+    """Return the storage for ``uri``, or raise naming the schemes that are supported."""
+    scheme = uri.split("://", 1)[0] if "://" in uri else ""
+    if scheme not in _FACTORIES:
+        known = ", ".join(f"{s}://" for s in sorted(_FACTORIES) if s) + " and plain paths"
+        raise ValueError(f"no storage for {uri!r}: supported are {known}")
+    return _FACTORIES[scheme](uri)

@@ -1,0 +1,128 @@
+"""The run directory contract, on local storage."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+from airflow_tfos.rundir import RunDir, RunDirError, spec_hash
+
+
+@pytest.fixture
+def rundir(tmp_path):
+    return RunDir(f"file://{tmp_path}/run")
+
+
+def test_spec_hash_ignores_key_order_and_its_own_field(rundir):
+    spec = {"train_fn": "pkg.mod:main", "args": {"b": 2, "a": 1}, "workers": 2}
+    digest = rundir.write_spec(spec)
+    assert digest == spec_hash({"workers": 2, "args": {"a": 1, "b": 2}, "train_fn": "pkg.mod:main"})
+    assert rundir.read_spec()["spec_hash"] == digest
+    assert spec_hash(rundir.read_spec()) == digest
+    assert spec_hash({**spec, "workers": 3}) != digest
+
+
+def test_status_keeps_earlier_fields_and_beats(rundir):
+    rundir.write_status("STARTING", application_id="app-1", attempt=0)
+    status = rundir.write_status("RUNNING", step=40)
+    assert status["application_id"] == "app-1" and status["step"] == 40 and status["state"] == "RUNNING"
+    assert status["heartbeat"] > 0
+    with pytest.raises(ValueError, match="unknown run state 'DONE'"):
+        rundir.write_status("DONE")
+
+
+def test_checkpoints_publish_keep_the_last_k_and_name_the_latest(rundir):
+    for step in (10, 20, 30, 40):
+        staging = rundir.checkpoint_staging(step)
+        with open(os.path.join(rundir.storage.local_path(staging), "data"), "w") as f:
+            f.write(str(step))
+        rundir.publish_checkpoint(staging, step, epoch=step // 20, keep=2)
+    latest = rundir.latest_checkpoint()
+    assert (latest.step, latest.epoch) == (40, 2)
+    assert sorted(rundir.storage.listdir(rundir.path("checkpoints"))) == ["ckpt-30", "ckpt-40", "manifest.json"]
+
+
+def test_a_half_written_checkpoint_is_never_used(rundir):
+    rundir.publish_checkpoint(rundir.checkpoint_staging(5), 5)
+    rundir.checkpoint_staging(9)  # a crash while writing step 9: never published
+    assert rundir.latest_checkpoint().step == 5
+    assert rundir.discard_staging() == 1
+    assert rundir.latest_checkpoint().step == 5
+
+
+def test_a_checkpoint_named_in_the_manifest_but_gone_falls_back_to_the_previous(rundir):
+    rundir.publish_checkpoint(rundir.checkpoint_staging(1), 1)
+    rundir.publish_checkpoint(rundir.checkpoint_staging(2), 2)
+    rundir.storage.delete(rundir.path("checkpoints", "ckpt-2"))
+    assert rundir.latest_checkpoint().step == 1
+
+
+def test_no_checkpoint_yet(rundir):
+    assert rundir.latest_checkpoint() is None
+
+
+def test_feed_requests_are_served_in_order_each_once(rundir):
+    assert rundir.request_feed("day-1", {"data": "/d/1", "epochs": 2})
+    assert rundir.request_feed("day-2", {"data": "/d/2", "epochs": 1})
+    assert not rundir.request_feed("day-1", {"data": "/other"})  # idempotent by id
+    assert [f["feed_id"] for f in rundir.pending_feeds()] == ["day-1", "day-2"]
+    rundir.mark_feed_done("day-1", rows=100)
+    assert [f["feed_id"] for f in rundir.pending_feeds()] == ["day-2"]
+    assert rundir.feed_result("day-1")["rows"] == 100
+    with pytest.raises(ValueError, match="feed id"):
+        rundir.request_feed("../escape", {})
+
+
+def test_stop_request(rundir):
+    assert rundir.stop_requested() is None
+    rundir.request_stop("nightly window over")
+    assert rundir.stop_requested()["reason"] == "nightly window over"
+
+
+def test_export_appears_whole_with_its_success_marker(rundir):
+    staging = rundir.export_staging()
+    with open(os.path.join(rundir.storage.local_path(staging), "saved_model.pb"), "wb") as f:
+        f.write(b"model")
+    assert rundir.export_success() is None  # nothing visible while it is being written
+    final = rundir.publish_export(staging, spec_hash="abc", step=300, metrics={"accuracy": 0.97})
+    assert rundir.storage.exists(final + "/saved_model.pb")
+    assert rundir.export_success()["spec_hash"] == "abc"
+    assert rundir.export_success()["metrics"] == {"accuracy": 0.97}
+
+
+def test_events_come_back_in_time_order(rundir):
+    rundir.add_event("attempt", attempt=0)
+    rundir.add_event("restore", step=40)
+    rundir.add_event("attempt", attempt=1)
+    assert [e["kind"] for e in rundir.events()] == ["attempt", "restore", "attempt"]
+    assert [e["attempt"] for e in rundir.events("attempt")] == [0, 1]
+
+
+def test_foreign_json_is_a_clear_error(rundir, tmp_path):
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "status.json").write_text("{not json")
+    with pytest.raises(RunDirError, match="status.json is not valid JSON"):
+        rundir.read_status()
+
+
+def test_unwritable_run_directory_is_a_clear_error(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    with pytest.raises(RunDirError, match="cannot write .*/file/run/spec.json"):
+        RunDir(str(blocker / "run")).write_spec({"a": 1})
+    with pytest.raises(RunDirError, match="cannot read .*/file/run/status.json"):
+        RunDir(str(blocker / "run")).write_status("STARTING")
+
+
+def test_everything_written_is_json(rundir):
+    rundir.write_spec({"a": 1})
+    rundir.write_status("RUNNING")
+    rundir.request_feed("f", {})
+    rundir.add_event("x")
+    root = rundir.storage.local_path(rundir.uri)
+    for folder, _, files in os.walk(root):
+        for name in files:
+            with open(os.path.join(folder, name)) as f:
+                json.load(f)
