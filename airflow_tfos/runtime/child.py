@@ -25,6 +25,19 @@ ERROR = "error.json"
 
 log = logging.getLogger("airflow_tfos.node")
 
+#: Exceptions a node sees when a peer dies or the network fails: a new TF cluster may get past them.
+RETRYABLE = frozenset(
+    {
+        "UnavailableError",
+        "AbortedError",
+        "DeadlineExceededError",
+        "CancelledError",
+        "ConnectionError",
+        "ConnectionResetError",
+        "BrokenPipeError",
+    }
+)
+
 
 def _watch_parent(parent_pid: int) -> None:
     """Exit if the Spark task that started this process goes away (backs up PR_SET_PDEATHSIG)."""
@@ -37,6 +50,7 @@ def _watch_parent(parent_pid: int) -> None:
 def _write_error(node_dir: Path, exc: BaseException, reason: str | None = None) -> None:
     record = {
         "type": type(exc).__name__,
+        "retryable": type(exc).__name__ in RETRYABLE,
         "reason": reason or f"{type(exc).__name__}: {exc}",
         "traceback": "".join(traceback.format_exception(exc)),
     }

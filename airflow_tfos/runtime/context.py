@@ -30,7 +30,7 @@ class NodeContext:
     :param run_dir: the run's directory (URI or local path), or None when the run has none.
     :param working_dir: the executor's working directory when the node started.
     :param default_fs: Hadoop's ``fs.defaultFS`` of the Spark application.
-    :param attempt: the Spark task's attempt number (0 on the first try).
+    :param attempt: the run's attempt: 0 on the first TF cluster, then 1, 2... after each recovery.
     :param gpus: GPU addresses Spark assigned to this node (also in CUDA_VISIBLE_DEVICES).
     :param tensorboard_url: where TensorBoard serves this run, when this node started it.
     :param log_dir: TensorBoard's log directory.

@@ -52,6 +52,8 @@ class NodeFailure:
     :param traceback: the node's Python traceback, or the tail of its stderr.
     :param kind: ``node`` (the node's program or process failed) or ``input`` (its data was rejected
         before training started).
+    :param retryable: whether a fresh TF cluster may get past it (a process killed, a lost peer), as
+        opposed to an error in the program that would only happen again.
     """
 
     job_name: str
@@ -61,6 +63,7 @@ class NodeFailure:
     reason: str
     traceback: str = ""
     kind: str = "node"
+    retryable: bool = False
 
     def encode(self) -> str:
         """Return the text a node raises so that the driver can decode it."""

@@ -12,6 +12,7 @@ or, to do something while it trains::
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import threading
@@ -20,6 +21,7 @@ import uuid
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from airflow_tfos.rundir import RunDir, RunDirError
 from airflow_tfos.runtime.checks import check_cluster, snapshot_resources
 from airflow_tfos.runtime.cluster import KERAS_MODES, ClusterConfigError, decider_ids, plan_roles
 from airflow_tfos.runtime.errors import (
@@ -68,6 +70,10 @@ class TFClusterRun:
     :param feed: how the DataFrame's columns become batches (:class:`~airflow_tfos.runtime.feed.Feed`).
     :param validation_data: a second DataFrame, fed beside ``data`` as the validation set.
     :param row_feed: how an RDD's rows are fed to TFoS programs (``DataFeed``).
+    :param max_attempts: how many TF clusters to try in all. When a node process or an executor dies,
+        or a node fails for a reason a fresh cluster may get past (a lost peer), the whole barrier stage
+        runs again with fresh ports and TF_CONFIG, and the nodes resume from the latest checkpoint
+        (:mod:`airflow_tfos.runtime.checkpoint`). An error in the program itself is not retried.
     """
 
     def __init__(
@@ -93,6 +99,7 @@ class TFClusterRun:
         feed: Feed | None = None,
         validation_data: Any = None,
         row_feed: RowFeed | None = None,
+        max_attempts: int = 3,
     ):
         if not callable(main_fun):
             raise TypeError(f"main_fun must be callable, got {type(main_fun).__name__}")
@@ -115,6 +122,9 @@ class TFClusterRun:
         self.env = dict(env or {})
         self.slot_wait_secs = slot_wait_secs
         self.set_tf_config = set_tf_config
+        if max_attempts < 1:
+            raise ClusterConfigError(f"max_attempts must be at least 1, got {max_attempts}")
+        self.max_attempts = max_attempts
         self.data, self.feed, self.validation_data, self.row_feed = data, feed, validation_data, row_feed
         _check_data_args(data, feed, validation_data, row_feed)
         self.run_id = uuid.uuid4().hex[:12]
@@ -183,12 +193,42 @@ class TFClusterRun:
         )
 
     def _collect(self, job: NodeJob) -> None:
-        sc = self.sc
+        self.sc.setJobGroup(self.job_group, f"airflow-tfos TF cluster {self.run_id}", interruptOnCancel=True)
+        for attempt in range(self.max_attempts):
+            self._event("attempt", attempt=attempt)
+            try:
+                self._outcome = self._stage(dataclasses.replace(job, attempt=attempt))
+                return
+            except BaseException as exc:  # re-raised on the caller's thread by wait()
+                self._error = exc
+                last = attempt + 1 >= self.max_attempts
+                if self._cancelled or not _retryable(exc):
+                    return
+                reason = str(self._translate(exc)).splitlines()[0][:500]
+                self._event("attempt_failed", attempt=attempt, reason=reason, retrying=not last)
+                if last:
+                    log.error("TF cluster %s: attempt %d failed, no attempts left: %s", self.run_id, attempt, reason)
+                    return
+                # A lost executor comes back after some seconds; wait for its slot rather than let the
+                # next barrier stage sit in Spark's own slot check.
+                snapshot_resources(self.sc, wanted_slots=self.num_nodes, wait_seconds=self.slot_wait_secs)
+                log.warning(
+                    "TF cluster %s: attempt %d failed (%s); starting a fresh TF cluster (attempt %d of %d)",
+                    self.run_id,
+                    attempt,
+                    reason,
+                    attempt + 2,
+                    self.max_attempts,
+                )
+                self._error = None
+
+    def _event(self, kind: str, **fields: Any) -> None:
+        if not self.run_dir:
+            return
         try:
-            sc.setJobGroup(self.job_group, f"airflow-tfos TF cluster {self.run_id}", interruptOnCancel=True)
-            self._outcome = self._stage(job)
-        except BaseException as exc:
-            self._error = exc
+            RunDir(self.run_dir).add_event(kind, run_id=self.run_id, **fields)
+        except (RunDirError, ValueError) as exc:
+            log.warning("cannot record %s in %s: %s", kind, self.run_dir, exc)
 
     def _stage(self, job: NodeJob) -> list[tuple[int, bytes, str]]:
         if self.feed is not None:
@@ -287,6 +327,16 @@ class TFClusterRun:
         self.sc.cancelJobGroup(self.job_group)
         if self._thread is not None:
             self._thread.join(30)
+
+
+def _retryable(error: BaseException) -> bool:
+    """Whether a fresh TF cluster may get past ``error``: infrastructure, not the program or its input."""
+    if isinstance(error, (FeedConfigError, ClusterConfigError, KeyboardInterrupt)):
+        return False
+    failure = decode_node_failure(error)
+    if failure is None:
+        return True  # an executor lost, a task killed: Spark's own failure, not the program's
+    return failure.kind == "node" and failure.retryable
 
 
 def _check_data_args(data: Any, feed: Feed | None, validation_data: Any, row_feed: RowFeed | None) -> None:

@@ -66,6 +66,7 @@ class NodeJob:
     :param feed: InputMode.SPARK from a DataFrame: the partition holds Arrow batches to spill and feed.
     :param with_validation: the partition also holds validation rows (tagged by a split column).
     :param row_feed: InputMode.SPARK from an RDD (TFoS's DataFeed): the partition holds Python rows.
+    :param attempt: which attempt of the run this is (0 first; a new barrier stage each time).
     """
 
     run_id: str
@@ -85,6 +86,7 @@ class NodeJob:
     feed: Feed | None = None
     with_validation: bool = False
     row_feed: RowFeed | None = None
+    attempt: int = 0
 
 
 class _Released(Exception):
@@ -167,7 +169,7 @@ def _run_node(job: NodeJob, task, role: NodeRole, host: str, node_dir: Path, par
         run_dir=job.run_dir,
         working_dir=job.working_dir,
         default_fs=job.default_fs,
-        attempt=task.attemptNumber(),
+        attempt=job.attempt,
         gpus=env.get("CUDA_VISIBLE_DEVICES", "").split(",") if env.get("CUDA_VISIBLE_DEVICES") else [],
         tensorboard_url=tb_url,
         log_dir=job.log_dir,
@@ -343,12 +345,13 @@ def _failure(role: NodeRole, host: str, node_dir: Path, proc: ChildProcess, code
     error_file = node_dir / child_files.ERROR
     if error_file.exists():
         record = json.loads(error_file.read_text())
-        reason, trace = record["reason"], record["traceback"]
+        reason, trace, retryable = record["reason"], record["traceback"], record.get("retryable", False)
     else:
         reason = describe_exit(code)
         tail = proc.stderr_tail()
         trace = f"last lines of its stderr:\n{tail}" if tail else ""
-    return NodeFailure(role.job_name, role.task_index, role.executor_id, host, reason, trace)
+        retryable = True  # killed or crashed without a Python error: a fresh cluster may well succeed
+    return NodeFailure(role.job_name, role.task_index, role.executor_id, host, reason, trace, retryable=retryable)
 
 
 def _free_port() -> int:

@@ -3,7 +3,7 @@
     python -m tests.runtime.driver_script <scenario> <run_dir>
 
 Scenarios: ``sleep`` (runs until interrupted), ``gpu`` (a local cluster whose workers discover a
-stub GPU through a discovery script).
+stub GPU through a discovery script), ``recover`` (checkpointed training that a test disturbs).
 """
 
 from __future__ import annotations
@@ -46,6 +46,10 @@ def main(scenario: str, run_dir: str) -> int:
             tf_run = TFClusterRun(sc, programs.sleep_forever, num_nodes=2, run_dir=run_dir).start()
             print(f"RUN_ID {tf_run.run_id}", flush=True)
             tf_run.wait()
+        elif scenario == "recover":
+            args = {"steps_per_epoch": 20, "epochs": 3, "every": 5, "sleep": 0.25}
+            tf_run = TFClusterRun(sc, programs.recoverable_training, args, num_nodes=2, run_dir=run_dir, max_attempts=3)
+            print("RESULT " + json.dumps(tf_run.start().wait(600)), flush=True)
         elif scenario == "gpu":
             result = TFClusterRun(sc, programs.report_context, num_nodes=2, gpus_per_node=1, run_dir=run_dir)
             print("RESULT " + json.dumps(result.start().wait()), flush=True)

@@ -272,3 +272,48 @@ def tf_mode_files(args, ctx):
     record = {"files": files, "rows": rows, "ids": ids}
     _write(ctx, "files", record)
     return record
+
+
+def recoverable_training(args, ctx):
+    """MWMS Keras training with checkpoints every args['every'] steps, resumable after a lost node.
+
+    Each node records its progress (global step, attempt, pid) after every step, and sleeps a little so
+    that a test can kill something mid-training.
+    """
+    import numpy as np
+    import tensorflow as tf
+
+    from airflow_tfos.runtime.checkpoint import RunCheckpointer, fit_resumable
+
+    strategy = tf.distribute.MultiWorkerMirroredStrategy()
+    steps, batch = args["steps_per_epoch"], 8
+    rng = np.random.default_rng(ctx.training_rank)
+    x = rng.normal(size=(steps * batch, 4)).astype("float32")
+    y = (x @ np.array([[1.0], [-2.0], [0.5], [3.0]], dtype="float32")).astype("float32")
+    options = tf.data.Options()
+    options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.OFF
+    dataset = tf.data.Dataset.from_tensor_slices((x, y)).batch(batch, drop_remainder=True).with_options(options)
+    with strategy.scope():
+        model = tf.keras.Sequential([tf.keras.Input(shape=(4,)), tf.keras.layers.Dense(1)])
+        model.compile(optimizer=tf.keras.optimizers.SGD(0.01), loss="mse")
+    checkpointer = RunCheckpointer(ctx, model=model, every_steps=args["every"])
+    progress = Path(ctx.run_dir) / f"progress-{ctx.job_name}-{ctx.task_index}.json"
+
+    class Progress(tf.keras.callbacks.Callback):
+        def on_train_batch_end(self, batch_index, logs=None):
+            record = {"step": checkpointer.step, "attempt": ctx.attempt, "pid": os.getpid(), "time": time.time()}
+            tmp = progress.with_suffix(".tmp")
+            tmp.write_text(json.dumps(record))
+            tmp.replace(progress)
+            time.sleep(args.get("sleep", 0.2))
+
+    fit_resumable(
+        model,
+        dataset,
+        epochs=args["epochs"],
+        steps_per_epoch=steps,
+        checkpointer=checkpointer,
+        callbacks=[Progress()],
+        verbose=0,
+    )
+    return {"step": checkpointer.step, "attempt": ctx.attempt}

@@ -168,7 +168,7 @@ def test_evaluator_node_runs_until_training_is_done_then_stops(sc, tmp_path):
 
 
 def test_a_node_killed_by_a_signal_is_reported_with_its_stderr(sc):
-    tf_run = TFClusterRun(sc, programs.die_by_signal, num_nodes=2).start()
+    tf_run = TFClusterRun(sc, programs.die_by_signal, num_nodes=2, max_attempts=1).start()
     with pytest.raises(NodeFailedError) as info:
         tf_run.wait(120)
     message = str(info.value)

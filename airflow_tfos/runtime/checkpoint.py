@@ -1,0 +1,145 @@
+"""Checkpoints published to the run directory, and training that resumes from them.
+
+Follows TensorFlow's multi-worker rules: every worker takes part in each save (a collective under
+MultiWorkerMirroredStrategy), the chief writes the real checkpoint and the others write to a
+throw-away directory. The chief writes under a temporary name, renames it into place, then names it
+in the manifest (:mod:`airflow_tfos.rundir`), so a crash mid-save leaves the previous checkpoint in
+charge. On every start of a TF cluster, :meth:`RunCheckpointer.restore` loads the latest one: weights,
+optimizer state, and the global step (hence the epoch and the position within it).
+
+    ckpt = RunCheckpointer(ctx, model=model, every_steps=50)
+    fit_resumable(model, ctx.dataset(), epochs=10, steps_per_epoch=ctx.steps_per_epoch, checkpointer=ckpt)
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import tempfile
+import time
+from typing import Any
+
+from airflow_tfos.rundir import RunDir
+
+log = logging.getLogger(__name__)
+
+
+class RunCheckpointer:
+    """Save and restore one training run's state in its run directory.
+
+    :param ctx: the node's context (its ``run_dir`` must be set).
+    :param model: the Keras model; its optimizer is saved with it (``model.optimizer``).
+    :param every_steps: save every this many global steps (the optimizer's iteration count).
+    :param keep: how many checkpoints to keep.
+    :param trackables: more objects to save with the model (e.g. a custom loop's optimizer).
+    """
+
+    def __init__(self, ctx, *, model, every_steps: int = 100, keep: int = 3, **trackables: Any):
+        import tensorflow as tf
+
+        if not ctx.run_dir:
+            raise ValueError("checkpoints go to the run directory: pass run_dir= to run() (or TFClusterRun)")
+        if every_steps < 1:
+            raise ValueError(f"every_steps must be at least 1, got {every_steps}")
+        self.ctx = ctx
+        self.model = model
+        self.every_steps = every_steps
+        self.keep = keep
+        self.rundir = RunDir(ctx.run_dir)
+        self._checkpoint = tf.train.Checkpoint(model=model, optimizer=model.optimizer, **trackables)
+        self.last_saved = -1
+
+    @property
+    def step(self) -> int:
+        """The global step: how many optimizer updates the model has had."""
+        return int(self.model.optimizer.iterations.numpy())
+
+    def restore(self) -> int:
+        """Load the latest published checkpoint, if any; return the step it was taken at (0 if none)."""
+        if self.ctx.is_chief:
+            dropped = self.rundir.discard_staging()
+            if dropped:
+                log.warning("dropped %d checkpoint(s) left half-written by a crash", dropped)
+        latest = self.rundir.latest_checkpoint()
+        if latest is None:
+            return 0
+        local = self.rundir.storage.local_path(latest.path)
+        self._checkpoint.read(os.path.join(local, "ckpt")).assert_existing_objects_matched()
+        self.last_saved = latest.step
+        if self.ctx.is_chief:
+            self.rundir.add_event("restore", step=latest.step, attempt=self.ctx.attempt, checkpoint=latest.path)
+        log.info("restored checkpoint of step %d from %s", latest.step, latest.path)
+        return latest.step
+
+    def save(self, epoch: int | None = None) -> None:
+        """Save now (every worker must call this at the same step); the chief publishes its copy."""
+        step = self.step
+        if step == self.last_saved:
+            return
+        started = time.monotonic()
+        if self.ctx.is_chief:
+            staging = self.rundir.checkpoint_staging(step)
+            self._checkpoint.write(os.path.join(self.rundir.storage.local_path(staging), "ckpt"))
+            published = self.rundir.publish_checkpoint(staging, step, epoch=epoch, keep=self.keep)
+            self.rundir.add_event(
+                "checkpoint", step=step, epoch=epoch, seconds=round(time.monotonic() - started, 3), path=published.path
+            )
+        else:
+            scratch = tempfile.mkdtemp(prefix="airflow-tfos-ckpt-")
+            try:
+                self._checkpoint.write(os.path.join(scratch, "ckpt"))
+            finally:
+                shutil.rmtree(scratch, ignore_errors=True)
+        self.last_saved = step
+
+    def maybe_save(self, epoch: int | None = None) -> None:
+        if self.step % self.every_steps == 0:
+            self.save(epoch)
+
+    def keras_callback(self, steps_per_epoch: int):
+        """A Keras callback saving every ``every_steps`` steps and at the end of training."""
+        import tensorflow as tf
+
+        checkpointer = self
+
+        class _Save(tf.keras.callbacks.Callback):
+            def on_train_batch_end(self, batch, logs=None):
+                checkpointer.maybe_save(epoch=checkpointer.step // steps_per_epoch)
+
+            def on_train_end(self, logs=None):
+                checkpointer.save(epoch=checkpointer.step // steps_per_epoch)
+
+        return _Save()
+
+
+def fit_resumable(model, dataset, *, epochs: int, steps_per_epoch: int, checkpointer: RunCheckpointer, **fit_kwargs):
+    """``model.fit`` that restores the latest checkpoint first and carries on from its exact step.
+
+    ``dataset`` must yield one epoch of ``steps_per_epoch`` batches per iteration (``ctx.dataset()``
+    does). A run restored mid-epoch first finishes that epoch, skipping the batches already trained
+    on, then runs the remaining epochs. Returns the histories of the fits it ran.
+    """
+    start = checkpointer.restore()
+    epoch, done_in_epoch = divmod(start, steps_per_epoch)
+    callbacks = [*fit_kwargs.pop("callbacks", []), checkpointer.keras_callback(steps_per_epoch)]
+    histories = []
+    if epoch < epochs and done_in_epoch:
+        rest = steps_per_epoch - done_in_epoch
+        log.info("resuming at step %d: epoch %d, %d of its steps left", start, epoch, rest)
+        histories.append(
+            model.fit(dataset.skip(done_in_epoch), epochs=1, steps_per_epoch=rest, callbacks=callbacks, **fit_kwargs)
+        )
+        epoch += 1
+    if epoch < epochs:
+        histories.append(
+            model.fit(
+                dataset,
+                initial_epoch=epoch,
+                epochs=epochs,
+                steps_per_epoch=steps_per_epoch,
+                callbacks=callbacks,
+                **fit_kwargs,
+            )
+        )
+    return histories
