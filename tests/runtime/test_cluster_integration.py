@@ -176,3 +176,25 @@ def test_a_node_killed_by_a_signal_is_reported_with_its_stderr(sc):
     assert "process killed by SIGKILL" in message
     assert "chief about to be killed" in message
     assert_no_node_processes(tf_run.run_id)
+
+
+def test_when_attempts_are_spent_the_run_fails_with_the_last_error(sc, tmp_path):
+    tf_run = TFClusterRun(sc, programs.die_by_signal, num_nodes=2, max_attempts=2, run_dir=str(tmp_path)).start()
+    with pytest.raises(NodeFailedError, match="process killed by SIGKILL"):
+        tf_run.wait(300)
+    from airflow_tfos.rundir import RunDir
+
+    failed = RunDir(str(tmp_path)).events("attempt_failed")
+    assert [(e["attempt"], e["retrying"]) for e in failed] == [(0, True), (1, False)]
+    assert_no_node_processes(tf_run.run_id)
+
+
+def test_an_error_in_the_program_is_not_retried(sc, tmp_path):
+    tf_run = TFClusterRun(
+        sc, programs.fail_on, {"job": "chief", "index": 0}, num_nodes=2, max_attempts=3, run_dir=str(tmp_path)
+    ).start()
+    with pytest.raises(NodeFailedError, match="ValueError: boom"):
+        tf_run.wait(300)
+    from airflow_tfos.rundir import RunDir
+
+    assert len(RunDir(str(tmp_path)).events("attempt")) == 1

@@ -1,0 +1,79 @@
+"""Recovery: kill a TF worker mid-training and time how long until training steps resume.
+
+    python bench/recovery.py [--target process|executor]
+
+Runs the checkpointed MWMS training of tests/runtime (2 workers, 60 steps, a checkpoint every 5) as
+its own Spark driver on a local cluster, kills worker 0's TF process (or its whole executor JVM) at
+step 22 or later, and prints the seconds from the kill until the new TF cluster's first step, the
+steps trained again, and the final step.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import REPO
+
+sys.path.insert(0, str(REPO))
+from airflow_tfos.rundir import RunDir
+from tests.runtime.test_driver_process import start_driver
+from tests.runtime.test_recovery import executor_jvm_of, wait_for_progress
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--target", choices=["process", "executor"], default="process")
+    options = parser.parse_args()
+    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    run_dir = Path(tempfile.mkdtemp(prefix="bench-recovery-"))
+    driver = start_driver("recover", run_dir)
+    try:
+        record = wait_for_progress(run_dir, "worker-0", min_step=22)
+        killed_at = time.time()
+        if options.target == "process":
+            os.kill(record["pid"], signal.SIGKILL)
+        else:
+            executor_jvm_of(record["pid"]).kill()
+        step_at_kill = json.loads((run_dir / "progress-worker-0.json").read_text())["step"]
+        resumed_at = None
+        while driver.poll() is None and resumed_at is None:
+            for path in run_dir.glob("progress-*.json"):
+                try:
+                    progress = json.loads(path.read_text())
+                except ValueError:
+                    continue
+                if progress["attempt"] >= 1:
+                    resumed_at = progress["time"]
+            time.sleep(0.05)
+        out, err = driver.communicate(timeout=600)
+    finally:
+        if driver.poll() is None:
+            driver.kill()
+    if driver.returncode != 0:
+        print(err[-3000:])
+        return 1
+    result = json.loads(next(line for line in out.splitlines() if line.startswith("RESULT "))[7:])
+    restored = RunDir(str(run_dir)).events("restore")[0]["step"]
+    print(
+        f"recovery[{options.target}] seconds from kill to the first step of the new TF cluster: "
+        f"{resumed_at - killed_at:.1f}"
+    )
+    print(
+        f"recovery[{options.target}] steps trained again: {step_at_kill - restored} "
+        f"(killed at step {step_at_kill}, restored step {restored}, checkpoint every 5 steps)"
+    )
+    print(f"recovery[{options.target}] final step: {result['step']} of 60 planned, attempt {result['attempt']}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
