@@ -143,3 +143,38 @@ def fit_resumable(model, dataset, *, epochs: int, steps_per_epoch: int, checkpoi
             )
         )
     return histories
+
+
+def export_model(ctx, model, *, metrics: dict[str, Any] | None = None, step: int | None = None) -> str | None:
+    """Export ``model`` as a SavedModel to the run directory's ``export/``, with ``_SUCCESS``.
+
+    Every worker must call it (saving may be collective); the chief's copy is published, atomically:
+    written under a temporary name, ``_SUCCESS`` (spec hash, step, metrics) added, then renamed into
+    place. Returns the export's path on the chief, None elsewhere.
+    """
+    rundir = RunDir(ctx.run_dir) if ctx.run_dir else None
+    if rundir is None:
+        raise ValueError("export_model writes to the run directory: pass run_dir= to run()")
+    if step is None:
+        step = int(model.optimizer.iterations.numpy()) if getattr(model, "optimizer", None) is not None else 0
+    if not ctx.is_chief:
+        scratch = tempfile.mkdtemp(prefix="airflow-tfos-export-")
+        try:
+            _save_model(model, scratch)
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)
+        return None
+    staging = rundir.export_staging()
+    _save_model(model, rundir.storage.local_path(staging))
+    path = rundir.publish_export(
+        staging, spec_hash=os.environ.get("AIRFLOW_TFOS_SPEC_HASH", ""), step=step, metrics=dict(metrics or {})
+    )
+    rundir.add_event("export", step=step, path=path, metrics=dict(metrics or {}))
+    return path
+
+
+def _save_model(model, path: str) -> None:
+    if os.environ.get("TF_USE_LEGACY_KERAS") == "1" or not hasattr(model, "export"):
+        model.save(path, save_format="tf")
+    else:
+        model.export(path)

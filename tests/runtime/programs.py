@@ -283,7 +283,7 @@ def recoverable_training(args, ctx):
     import numpy as np
     import tensorflow as tf
 
-    from airflow_tfos.runtime.checkpoint import RunCheckpointer, fit_resumable
+    from airflow_tfos.runtime.checkpoint import RunCheckpointer, export_model, fit_resumable
 
     strategy = tf.distribute.MultiWorkerMirroredStrategy()
     steps, batch = args["steps_per_epoch"], 8
@@ -307,7 +307,7 @@ def recoverable_training(args, ctx):
             tmp.replace(progress)
             time.sleep(args.get("sleep", 0.2))
 
-    fit_resumable(
+    histories = fit_resumable(
         model,
         dataset,
         epochs=args["epochs"],
@@ -316,4 +316,6 @@ def recoverable_training(args, ctx):
         callbacks=[Progress()],
         verbose=0,
     )
+    loss = histories[-1].history["loss"][-1] if histories else None
+    export_model(ctx, model, metrics={"loss": loss})
     return {"step": checkpointer.step, "attempt": ctx.attempt}

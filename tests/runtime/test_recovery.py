@@ -70,6 +70,9 @@ def assert_recovered(step_at_kill: int, result: dict, rundir: RunDir) -> None:
     failed = rundir.events("attempt_failed")
     assert failed and failed[0]["retrying"]
     assert [e["attempt"] for e in rundir.events("attempt")][:2] == [0, 1]
+    success = rundir.export_success()  # the chief exported after the recovery, atomically
+    assert success["step"] == PLANNED_STEPS
+    assert rundir.storage.exists(rundir.path("export", "saved_model.pb"))
 
 
 def test_killing_a_tf_worker_process_mid_training_recovers_from_the_checkpoint(tmp_path):
