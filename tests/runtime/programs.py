@@ -319,3 +319,35 @@ def recoverable_training(args, ctx):
     loss = histories[-1].history["loss"][-1] if histories else None
     export_model(ctx, model, metrics={"loss": loss})
     return {"step": checkpointer.step, "attempt": ctx.attempt}
+
+
+def spec_training(args, ctx):
+    """What a spec's train_fn looks like: fed data, checkpoints, resume, export."""
+    import tensorflow as tf
+
+    from airflow_tfos.runtime.checkpoint import RunCheckpointer, export_model, fit_resumable
+
+    strategy = tf.distribute.MultiWorkerMirroredStrategy()
+    with strategy.scope():
+        model = tf.keras.Sequential([tf.keras.Input(shape=(2,)), tf.keras.layers.Dense(1)])
+        model.compile(optimizer=tf.keras.optimizers.SGD(0.05), loss="mse")
+    checkpointer = RunCheckpointer(ctx, model=model, every_steps=args.get("every", 5))
+    progress = Path(ctx.run_dir) / f"progress-{ctx.job_name}-{ctx.task_index}.json"
+
+    class Slow(tf.keras.callbacks.Callback):
+        def on_train_batch_end(self, batch_index, logs=None):
+            progress.write_text(json.dumps({"step": checkpointer.step}))
+            time.sleep(args.get("sleep", 0))
+
+    histories = fit_resumable(
+        model,
+        ctx.dataset(),
+        epochs=args.get("epochs", 2),
+        steps_per_epoch=ctx.steps_per_epoch,
+        checkpointer=checkpointer,
+        callbacks=[Slow()],
+        verbose=0,
+    )
+    loss = histories[-1].history["loss"][-1] if histories else None
+    export_model(ctx, model, metrics={"loss": loss})
+    return {"step": checkpointer.step, "loss": loss}

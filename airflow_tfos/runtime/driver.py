@@ -1,0 +1,220 @@
+"""The Spark driver's entrypoint: ``python -m airflow_tfos.runtime.driver --run-dir URI``.
+
+What spark-submit runs (on YARN in cluster mode, or locally). It reads ``spec.json`` from the run
+directory, builds the input, runs the TF cluster (with automatic recovery), then serves the feed
+requests found in ``feeds/``, in order, each once. It keeps ``status.json`` current (state, application
+id, attempt, latest checkpoint step, heartbeat), honours a stop request (waits for the next checkpoint,
+at most ``stop_grace_secs``, then stops the cluster), and exits non-zero on failure:
+
+- 0: trained (or already exported for this spec, or stopped on request);
+- 1: training failed (the error is in status.json and on stderr; checkpoints are kept);
+- 2: the spec, the training function or the input cannot be used.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+import threading
+import time
+from typing import Any
+
+from airflow_tfos.rundir import RunDir, RunDirError, spec_hash
+from airflow_tfos.runtime.errors import RunCancelledError, TFoSRuntimeError
+from airflow_tfos.runtime.feed.plan import Feed, FeedConfigError
+from airflow_tfos.runtime.launcher import TFClusterRun
+from airflow_tfos.runtime.spec import RunSpec, SpecError, import_callable, parse_spec
+
+log = logging.getLogger("airflow_tfos.driver")
+
+EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT = 0, 1, 2
+
+
+def build_input(spark, data: dict[str, Any], what: str = "data"):
+    """Return the DataFrame a spec's ``data`` (or ``validation_data``) names."""
+    fmt, options = data["format"], dict(data.get("options") or {})
+    try:
+        if fmt == "table":
+            return spark.table(data["table"])
+        if fmt == "parquet":
+            return spark.read.options(**options).parquet(data["path"])
+        if fmt == "csv":
+            return spark.read.options(**{"header": True, "inferSchema": True, **options}).csv(data["path"])
+        if fmt == "function":
+            frame = import_callable(data["function"], f"{what}.function")(spark, **options)
+            if not hasattr(frame, "mapInArrow"):
+                raise SpecError(f"{what}.function {data['function']!r} must return a DataFrame")
+            return frame
+    except SpecError:
+        raise
+    except Exception as exc:
+        where = data.get("path") or data.get("table") or data.get("function")
+        raise SpecError(f"cannot read {what} {where!r}: {str(exc).splitlines()[0]}") from exc
+    raise SpecError(f"{what} with format {fmt!r} is read by the TF nodes themselves: use input_mode TENSORFLOW")
+
+
+class _Watch(threading.Thread):
+    """Beats status.json and turns a stop request into a stop at the next checkpoint (or the grace)."""
+
+    def __init__(self, rundir: RunDir, spec: RunSpec, base: dict[str, Any], interval: float):
+        super().__init__(name="airflow-tfos-status", daemon=True)
+        self.rundir, self.spec, self.base, self.interval = rundir, spec, base, interval
+        self.tf_run: TFClusterRun | None = None
+        self.stopping = threading.Event()
+        self.finished = threading.Event()
+        self._stop_seen: tuple[float, int] | None = None
+
+    def step(self) -> int:
+        latest = self.rundir.latest_checkpoint()
+        return latest.step if latest else 0
+
+    def run(self) -> None:
+        while not self.finished.wait(self.interval):
+            try:
+                self.beat()
+            except RunDirError as exc:
+                log.warning("cannot update status: %s", exc)
+
+    def beat(self) -> None:
+        step = self.step()
+        if self._stop_seen is None and self.rundir.stop_requested():
+            self._stop_seen = (time.monotonic(), step)
+            self.stopping.set()
+            log.info("stop requested: stopping after the next checkpoint (at most %.0f s)", self.spec.stop_grace_secs)
+        if self._stop_seen is not None:
+            since, at_step = self._stop_seen
+            due = step > at_step or time.monotonic() - since >= self.spec.stop_grace_secs
+            if due and self.tf_run is not None and not self.tf_run.done():
+                log.info("stopping the TF cluster at checkpoint step %d", step)
+                self.tf_run.cancel()
+            self.rundir.write_status("STOPPING", **self.base, step=step)
+            return
+        self.rundir.write_status("RUNNING", **self.base, step=step)
+
+
+def _fail(rundir: RunDir | None, message: str, code: int, **fields: Any) -> int:
+    log.error("%s", message)
+    sys.stderr.write(f"airflow-tfos driver: {message}\n")
+    if rundir is not None:
+        try:
+            rundir.write_status("FAILED", error=message, **fields)
+            rundir.add_event("failed", error=message)
+        except RunDirError as exc:
+            sys.stderr.write(f"airflow-tfos driver: cannot record the failure either: {exc}\n")
+    return code
+
+
+def _run_once(spark, spec: RunSpec, rundir: RunDir, train_fn, args, data, watch: _Watch, digest: str):
+    frame = build_input(spark, data, "data") if data and spec.input_mode == "SPARK" else None
+    validation = build_input(spark, spec.validation_data, "validation_data") if spec.validation_data else None
+    if data and spec.input_mode == "TENSORFLOW" and isinstance(args, dict | None):
+        args = {**(args or {}), "data": data}
+    tf_run = TFClusterRun(
+        spark.sparkContext,
+        train_fn,
+        args,
+        num_nodes=spec.num_nodes,
+        num_ps=spec.num_ps,
+        master_node=spec.master_node,
+        eval_node=spec.eval_node,
+        run_dir=rundir.uri,
+        timeout=spec.timeout,
+        gpus_per_node=spec.gpus_per_node,
+        keras=spec.keras,
+        env={**spec.env, "AIRFLOW_TFOS_SPEC_HASH": digest},
+        data=frame,
+        feed=Feed(**spec.feed) if frame is not None else None,
+        validation_data=validation,
+        max_attempts=spec.max_attempts,
+    )
+    watch.tf_run = tf_run
+    return tf_run.start().wait()
+
+
+def run_driver(
+    run_dir: str, *, master: str | None = None, conf: dict[str, str] | None = None, heartbeat_secs: float = 10.0
+) -> int:
+    """Run the spec in ``run_dir``; return the exit code (see the module's docstring)."""
+    try:
+        rundir = RunDir(run_dir)
+        raw = rundir.read_spec()
+    except (RunDirError, ValueError) as exc:
+        return _fail(None, f"cannot read the run directory {run_dir}: {exc}", EXIT_BAD_INPUT)
+    if raw is None:
+        return _fail(rundir, f"no spec.json in {run_dir}: write the spec first", EXIT_BAD_INPUT)
+    try:
+        spec = parse_spec(raw)
+        digest = spec.spec_hash or spec_hash(raw)
+        done = rundir.export_success()
+        if done and done.get("spec_hash") == digest:
+            log.info("already exported for spec %s at step %s: nothing to do", digest, done.get("step"))
+            return EXIT_OK
+        train_fn = import_callable(spec.train_fn, "train_fn")
+    except (SpecError, RunDirError) as exc:
+        return _fail(rundir, str(exc), EXIT_BAD_INPUT)
+
+    from pyspark.sql import SparkSession
+
+    builder = SparkSession.builder.appName(f"airflow-tfos {digest}")
+    if master:
+        builder = builder.master(master)
+    for key, value in (conf or {}).items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
+    base = {"application_id": spark.sparkContext.applicationId, "spec_hash": digest}
+    watch = _Watch(rundir, spec, base, heartbeat_secs)
+    try:
+        rundir.write_status("STARTING", **base, step=watch.step(), error=None)
+        watch.start()
+        result = _run_once(spark, spec, rundir, train_fn, spec.args, spec.data, watch, digest)
+        for request in rundir.pending_feeds():
+            if watch.stopping.is_set():
+                break
+            log.info("serving feed %s", request["feed_id"])
+            args = request.get("args", spec.args)
+            result = _run_once(spark, spec, rundir, train_fn, args, request.get("data"), watch, digest)
+            rundir.mark_feed_done(request["feed_id"], step=watch.step())
+        watch.finished.set()
+        final = "STOPPED" if watch.stopping.is_set() else "SUCCEEDED"
+        rundir.write_status(final, **base, step=watch.step(), result=_jsonable(result))
+        return EXIT_OK
+    except RunCancelledError:
+        if watch.stopping.is_set():
+            watch.finished.set()
+            rundir.write_status("STOPPED", **base, step=watch.step())
+            return EXIT_OK
+        return _fail(rundir, "the TF cluster was cancelled", EXIT_FAILED, **base)
+    except (SpecError, FeedConfigError) as exc:
+        return _fail(rundir, str(exc), EXIT_BAD_INPUT, **base)
+    except TFoSRuntimeError as exc:
+        return _fail(rundir, str(exc), EXIT_FAILED, **base, step=watch.step())
+    finally:
+        watch.finished.set()
+        spark.stop()
+
+
+def _jsonable(value: Any) -> Any:
+    import json
+
+    try:
+        json.dumps(value)
+        return value
+    except (TypeError, ValueError):
+        return repr(value)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m airflow_tfos.runtime.driver", description=__doc__.splitlines()[0])
+    parser.add_argument("--run-dir", required=True, help="the run directory (path or URI) holding spec.json")
+    parser.add_argument("--master", help="Spark master, when not started by spark-submit")
+    parser.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE", help="Spark setting")
+    parser.add_argument("--heartbeat-secs", type=float, default=10.0, help="how often status.json is updated")
+    options = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    conf = dict(item.split("=", 1) for item in options.conf)
+    return run_driver(options.run_dir, master=options.master, conf=conf, heartbeat_secs=options.heartbeat_secs)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
