@@ -31,21 +31,45 @@ class RunCheckpointer:
     :param ctx: the node's context (its ``run_dir`` must be set).
     :param model: the Keras model; its optimizer is saved with it (``model.optimizer``).
     :param every_steps: save every this many global steps (the optimizer's iteration count).
+    :param every_secs: save when this many seconds have passed since the last save. Workers' clocks
+        differ, so every ``check_every`` steps they agree (one small all-reduce) on whether any of them
+        is due, and all save together.
+    :param check_every: how often, in steps, the time-based rule is checked.
     :param keep: how many checkpoints to keep.
+    :param strategy: the distribution strategy (default: the model's).
     :param trackables: more objects to save with the model (e.g. a custom loop's optimizer).
     """
 
-    def __init__(self, ctx, *, model, every_steps: int = 100, keep: int = 3, **trackables: Any):
+    def __init__(
+        self,
+        ctx,
+        *,
+        model,
+        every_steps: int | None = 100,
+        every_secs: float | None = None,
+        check_every: int = 10,
+        keep: int = 3,
+        strategy=None,
+        **trackables: Any,
+    ):
         import tensorflow as tf
 
         if not ctx.run_dir:
             raise ValueError("checkpoints go to the run directory: pass run_dir= to run() (or TFClusterRun)")
-        if every_steps < 1:
+        if every_steps is None and every_secs is None:
+            raise ValueError("say when to checkpoint: every_steps=N and/or every_secs=T")
+        if every_steps is not None and every_steps < 1:
             raise ValueError(f"every_steps must be at least 1, got {every_steps}")
+        if check_every < 1:
+            raise ValueError(f"check_every must be at least 1, got {check_every}")
         self.ctx = ctx
         self.model = model
         self.every_steps = every_steps
+        self.every_secs = every_secs
+        self.check_every = check_every
         self.keep = keep
+        self.strategy = strategy or getattr(model, "distribute_strategy", None) or tf.distribute.get_strategy()
+        self._saved_at = time.monotonic()
         self.rundir = RunDir(ctx.run_dir)
         self._checkpoint = tf.train.Checkpoint(model=model, optimizer=model.optimizer, **trackables)
         self.last_saved = -1
@@ -92,10 +116,26 @@ class RunCheckpointer:
             finally:
                 shutil.rmtree(scratch, ignore_errors=True)
         self.last_saved = step
+        self._saved_at = time.monotonic()
 
     def maybe_save(self, epoch: int | None = None) -> None:
-        if self.step % self.every_steps == 0:
+        """Save if a rule says so; every worker calls it after every step and reaches the same answer."""
+        step = self.step
+        due = bool(self.every_steps) and step % self.every_steps == 0
+        if not due and self.every_secs is not None and step % self.check_every == 0:
+            due = self._any_worker(time.monotonic() - self._saved_at >= self.every_secs)
+        if due:
             self.save(epoch)
+
+    def _any_worker(self, flag: bool) -> bool:
+        import tensorflow as tf
+
+        if self.ctx.num_workers <= 1:
+            return flag
+        value = self.strategy.experimental_distribute_values_from_function(
+            lambda _: tf.constant(1 if flag else 0, tf.int32)
+        )
+        return bool(self.strategy.reduce(tf.distribute.ReduceOp.SUM, value, axis=None).numpy() > 0)
 
     def keras_callback(self, steps_per_epoch: int):
         """A Keras callback saving every ``every_steps`` steps and at the end of training."""

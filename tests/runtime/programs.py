@@ -351,3 +351,30 @@ def spec_training(args, ctx):
     loss = histories[-1].history["loss"][-1] if histories else None
     export_model(ctx, model, metrics={"loss": loss})
     return {"step": checkpointer.step, "loss": loss}
+
+
+def timed_checkpoints(args, ctx):
+    """Checkpoint by time only: workers must agree on when, or MWMS would hang."""
+    import numpy as np
+    import tensorflow as tf
+
+    from airflow_tfos.runtime.checkpoint import RunCheckpointer
+
+    strategy = tf.distribute.MultiWorkerMirroredStrategy()
+    with strategy.scope():
+        model = tf.keras.Sequential([tf.keras.Input(shape=(2,)), tf.keras.layers.Dense(1)])
+        model.compile(optimizer=tf.keras.optimizers.SGD(0.01), loss="mse")
+    checkpointer = RunCheckpointer(ctx, model=model, every_steps=None, every_secs=1.0, check_every=2)
+    # The workers' step times differ on purpose, so their clocks disagree about when 1 s has passed.
+    delay = 0.1 if ctx.is_chief else 0.15
+
+    class Slow(tf.keras.callbacks.Callback):
+        def on_train_batch_end(self, batch_index, logs=None):
+            time.sleep(delay)
+
+    options = tf.data.Options()
+    options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.OFF
+    x = np.ones((32 * 8, 2), "float32")
+    dataset = tf.data.Dataset.from_tensor_slices((x, x[:, :1])).batch(8).repeat().with_options(options)
+    model.fit(dataset, epochs=1, steps_per_epoch=32, callbacks=[Slow(), checkpointer.keras_callback(32)], verbose=0)
+    return checkpointer.step

@@ -198,3 +198,14 @@ def test_an_error_in_the_program_is_not_retried(sc, tmp_path):
     from airflow_tfos.rundir import RunDir
 
     assert len(RunDir(str(tmp_path)).events("attempt")) == 1
+
+
+def test_time_based_checkpoints_are_taken_by_every_worker_together(sc, tmp_path):
+    _, step = run_cluster(sc, programs.timed_checkpoints, num_nodes=2, run_dir=str(tmp_path), timeout=300)
+    from airflow_tfos.rundir import RunDir
+
+    saved = [e["step"] for e in RunDir(str(tmp_path)).events("checkpoint")]
+    assert step == 32
+    assert len(saved) >= 3  # ~5 s of training, a checkpoint every ~1 s, and one at the end
+    assert all(s % 2 == 0 for s in saved)  # only at agreed check points
+    assert saved[-1] == 32
