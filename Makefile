@@ -14,6 +14,9 @@ test: bootstrap
 
 bench: bootstrap
 	$(PY) bench/launch.py
+	$(PY) bench/feed.py
+	$(PY) bench/recovery.py --target process
+	$(PY) bench/recovery.py --target executor
 
 lint: bootstrap
 	$(PY) -m ruff check airflow_tfos tests bench scripts
