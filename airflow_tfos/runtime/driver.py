@@ -63,6 +63,7 @@ class _Watch(threading.Thread):
         self.tf_run: TFClusterRun | None = None
         self.stopping = threading.Event()
         self.finished = threading.Event()
+        self.lock = threading.Lock()
         self._stop_seen: tuple[float, int] | None = None
 
     def step(self) -> int:
@@ -88,9 +89,20 @@ class _Watch(threading.Thread):
             if due and self.tf_run is not None and not self.tf_run.done():
                 log.info("stopping the TF cluster at checkpoint step %d", step)
                 self.tf_run.cancel()
-            self.rundir.write_status("STOPPING", **self.base, step=step)
+            self._write("STOPPING", step)
             return
-        self.rundir.write_status("RUNNING", **self.base, step=step)
+        self._write("RUNNING", step)
+
+    def _write(self, state: str, step: int) -> None:
+        with self.lock:
+            if not self.finished.is_set():  # the final state, once written, is never overwritten
+                self.rundir.write_status(state, **self.base, step=step)
+
+    def finish(self, state: str, **fields: Any) -> None:
+        """Stop beating and write the final state."""
+        with self.lock:
+            self.finished.set()
+            self.rundir.write_status(state, **self.base, step=self.step(), **fields)
 
 
 def _fail(rundir: RunDir | None, message: str, code: int, **fields: Any) -> int:
@@ -175,19 +187,23 @@ def run_driver(
             args = request.get("args", spec.args)
             result = _run_once(spark, spec, rundir, train_fn, args, request.get("data"), watch, digest)
             rundir.mark_feed_done(request["feed_id"], step=watch.step())
-        watch.finished.set()
-        final = "STOPPED" if watch.stopping.is_set() else "SUCCEEDED"
-        rundir.write_status(final, **base, step=watch.step(), result=_jsonable(result))
+        watch.finish("STOPPED" if watch.stopping.is_set() else "SUCCEEDED", result=_jsonable(result))
         return EXIT_OK
     except RunCancelledError:
         if watch.stopping.is_set():
-            watch.finished.set()
-            rundir.write_status("STOPPED", **base, step=watch.step())
+            watch.finish("STOPPED")
+            rundir.add_event("stopped", step=watch.step())
             return EXIT_OK
+        with watch.lock:
+            watch.finished.set()
         return _fail(rundir, "the TF cluster was cancelled", EXIT_FAILED, **base)
     except (SpecError, FeedConfigError) as exc:
+        with watch.lock:
+            watch.finished.set()
         return _fail(rundir, str(exc), EXIT_BAD_INPUT, **base)
     except TFoSRuntimeError as exc:
+        with watch.lock:
+            watch.finished.set()
         return _fail(rundir, str(exc), EXIT_FAILED, **base, step=watch.step())
     finally:
         watch.finished.set()

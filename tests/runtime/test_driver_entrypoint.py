@@ -93,6 +93,7 @@ def test_a_stop_request_stops_at_the_next_checkpoint(tmp_path, data_path):
     assert driver.returncode == 0, err[-3000:]
     assert time.monotonic() - requested < 60
     assert rundir.read_status()["state"] == "STOPPED"
+    assert rundir.events("stopped")
     assert rundir.latest_checkpoint() is not None
     assert rundir.export_success() is None
 
