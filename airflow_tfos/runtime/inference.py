@@ -101,7 +101,7 @@ def predict(
         import numpy as np
         import pyarrow as pa
 
-        from airflow_tfos.runtime.feed.spill import to_numpy
+        from airflow_tfos.runtime.feed.spill import check_column, to_numpy
 
         fn = _signature(model_path, signature)
         widths: dict[str, int] = {}
@@ -109,9 +109,7 @@ def predict(
             for start in range(0, batch.num_rows, batch_size):
                 part = batch.slice(start, batch_size)
                 for c in columns:
-                    column = part.column(c)
-                    if pa.types.is_list(column.type) and len(column):
-                        widths.setdefault(c, len(column[0]))
+                    check_column(c, part.column(c), widths, "DataFrame to score")
                 arrays = to_numpy(part, columns, widths)
                 result = fn(**_model_inputs(fn, arrays, columns))[name].numpy().astype(np.float32)
                 if width is None:

@@ -103,13 +103,14 @@ def run_node(job: NodeJob, partition: Iterable) -> Iterator[tuple[int, bytes, st
 
     task = BarrierTaskContext.get()
     executor_id = task.partitionId()
-    if len(task.getTaskInfos()) != len(job.roles):
+    infos = task.getTaskInfos()
+    if len(infos) != len(job.roles):
         raise RuntimeError(
-            f"Spark runs {len(task.getTaskInfos())} barrier tasks for {len(job.roles)} TF nodes: the stage's "
+            f"Spark runs {len(infos)} barrier tasks for {len(job.roles)} TF nodes: the stage's "
             "partitioning was changed (adaptive execution?); set spark.sql.adaptive.enabled=false"
         )
     role = job.roles[executor_id]
-    host = task.getTaskInfos()[executor_id].address.rsplit(":", 1)[0]
+    host = infos[executor_id].address.rsplit(":", 1)[0]
     node_dir = Path(tempfile.mkdtemp(prefix=f"airflow-tfos-{job.run_id}-{executor_id}-"))
     try:
         yield from _run_node(job, task, role, host, node_dir, partition)
@@ -176,15 +177,7 @@ def _run_node(job: NodeJob, task, role: NodeRole, host: str, node_dir: Path, par
         feed_shares=shares,
         mgr=mgr,
     )
-    from pyspark import cloudpickle
-
-    (node_dir / child_files.PAYLOAD).write_bytes(job.payload)
-    (node_dir / child_files.CONTEXT).write_bytes(cloudpickle.dumps(ctx))
-    proc = ChildProcess(
-        [sys.executable, "-m", "airflow_tfos.runtime.child", str(node_dir), f"--run-id={job.run_id}"],
-        env=env,
-        name=f"TF node {role.label}",
-    )
+    proc = _node_process(job, node_dir, ctx, env, f"TF node {role.label}")
     tensorboard = _tensorboard(job, env, host, tb_port) if tb_port else None
     if is_result:
         _publish_cluster_info(job, cluster_spec, tb_url)
@@ -206,6 +199,16 @@ def _run_node(job: NodeJob, task, role: NodeRole, host: str, node_dir: Path, par
             tensorboard.stop(1.0)
 
 
+def _node_process(job: NodeJob, node_dir: Path, ctx: NodeContext, env: dict[str, str], name: str) -> ChildProcess:
+    """Leave the program and the node's context in ``node_dir`` for a (not yet started) node process."""
+    from pyspark import cloudpickle
+
+    (node_dir / child_files.PAYLOAD).write_bytes(job.payload)
+    (node_dir / child_files.CONTEXT).write_bytes(cloudpickle.dumps(ctx))
+    argv = [sys.executable, "-m", "airflow_tfos.runtime.child", str(node_dir), f"--run-id={job.run_id}"]
+    return ChildProcess(argv, env=env, name=name)
+
+
 def _node_env(job: NodeJob, tf_config: str | None) -> dict[str, str]:
     env = dict(os.environ)
     env.update(job.env)
@@ -225,30 +228,18 @@ def run_inference_partition(job: NodeJob, index: int, rows: Iterable) -> Iterato
     No barrier is needed: each partition is fed to its own node process, which answers with one result
     per row through ``DataFeed.batch_results``; results come back in the order of the input rows.
     """
-    from pyspark import cloudpickle
-
-    from airflow_tfos.runtime.feed.rows import RESULTS_FILE, ROWS_FILE
-    from airflow_tfos.runtime.feed.spill import read_row_chunks, spill_rows
+    from airflow_tfos.runtime.feed.spill import read_row_chunks
 
     role = NodeRole(index, "worker", index)
     host = socket.gethostname()
     node_dir = Path(tempfile.mkdtemp(prefix=f"airflow-tfos-{job.run_id}-infer-{index}-"))
+    feed = job.row_feed or RowFeed(train_mode=False)
     proc = None
     try:
-        count = spill_rows(rows, str(node_dir / ROWS_FILE))
+        count = feed.spill(rows, str(node_dir))
         if count == 0:
             return
-        feed = job.row_feed
-        mgr = RowFeedManager(
-            path=str(node_dir / ROWS_FILE),
-            rows=count,
-            rows_per_epoch=count,
-            epochs=1,
-            progress_path=str(node_dir / "feed.progress"),
-            results_path=str(node_dir / RESULTS_FILE),
-            feed_timeout=feed.feed_timeout if feed else 600.0,
-            label=role.label,
-        )
+        mgr = feed.manager_for(str(node_dir), rows=count, rows_per_epoch=count, label=role.label)
         ctx = NodeContext(
             executor_id=index,
             job_name="worker",
@@ -264,21 +255,12 @@ def run_inference_partition(job: NodeJob, index: int, rows: Iterable) -> Iterato
             log_dir=job.log_dir,
             mgr=mgr,
         )
-        (node_dir / child_files.PAYLOAD).write_bytes(job.payload)
-        (node_dir / child_files.CONTEXT).write_bytes(cloudpickle.dumps(ctx))
-        proc = ChildProcess(
-            [sys.executable, "-m", "airflow_tfos.runtime.child", str(node_dir), f"--run-id={job.run_id}"],
-            env=_node_env(job, None),
-            name=f"TF inference node {index}",
-        ).start()
+        proc = _node_process(job, node_dir, ctx, _node_env(job, None), f"TF inference node {index}").start()
         code = _wait_for(proc, mgr, role, host)
         if code != 0:
             raise RuntimeError(_failure(role, host, node_dir, proc, code).encode())
-        results = (
-            [r for chunk in read_row_chunks(str(node_dir / RESULTS_FILE)) for r in chunk]
-            if (node_dir / RESULTS_FILE).exists()
-            else []
-        )
+        has_results = os.path.exists(mgr.results_path)
+        results = [r for chunk in read_row_chunks(mgr.results_path) for r in chunk] if has_results else []
         if len(results) != count:
             reason = (
                 f"map_fun returned {len(results)} results for {count} input rows: inference must call "

@@ -35,3 +35,13 @@ def test_runtime_never_imports_airflow():
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_the_shared_modules_import_neither_tensorflow_nor_pyspark():
+    code = (
+        "import sys, airflow_tfos.get_provider_info, airflow_tfos.rundir, airflow_tfos.storage; "
+        "bad = [m for m in sys.modules if m.split('.')[0] in ('tensorflow', 'pyspark', 'keras')]; "
+        "print(bad); sys.exit(1 if bad else 0)"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr

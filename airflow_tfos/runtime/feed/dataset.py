@@ -9,8 +9,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from airflow_tfos.runtime.feed.plan import Feed, FeedConfigError
-from airflow_tfos.runtime.feed.spill import read_batches, to_numpy
+from airflow_tfos.runtime.feed.plan import Feed
+from airflow_tfos.runtime.feed.spill import check_column, read_batches, to_numpy
 
 log = logging.getLogger(__name__)
 
@@ -80,10 +80,6 @@ def iter_epoch(share: FeedShare, epoch: int = 0) -> Iterator:
     features alone without a label. Features are one array, or a dict of arrays for several columns."""
     feed = share.feed
     rng = np.random.default_rng([feed.seed, share.rank, epoch]) if feed.shuffle else None
-    wanted = share.rows_per_epoch
-    size = feed.batch_size
-    carry: dict[str, np.ndarray] | None = None
-    emitted = 0
 
     def rows_forever():
         for cycle in itertools.count():
@@ -91,18 +87,29 @@ def iter_epoch(share: FeedShare, epoch: int = 0) -> Iterator:
                 return
             yield from _windows(share, rng)
 
-    for window in rows_forever():
+    for batch in _exact_batches(rows_forever(), feed.batch_size, limit=share.rows_per_epoch):
+        yield _shape(batch, feed)
+
+
+def _exact_batches(chunks, size: int, *, limit: int | None = None, keep_tail: bool = False) -> Iterator:
+    """Cut chunks of rows (dicts of equally long arrays) into batches of exactly ``size`` rows, up to
+    ``limit`` rows in all; with ``keep_tail``, the rows left at the end make one smaller batch."""
+    carry: dict[str, np.ndarray] | None = None
+    emitted = 0
+    for chunk in chunks:
         if carry is not None:
-            window = {k: np.concatenate([carry[k], window[k]]) for k in window}
-        n = len(next(iter(window.values())))
+            chunk = {k: np.concatenate([carry[k], chunk[k]]) for k in chunk}
+        n = len(next(iter(chunk.values())))
         start = 0
-        while n - start >= size and emitted < wanted:
-            yield _shape({k: v[start : start + size] for k, v in window.items()}, feed)
+        while n - start >= size and (limit is None or emitted < limit):
+            yield {k: v[start : start + size] for k, v in chunk.items()}
             start += size
             emitted += size
-        if emitted >= wanted:
+        if limit is not None and emitted >= limit:
             return
-        carry = {k: v[start:] for k, v in window.items()}
+        carry = {k: v[start:] for k, v in chunk.items()}
+    if keep_tail and carry is not None and len(next(iter(carry.values()))):
+        yield carry
 
 
 def _shape(batch: dict[str, np.ndarray], feed: Feed):
@@ -125,41 +132,16 @@ def signature_of(value):
 def rebatch(batches, feed: Feed) -> Iterator:
     """Turn Arrow record batches of any size into batches of ``feed.batch_size`` rows (the last may be
     smaller), shaped like :func:`iter_epoch`'s. Array columns must keep one length throughout."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
     widths: dict[str, int] = {}
-    carry: dict[str, np.ndarray] | None = None
-    size = feed.batch_size
-    for batch in batches:
-        for name in feed.columns:
-            column = batch.column(name)
-            if not (
-                pa.types.is_integer(column.type)
-                or pa.types.is_floating(column.type)
-                or pa.types.is_boolean(column.type)
-                or pa.types.is_list(column.type)
-            ):
-                raise FeedConfigError(
-                    f"column {name!r} has type {column.type}, which cannot be fed to TF: write it as a number "
-                    "or an array of numbers (cast decimals to double)"
-                )
-            if pa.types.is_list(column.type) and len(column):
-                lengths = pc.list_value_length(column)
-                low, high = pc.min(lengths).as_py(), pc.max(lengths).as_py()
-                if low != high or widths.setdefault(name, low) != low:
-                    raise ValueError(f"array column {name!r} has rows of different lengths")
-        arrays = to_numpy(batch, feed.columns, widths)
-        if carry is not None:
-            arrays = {k: np.concatenate([carry[k], arrays[k]]) for k in arrays}
-        n = len(next(iter(arrays.values())))
-        start = 0
-        while n - start >= size:
-            yield _shape({k: v[start : start + size] for k, v in arrays.items()}, feed)
-            start += size
-        carry = {k: v[start:] for k, v in arrays.items()}
-    if carry is not None and len(next(iter(carry.values()))):
-        yield _shape(carry, feed)
+
+    def checked():
+        for batch in batches:
+            for name in feed.columns:
+                check_column(name, batch.column(name), widths, "files")
+            yield to_numpy(batch, feed.columns, widths)
+
+    for batch in _exact_batches(checked(), feed.batch_size, keep_tail=True):
+        yield _shape(batch, feed)
 
 
 def make_dataset(share: FeedShare):

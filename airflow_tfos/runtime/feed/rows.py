@@ -53,15 +53,19 @@ class RowFeed:
             raise FeedConfigError("the RDD given to TFCluster.train is empty: nothing to train on")
         mine = infos[me.executor_id]["rows"]
         per_epoch = max(counts) if self.train_mode and mine else mine
+        return self.manager_for(node_dir, rows=mine, rows_per_epoch=per_epoch, label=me.label)
+
+    def manager_for(self, node_dir: str, *, rows: int, rows_per_epoch: int, label: str) -> RowFeedManager:
+        """The feed handle of rows spilled by :meth:`spill` into ``node_dir``."""
         return RowFeedManager(
             path=os.path.join(node_dir, ROWS_FILE),
-            rows=mine,
-            rows_per_epoch=per_epoch,
+            rows=rows,
+            rows_per_epoch=rows_per_epoch,
             epochs=self.epochs,
             progress_path=os.path.join(node_dir, PROGRESS_FILE),
             results_path=os.path.join(node_dir, RESULTS_FILE),
             feed_timeout=self.feed_timeout,
-            label=me.label,
+            label=label,
         )
 
 

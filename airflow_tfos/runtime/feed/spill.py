@@ -49,7 +49,7 @@ class SpillWriter:
             return
         batch = batch.select(self.columns)
         for name in self.columns:
-            self._check(name, batch.column(name))
+            check_column(name, batch.column(name), self.stats.widths, self.what)
         if self._writer is None:
             self._writer = pa.ipc.new_stream(self._sink, batch.schema)
         self._writer.write_batch(batch)
@@ -57,32 +57,41 @@ class SpillWriter:
         self.stats.batches += 1
         self.stats.bytes += batch.nbytes
 
-    def _check(self, name: str, column: pa.Array) -> None:
-        if column.null_count:
-            raise FeedConfigError(
-                f"column {name!r} of the {self.what} has null values ({column.null_count} in one batch): fill "
-                f"or drop them in Spark first (df.na.fill(...) or df.dropna(subset=[{name!r}]))"
-            )
-        if pa.types.is_list(column.type) or pa.types.is_large_list(column.type):
-            if column.flatten().null_count:
-                raise FeedConfigError(
-                    f"array column {name!r} of the {self.what} has null elements: fill them in Spark first"
-                )
-            lengths = pc.list_value_length(column)
-            low, high = pc.min(lengths).as_py(), pc.max(lengths).as_py()
-            width = self.stats.widths.setdefault(name, low)
-            if low != high or low != width:
-                raise FeedConfigError(
-                    f"array column {name!r} of the {self.what} has rows of different lengths ({min(low, width)} "
-                    f"to {max(high, width)}): every row must have the same number of elements; pad or "
-                    "truncate it in Spark first"
-                )
-
     def close(self) -> SpillStats:
         if self._writer is not None:
             self._writer.close()
         self._sink.close()
         return self.stats
+
+
+def check_column(name: str, column: pa.Array, widths: dict[str, int], what: str) -> None:
+    """Refuse a column TF cannot take: not numeric, nulls, or arrays whose length differs from row to
+    row (or from ``widths[name]``, the length seen so far, which is recorded on first sight)."""
+    kind = column.type
+    is_list = pa.types.is_list(kind) or pa.types.is_large_list(kind)
+    if not (is_list or pa.types.is_integer(kind) or pa.types.is_floating(kind) or pa.types.is_boolean(kind)):
+        raise FeedConfigError(
+            f"column {name!r} of the {what} has type {kind}, which cannot be fed to TF: make it a number or an "
+            "array of numbers (cast decimals to double)"
+        )
+    if column.null_count:
+        raise FeedConfigError(
+            f"column {name!r} of the {what} has null values ({column.null_count} in one batch): fill "
+            f"or drop them in Spark first (df.na.fill(...) or df.dropna(subset=[{name!r}]))"
+        )
+    if not is_list or not len(column):
+        return
+    if column.flatten().null_count:
+        raise FeedConfigError(f"array column {name!r} of the {what} has null elements: fill them in Spark first")
+    lengths = pc.list_value_length(column)
+    low, high = pc.min(lengths).as_py(), pc.max(lengths).as_py()
+    width = widths.setdefault(name, low)
+    if low != high or low != width:
+        raise FeedConfigError(
+            f"array column {name!r} of the {what} has rows of different lengths ({min(low, width)} "
+            f"to {max(high, width)}): every row must have the same number of elements; pad or "
+            "truncate it in Spark first"
+        )
 
 
 def read_batches(path: str) -> Iterator[pa.RecordBatch]:
