@@ -1,0 +1,1 @@
+"""Hooks: all I/O with Spark, YARN and HDFS happens here."""
