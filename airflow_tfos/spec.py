@@ -1,0 +1,147 @@
+"""The training spec (``spec.json`` in the run directory): what the driver entrypoint runs.
+
+Pure Python: parsed and checked here, with errors that name the field and what to write instead.
+
+.. code-block:: json
+
+    {
+      "train_fn": "my_pkg.training:main_fun",
+      "args": {"epochs": 5},
+      "num_nodes": 2,
+      "input_mode": "SPARK",
+      "data": {"format": "parquet", "path": "hdfs:///data/day=2026-11-21"},
+      "feed": {"features": ["pixels"], "label": "label", "batch_size": 64},
+      "max_attempts": 3
+    }
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass, field
+from typing import Any
+
+INPUT_MODES = ("SPARK", "TENSORFLOW")
+DATA_FORMATS = ("table", "parquet", "csv", "tfrecord", "function")
+
+_FIELDS = {
+    "train_fn": str,
+    "args": (dict, list, type(None)),
+    "num_nodes": int,
+    "num_ps": int,
+    "master_node": (str, type(None)),
+    "eval_node": bool,
+    "input_mode": str,
+    "data": (dict, type(None)),
+    "validation_data": (dict, type(None)),
+    "feed": (dict, type(None)),
+    "max_attempts": int,
+    "timeout": (int, float, type(None)),
+    "keras": str,
+    "gpus_per_node": int,
+    "env": dict,
+    "stop_grace_secs": (int, float),
+    "spec_hash": str,
+}
+_REQUIRED = ("train_fn", "num_nodes")
+_DATA_FIELDS = {"format", "path", "table", "function", "options"}
+
+
+class SpecError(ValueError):
+    """spec.json cannot be run; the message names the field."""
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """A checked spec. Fields as in spec.json."""
+
+    train_fn: str
+    num_nodes: int
+    args: Any = None
+    num_ps: int = 0
+    master_node: str | None = "chief"
+    eval_node: bool = False
+    input_mode: str = "SPARK"
+    data: dict | None = None
+    validation_data: dict | None = None
+    feed: dict | None = None
+    max_attempts: int = 3
+    timeout: float | None = None
+    keras: str = "auto"
+    gpus_per_node: int = 0
+    env: dict = field(default_factory=dict)
+    stop_grace_secs: float = 120.0
+    spec_hash: str = ""
+
+
+def parse_spec(raw: Any) -> RunSpec:
+    """Check ``raw`` (the parsed JSON) and return it as a :class:`RunSpec`."""
+    if not isinstance(raw, dict):
+        raise SpecError(f"spec.json must hold a JSON object, not {type(raw).__name__}")
+    unknown = sorted(set(raw) - set(_FIELDS))
+    if unknown:
+        raise SpecError(f"unknown field(s) in spec.json: {', '.join(unknown)} (known: {', '.join(sorted(_FIELDS))})")
+    missing = [name for name in _REQUIRED if name not in raw]
+    if missing:
+        raise SpecError(f"spec.json lacks required field(s): {', '.join(missing)}")
+    for name, value in raw.items():
+        expected = _FIELDS[name]
+        if isinstance(value, bool) and expected is int:
+            raise SpecError(f"spec.json field {name!r} must be an integer, not a boolean")
+        if not isinstance(value, expected):
+            raise SpecError(f"spec.json field {name!r} has the wrong type {type(value).__name__}")
+    spec = RunSpec(**raw)
+    split_import_path(spec.train_fn, "train_fn")
+    if spec.num_nodes < 1:
+        raise SpecError(f"spec.json num_nodes must be at least 1, got {spec.num_nodes}")
+    if spec.input_mode not in INPUT_MODES:
+        raise SpecError(f"spec.json input_mode must be one of {', '.join(INPUT_MODES)}, got {spec.input_mode!r}")
+    for name in ("data", "validation_data"):
+        if getattr(spec, name) is not None:
+            _check_data(getattr(spec, name), name)
+    if spec.input_mode == "SPARK" and spec.data is not None and not spec.feed:
+        raise SpecError("spec.json input_mode SPARK with data needs 'feed' (features, label, batch_size)")
+    if spec.validation_data is not None and spec.input_mode != "SPARK":
+        raise SpecError("spec.json validation_data is fed by Spark: use input_mode SPARK")
+    return spec
+
+
+def _check_data(data: dict, name: str) -> None:
+    unknown = sorted(set(data) - _DATA_FIELDS)
+    if unknown:
+        raise SpecError(f"spec.json {name} has unknown field(s): {', '.join(unknown)}")
+    fmt = data.get("format")
+    if fmt not in DATA_FORMATS:
+        raise SpecError(f"spec.json {name}.format must be one of {', '.join(DATA_FORMATS)}, got {fmt!r}")
+    needs = {"table": "table", "function": "function"}.get(fmt, "path")
+    if not data.get(needs):
+        raise SpecError(f"spec.json {name} with format {fmt!r} needs {needs!r}")
+    if fmt == "function":
+        split_import_path(data["function"], f"{name}.function")
+
+
+def split_import_path(path: str, name: str) -> tuple[str, str]:
+    """Split ``package.module:function``; raise naming the field when it is not of that form."""
+    module, sep, attr = path.partition(":")
+    if not sep or not module or not attr or not all(p.isidentifier() for p in [*module.split("."), *attr.split(".")]):
+        raise SpecError(f"spec.json {name} must look like 'package.module:function', got {path!r}")
+    return module, attr
+
+
+def import_callable(path: str, name: str):
+    """Import ``package.module:function``; raise naming the field and the module when it fails."""
+    module_name, attr = split_import_path(path, name)
+    try:
+        target = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise SpecError(
+            f"cannot import {name} {path!r}: {exc}. Ship the module to the driver and executors "
+            "(--py-files, or install it in the Spark Python environment)"
+        ) from exc
+    for part in attr.split("."):
+        if not hasattr(target, part):
+            raise SpecError(f"cannot import {name} {path!r}: module {module_name!r} has no {attr!r}")
+        target = getattr(target, part)
+    if not callable(target):
+        raise SpecError(f"{name} {path!r} is not callable")
+    return target
