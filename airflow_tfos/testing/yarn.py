@@ -1,0 +1,880 @@
+"""An emulator of YARN's ResourceManager REST API, for tests of this package and of users' DAGs.
+
+Written from Hadoop's ``ResourceManagerRest.md``: it answers the documented JSON shapes
+(``{"apps": {"app": [...]}}``, ``{"apps": null}`` when empty, ``{"app": {...}}``, ``{"state": ...}``),
+the 202-then-200 kill, ``RemoteException`` errors, and, with ``ha=True``, a standby RM that redirects
+REST calls to the active one (HTTP 307 with ``Location``, as ``RMWebAppFilter`` does). It also serves
+the RM's ``/conf`` servlet (``yarn.scheduler.maximum-allocation-*``) and ``new-application`` (whose
+``maximum-resource-capability`` is the largest container the cluster allows).
+
+Applications are either plain records whose state a test sets, or backed by a real local process
+(``add_process_application``): RUNNING while it lives, FINISHED/SUCCEEDED on exit 0, FAILED/FAILED on
+any other exit, KILLED/KILLED when killed through the API, which signals the process group
+(SIGTERM, then SIGKILL after ``kill_grace`` seconds), as a NodeManager kills a container.
+
+Fault switches, each for the next N requests: ``fail_next`` (5xx), ``drop_next`` (connection closed
+without an answer), ``slow_next`` (answer after a delay), ``malformed_next`` (a broken proxy's JSON).
+
+Example::
+
+    with ResourceManagerEmulator(ha=True) as rm:
+        app_id = rm.add_application("train", tags=["run-1"])
+        conn = {"conn_type": "yarn", "host": ",".join(rm.addresses)}
+        ...
+        rm.failover()
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import socket
+import struct
+import subprocess
+import threading
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+from airflow_tfos.hooks.state import FINAL_STATUSES, TERMINAL_STATES, YARN_STATES
+
+log = logging.getLogger(__name__)
+
+CLUSTER_PATH = "/ws/v1/cluster"
+CLUSTER_INFO_PATH = "/ws/v1/cluster/info"
+CLUSTER_METRICS_PATH = "/ws/v1/cluster/metrics"
+APPS_PATH = "/ws/v1/cluster/apps"
+NEW_APPLICATION_PATH = "/ws/v1/cluster/apps/new-application"
+CONF_PATH = "/conf"
+APP_PATH_RE = re.compile(r"^/ws/v1/cluster/apps/([^/]+)(/state)?/?$")
+APP_ID_RE = re.compile(r"^application_\d+_\d+$")
+#: Paths a standby RM answers itself instead of redirecting (as RMWebAppFilter does).
+STANDBY_SERVED_PATHS = frozenset({CLUSTER_PATH, CLUSTER_INFO_PATH, CONF_PATH})
+MAX_ALLOCATION_MB_KEY = "yarn.scheduler.maximum-allocation-mb"
+MAX_ALLOCATION_VCORES_KEY = "yarn.scheduler.maximum-allocation-vcores"
+KILLED_DIAGNOSTICS = "Application killed by user."
+STANDBY_MODES = ("redirect", "error")
+
+_FINAL_FOR_STATE = {"FINISHED": ("SUCCEEDED", "FAILED", "KILLED"), "FAILED": ("FAILED",), "KILLED": ("KILLED",)}
+_DEFAULT_FINAL = {"FINISHED": "SUCCEEDED", "FAILED": "FAILED", "KILLED": "KILLED"}
+
+
+@dataclass
+class _Fault:
+    kind: str
+    remaining: int
+    rm: int | None
+    status: int = 500
+    seconds: float = 0.0
+    body: str = "truncated"
+
+
+@dataclass
+class RecordedRequest:
+    """One request an RM of the emulator received.
+
+    :param rm: index of the RM that received it.
+    :param method: HTTP method.
+    :param path: URL path.
+    :param query: query parameters (each a list, as ``parse_qs`` gives them).
+    :param headers: request headers.
+    """
+
+    rm: int
+    method: str
+    path: str
+    query: dict[str, list[str]]
+    headers: dict[str, str]
+
+
+@dataclass
+class _App:
+    app_id: str
+    name: str
+    user: str
+    queue: str
+    app_type: str
+    tags: tuple[str, ...]
+    state: str
+    final_status: str
+    diagnostics: str
+    started_ms: int
+    finished_ms: int = 0
+    progress: float = 0.0
+    process: subprocess.Popen | None = None
+    pid: int | None = None
+    pgid: int | None = None
+    kill_requested_at: float | None = None
+    sigkill_sent: bool = False
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def terminal(self) -> bool:
+        return self.state in TERMINAL_STATES
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    block_on_close = False
+    allow_reuse_address = True
+
+    def __init__(self, address: tuple[str, int], emulator: ResourceManagerEmulator, index: int) -> None:
+        super().__init__(address, _Handler)
+        self.emulator = emulator
+        self.index = index
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server_version = "Jetty(emulated-resourcemanager)"
+    server: _Server
+
+    def log_message(self, format: str, *args: Any) -> None:
+        log.debug("rm%d: %s", self.server.index, format % args)
+
+    def _dispatch(self) -> None:
+        self.server.emulator._handle(self, self.server.index)
+
+    do_GET = do_PUT = do_POST = do_DELETE = _dispatch
+
+
+class ResourceManagerEmulator:
+    """YARN ResourceManager(s) speaking the REST API on 127.0.0.1 ephemeral ports.
+
+    :param ha: run two RMs, the first active and the second standby.
+    :param standby_mode: what a standby RM answers to REST calls: ``"redirect"`` (307 to the active
+        RM, as Hadoop does) or ``"error"`` (503 "This is standby RM", as when it knows no active RM).
+    :param cluster_timestamp: the cluster id in application ids (``application_<ts>_<NNNN>``).
+    :param max_allocation_mb: ``yarn.scheduler.maximum-allocation-mb``.
+    :param max_allocation_vcores: ``yarn.scheduler.maximum-allocation-vcores``.
+    :param kill_delay: seconds a kill of a plain application takes (202 answers until then).
+    :param kill_grace: seconds between SIGTERM and SIGKILL for process-backed applications.
+    :param allowed_users: users (``user.name``) allowed; others get 403. None: everyone.
+    :param anonymous_allowed: requests without ``user.name`` are allowed to read (else 401).
+    :param conf_forbidden: the ``/conf`` servlet answers 403 (admin-only instrumentation).
+    :param poll_interval: seconds between looks at process-backed applications.
+    """
+
+    def __init__(
+        self,
+        *,
+        ha: bool = False,
+        standby_mode: str = "redirect",
+        cluster_timestamp: int | None = None,
+        max_allocation_mb: int = 8192,
+        max_allocation_vcores: int = 4,
+        kill_delay: float = 0.2,
+        kill_grace: float = 5.0,
+        allowed_users: Iterable[str] | None = None,
+        anonymous_allowed: bool = True,
+        conf_forbidden: bool = False,
+        poll_interval: float = 0.05,
+    ) -> None:
+        if standby_mode not in STANDBY_MODES:
+            raise ValueError(f"standby_mode must be one of {STANDBY_MODES}, not {standby_mode!r}")
+        self.num_rms = 2 if ha else 1
+        self.standby_mode = standby_mode
+        self.cluster_timestamp = cluster_timestamp or int(time.time() * 1000)
+        self.max_allocation_mb = max_allocation_mb
+        self.max_allocation_vcores = max_allocation_vcores
+        self.kill_delay = kill_delay
+        self.kill_grace = kill_grace
+        self.allowed_users = set(allowed_users) if allowed_users is not None else None
+        self.anonymous_allowed = anonymous_allowed
+        self.conf_forbidden = conf_forbidden
+        self.poll_interval = poll_interval
+        self.requests: list[RecordedRequest] = []
+        self._lock = threading.RLock()
+        self._apps: dict[str, _App] = {}
+        self._next_app = 1
+        self._faults: list[_Fault] = []
+        self._active = 0
+        self._ports: list[int] = [0] * self.num_rms
+        self._servers: list[_Server | None] = [None] * self.num_rms
+        self._threads: list[threading.Thread | None] = [None] * self.num_rms
+        self._stop = threading.Event()
+        self._monitor: threading.Thread | None = None
+
+    # ----------------------------------------------------------------- lifecycle
+
+    def start(self) -> ResourceManagerEmulator:
+        """Start every RM and the process monitor; returns self."""
+        self._stop.clear()
+        for index in range(self.num_rms):
+            self.start_rm(index)
+        self._monitor = threading.Thread(target=self._watch_processes, name="rm-emulator-monitor", daemon=True)
+        self._monitor.start()
+        return self
+
+    def stop(self) -> None:
+        """Stop every RM and the monitor. Processes of applications are left alone."""
+        self._stop.set()
+        for index in range(self.num_rms):
+            self.stop_rm(index)
+        if self._monitor is not None:
+            self._monitor.join(timeout=5)
+            self._monitor = None
+
+    def __enter__(self) -> ResourceManagerEmulator:
+        return self.start()
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()
+
+    def start_rm(self, index: int) -> None:
+        """Start (or restart, on its former port) the RM number ``index``.
+
+        :param index: 0 or, with ``ha=True``, 1.
+        """
+        if self._servers[index] is not None:
+            return
+        server = _Server(("127.0.0.1", self._ports[index]), self, index)
+        self._ports[index] = server.server_address[1]
+        thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.1}, daemon=True)
+        thread.start()
+        self._servers[index], self._threads[index] = server, thread
+
+    def stop_rm(self, index: int) -> None:
+        """Take the RM number ``index`` down: its port refuses connections until ``start_rm``.
+
+        :param index: 0 or, with ``ha=True``, 1.
+        """
+        server, thread = self._servers[index], self._threads[index]
+        if server is None:
+            return
+        server.shutdown()
+        server.server_close()
+        if thread is not None:
+            thread.join(timeout=5)
+        self._servers[index] = self._threads[index] = None
+
+    # ----------------------------------------------------------------- addresses and HA
+
+    @property
+    def addresses(self) -> list[str]:
+        """``host:port`` of every RM, in order (for a connection's host field)."""
+        return [f"127.0.0.1:{port}" for port in self._ports]
+
+    def url(self, index: int | None = None) -> str:
+        """Base URL of one RM (the active one by default).
+
+        :param index: which RM; None for the active one.
+        """
+        return f"http://{self.addresses[self._active if index is None else index]}"
+
+    @property
+    def active_index(self) -> int:
+        return self._active
+
+    def failover(self, to: int | None = None) -> None:
+        """Make another RM active (the standby one by default); the former active becomes standby.
+
+        :param to: index of the RM to make active.
+        """
+        with self._lock:
+            self._active = (self._active + 1) % self.num_rms if to is None else to
+
+    def ha_state(self, index: int) -> str:
+        return "ACTIVE" if index == self._active else "STANDBY"
+
+    # ----------------------------------------------------------------- faults
+
+    def _add_fault(self, fault: _Fault) -> None:
+        if fault.remaining < 1:
+            raise ValueError("a fault needs a count of at least 1")
+        with self._lock:
+            self._faults.append(fault)
+
+    def fail_next(self, count: int = 1, *, status: int = 500, rm: int | None = None) -> None:
+        """Answer the next ``count`` requests with HTTP ``status`` (a 5xx).
+
+        :param count: how many requests.
+        :param status: the status to answer.
+        :param rm: only requests to this RM; None: any.
+        """
+        self._add_fault(_Fault("fail", count, rm, status=status))
+
+    def drop_next(self, count: int = 1, *, rm: int | None = None) -> None:
+        """Close the connection of the next ``count`` requests without answering (a reset).
+
+        :param count: how many requests.
+        :param rm: only requests to this RM; None: any.
+        """
+        self._add_fault(_Fault("drop", count, rm))
+
+    def slow_next(self, count: int = 1, *, seconds: float = 1.0, rm: int | None = None) -> None:
+        """Answer the next ``count`` requests only after ``seconds``.
+
+        :param count: how many requests.
+        :param seconds: the delay (at most 30 s).
+        :param rm: only requests to this RM; None: any.
+        """
+        self._add_fault(_Fault("slow", count, rm, seconds=min(seconds, 30.0)))
+
+    def malformed_next(self, count: int = 1, *, body: str = "truncated", rm: int | None = None) -> None:
+        """Answer the next ``count`` requests with 200 and a body that is not the RM's JSON.
+
+        :param count: how many requests.
+        :param body: ``"truncated"`` (cut-off JSON) or ``"html"`` (a proxy's error page).
+        :param rm: only requests to this RM; None: any.
+        """
+        self._add_fault(_Fault("malformed", count, rm, body=body))
+
+    def clear_faults(self) -> None:
+        with self._lock:
+            self._faults.clear()
+
+    def _take_fault(self, rm: int) -> _Fault | None:
+        with self._lock:
+            for fault in self._faults:
+                if fault.remaining > 0 and fault.rm in (None, rm):
+                    fault.remaining -= 1
+                    return fault
+        return None
+
+    # ----------------------------------------------------------------- applications
+
+    def _new_app_id(self) -> str:
+        with self._lock:
+            number = self._next_app
+            self._next_app += 1
+        return f"application_{self.cluster_timestamp}_{number:04d}"
+
+    def add_application(
+        self,
+        name: str,
+        *,
+        tags: Iterable[str] = (),
+        state: str = "RUNNING",
+        final_status: str | None = None,
+        user: str = "airflow",
+        queue: str = "default",
+        application_type: str = "SPARK",
+        diagnostics: str = "",
+        progress: float | None = None,
+    ) -> str:
+        """Register an application and return its id (``application_<clusterTimestamp>_<NNNN>``).
+
+        :param name: the application's name.
+        :param tags: its tags; YARN stores them lower-cased.
+        :param state: one of YARN's application states.
+        :param final_status: UNDEFINED for a live application; defaults from ``state`` for ended ones.
+        :param user: its user.
+        :param queue: its queue.
+        :param application_type: e.g. ``SPARK``.
+        :param diagnostics: the RM's diagnostics text.
+        :param progress: 0-100; defaults from the state.
+        """
+        app_id = self._new_app_id()
+        app = _App(
+            app_id=app_id,
+            name=name,
+            user=user,
+            queue=queue,
+            app_type=application_type,
+            tags=tuple(sorted({tag.strip().lower() for tag in tags if tag.strip()})),
+            state="NEW",
+            final_status="UNDEFINED",
+            diagnostics="",
+            started_ms=int(time.time() * 1000),
+        )
+        with self._lock:
+            self._apps[app_id] = app
+        self.set_state(app_id, state, final_status, diagnostics)
+        if progress is not None:
+            app.progress = float(progress)
+        return app_id
+
+    def add_process_application(
+        self,
+        process: subprocess.Popen | int,
+        name: str,
+        *,
+        tags: Iterable[str] = (),
+        user: str = "airflow",
+        queue: str = "default",
+        application_type: str = "SPARK",
+    ) -> str:
+        """Register an application whose state follows a real local process; return its id.
+
+        Pass the ``Popen`` (or the pid of a child of this process) so that its exit code can be read;
+        start it in its own session (``start_new_session=True``) so that a kill reaches its children.
+
+        :param process: the process, as a ``Popen`` or a pid.
+        :param name: the application's name.
+        :param tags: its tags (lower-cased, as YARN stores them).
+        :param user: its user.
+        :param queue: its queue.
+        :param application_type: e.g. ``SPARK``.
+        """
+        pid = process if isinstance(process, int) else process.pid
+        try:
+            pgid = os.getpgid(pid)
+        except ProcessLookupError:
+            pgid = None
+        app_id = self.add_application(
+            name, tags=tags, state="RUNNING", user=user, queue=queue, application_type=application_type
+        )
+        with self._lock:
+            app = self._apps[app_id]
+            app.process = None if isinstance(process, int) else process
+            app.pid, app.pgid = pid, pgid
+        self._poll_process(app)
+        return app_id
+
+    def set_state(
+        self, app_id: str, state: str, final_status: str | None = None, diagnostics: str | None = None
+    ) -> None:
+        """Move an application along YARN's state machine.
+
+        :param app_id: the application.
+        :param state: its new state; an ended application cannot change any more.
+        :param final_status: for an ended state (default: SUCCEEDED, FAILED or KILLED to match).
+        :param diagnostics: new diagnostics text; None keeps the old one.
+        """
+        if state not in YARN_STATES:
+            raise ValueError(f"unknown application state {state!r}; one of {', '.join(YARN_STATES)}")
+        with self._lock:
+            app = self._app(app_id)
+            if app.terminal and state != app.state:
+                raise ValueError(f"{app_id} has ended as {app.state}; YARN never moves it to {state}")
+            if state in TERMINAL_STATES:
+                final_status = final_status or _DEFAULT_FINAL[state]
+                if final_status not in _FINAL_FOR_STATE[state]:
+                    raise ValueError(f"final status of a {state} application is one of {_FINAL_FOR_STATE[state]}")
+                if not app.terminal:
+                    app.finished_ms = int(time.time() * 1000)
+                app.progress = 100.0
+            else:
+                if final_status not in (None, "UNDEFINED"):
+                    raise ValueError(f"final status stays UNDEFINED while the application is {state}")
+                final_status = "UNDEFINED"
+                app.progress = {"RUNNING": 10.0}.get(state, 0.0)
+            if final_status not in FINAL_STATUSES:
+                raise ValueError(f"unknown final status {final_status!r}")
+            app.state, app.final_status = state, final_status
+            if diagnostics is not None:
+                app.diagnostics = diagnostics
+
+    def application(self, app_id: str) -> dict[str, Any]:
+        """The application as ``GET /ws/v1/cluster/apps/{id}`` shows it (the inner ``app`` object).
+
+        :param app_id: the application.
+        """
+        with self._lock:
+            app = self._app(app_id)
+            self._refresh(app)
+            return self._app_json(app, self.url())
+
+    def _app(self, app_id: str) -> _App:
+        try:
+            return self._apps[app_id]
+        except KeyError:
+            raise KeyError(f"no application {app_id} in this emulator") from None
+
+    # ----------------------------------------------------------------- kills and processes
+
+    def _request_kill(self, app: _App) -> None:
+        if app.kill_requested_at is not None:
+            return
+        app.kill_requested_at = time.monotonic()
+        if app.pid is not None:
+            _signal_group(app.pid, app.pgid, 15)
+        self._refresh(app)
+
+    def _refresh(self, app: _App) -> None:
+        """Bring an application's state up to date (kill delays, process exits)."""
+        if app.terminal:
+            return
+        if app.pid is not None:
+            self._poll_process(app)
+        elif app.kill_requested_at is not None and time.monotonic() - app.kill_requested_at >= self.kill_delay:
+            self.set_state(app.app_id, "KILLED", "KILLED", KILLED_DIAGNOSTICS)
+
+    def _poll_process(self, app: _App) -> None:
+        with self._lock:
+            if app.terminal or app.pid is None:
+                return
+            code = _exit_code(app.process, app.pid)
+            if code is None:
+                if (
+                    app.kill_requested_at is not None
+                    and not app.sigkill_sent
+                    and time.monotonic() - app.kill_requested_at >= self.kill_grace
+                ):
+                    app.sigkill_sent = True
+                    _signal_group(app.pid, app.pgid, 9)
+                return
+            if app.kill_requested_at is not None:
+                _signal_group(app.pid, app.pgid, 9)  # leftovers of the group go with it, as with a container
+                self.set_state(app.app_id, "KILLED", "KILLED", KILLED_DIAGNOSTICS)
+            elif code == 0:
+                self.set_state(app.app_id, "FINISHED", "SUCCEEDED", "")
+            elif code == _UNKNOWN_EXIT:
+                self.set_state(
+                    app.app_id, "FAILED", "FAILED", f"process {app.pid} exited; its exit code could not be read"
+                )
+            else:
+                self.set_state(app.app_id, "FAILED", "FAILED", f"process {app.pid} exited with code {code}")
+
+    def _watch_processes(self) -> None:
+        while not self._stop.wait(self.poll_interval):
+            with self._lock:
+                apps = [app for app in self._apps.values() if not app.terminal]
+            for app in apps:
+                try:
+                    self._refresh(app)
+                except Exception:
+                    log.exception("could not look at application %s", app.app_id)
+
+    # ----------------------------------------------------------------- JSON shapes
+
+    def _app_json(self, app: _App, base_url: str) -> dict[str, Any]:
+        now_ms = int(time.time() * 1000)
+        launched = app.state in ("RUNNING", *TERMINAL_STATES)
+        container = f"container_{self.cluster_timestamp}_{app.app_id.rsplit('_', 1)[1]}_01_000001"
+        return {
+            "id": app.app_id,
+            "user": app.user,
+            "name": app.name,
+            "queue": app.queue,
+            "state": app.state,
+            "finalStatus": app.final_status,
+            "progress": app.progress,
+            "trackingUI": "History" if app.terminal else ("ApplicationMaster" if launched else "UNASSIGNED"),
+            "trackingUrl": (
+                f"{base_url}/cluster/app/{app.app_id}" if app.terminal else f"{base_url}/proxy/{app.app_id}/"
+            ),
+            "diagnostics": app.diagnostics,
+            "clusterId": self.cluster_timestamp,
+            "applicationType": app.app_type,
+            "applicationTags": ",".join(app.tags),
+            "priority": 0,
+            "startedTime": app.started_ms,
+            "launchTime": app.started_ms if launched else 0,
+            "finishedTime": app.finished_ms,
+            "elapsedTime": (app.finished_ms or now_ms) - app.started_ms,
+            "amContainerLogs": f"http://127.0.0.1:8042/node/containerlogs/{container}/{app.user}" if launched else "",
+            "amHostHttpAddress": "127.0.0.1:8042" if launched else "",
+            "allocatedMB": -1 if app.terminal else 1024,
+            "allocatedVCores": -1 if app.terminal else 1,
+            "runningContainers": -1 if app.terminal else 1,
+            "memorySeconds": 0,
+            "vcoreSeconds": 0,
+            "queueUsagePercentage": 0.0,
+            "clusterUsagePercentage": 0.0,
+            "preemptedResourceMB": 0,
+            "preemptedResourceVCores": 0,
+            "numNonAMContainerPreempted": 0,
+            "numAMContainerPreempted": 0,
+            "logAggregationStatus": "DISABLED",
+            "unmanagedApplication": False,
+            "amNodeLabelExpression": "",
+        }
+
+    def _cluster_info(self, index: int) -> dict[str, Any]:
+        return {
+            "clusterInfo": {
+                "id": self.cluster_timestamp,
+                "startedOn": self.cluster_timestamp,
+                "state": "STARTED",
+                "haState": self.ha_state(index),
+                "rmStateStoreName": "org.apache.hadoop.yarn.server.resourcemanager.recovery.NullRMStateStore",
+                "resourceManagerVersion": "3.4.1-emulated",
+                "resourceManagerBuildVersion": "3.4.1-emulated from airflow-tfos",
+                "resourceManagerVersionBuiltOn": "emulated",
+                "hadoopVersion": "3.4.1-emulated",
+                "hadoopBuildVersion": "3.4.1-emulated from airflow-tfos",
+                "hadoopVersionBuiltOn": "emulated",
+                "haZooKeeperConnectionState": "CONNECTED" if self.num_rms > 1 else "Could not find leader elector",
+            }
+        }
+
+    def _cluster_metrics(self) -> dict[str, Any]:
+        with self._lock:
+            states = [app.state for app in self._apps.values()]
+        return {
+            "clusterMetrics": {
+                "appsSubmitted": len(states),
+                "appsCompleted": states.count("FINISHED"),
+                "appsPending": sum(s in ("NEW", "NEW_SAVING", "SUBMITTED", "ACCEPTED") for s in states),
+                "appsRunning": states.count("RUNNING"),
+                "appsFailed": states.count("FAILED"),
+                "appsKilled": states.count("KILLED"),
+                "totalMB": self.max_allocation_mb * 2,
+                "totalVirtualCores": self.max_allocation_vcores * 2,
+                "totalNodes": 2,
+                "activeNodes": 2,
+            }
+        }
+
+    # ----------------------------------------------------------------- HTTP
+
+    def _handle(self, handler: _Handler, index: int) -> None:
+        parts = urlsplit(handler.path)
+        path = parts.path.rstrip("/") or "/"
+        query = parse_qs(parts.query)
+        length = int(handler.headers.get("Content-Length") or 0)
+        body = handler.rfile.read(length) if length else b""
+        with self._lock:
+            self.requests.append(RecordedRequest(index, handler.command, path, query, dict(handler.headers)))
+        fault = self._take_fault(index)
+        if fault is not None:
+            if fault.kind == "drop":
+                _drop(handler)
+                return
+            if fault.kind == "fail":
+                _send(handler, fault.status, {"RemoteException": _remote("WebApplicationException", "emulated")})
+                return
+            if fault.kind == "malformed":
+                if fault.body == "html":
+                    page = "<html><head><title>502 Bad Gateway</title></head><body>nginx</body></html>"
+                    _send(handler, 200, page, content_type="text/html")
+                else:
+                    _send(handler, 200, '{"app": {"id": "application_', content_type="application/json")
+                return
+            time.sleep(fault.seconds)
+        user = (query.get("user.name") or [None])[0]
+        negotiate = handler.headers.get("Authorization", "").startswith("Negotiate ")
+        if user is None and not negotiate and not self.anonymous_allowed:
+            _send(
+                handler,
+                401,
+                "Authentication required",
+                content_type="text/plain",
+                headers={"WWW-Authenticate": "Negotiate"},
+            )
+            return
+        if user is not None and self.allowed_users is not None and user not in self.allowed_users:
+            message = f"User {user} is not authorized to access the ResourceManager web services"
+            _send(handler, 403, {"RemoteException": _remote("AuthorizationException", message)})
+            return
+        if index != self._active and path not in STANDBY_SERVED_PATHS:
+            self._answer_standby(handler, index, parts.path, parts.query)
+            return
+        caller = user or ("kerberos-user" if negotiate else "dr.who")
+        self._route(handler, index, handler.command, path, query, body, caller)
+
+    def _answer_standby(self, handler: _Handler, index: int, path: str, query: str) -> None:
+        active_up = self._servers[self._active] is not None
+        if self.standby_mode == "redirect" and active_up:
+            location = self.url() + path + (f"?{query}" if query else "")
+            _send(
+                handler,
+                307,
+                f"This is standby RM. The redirect url is: {location}\n",
+                content_type="text/plain",
+                headers={"Location": location},
+            )
+        else:
+            _send(
+                handler,
+                503,
+                "This is standby RM. Could not find the active RM; retry later.\n",
+                content_type="text/plain",
+                headers={"Refresh": "3"},
+            )
+
+    def _route(
+        self, handler: _Handler, index: int, method: str, path: str, query: dict[str, list[str]], body: bytes, user: str
+    ) -> None:
+        base = self.url(index)
+        if method == "GET" and path in (CLUSTER_PATH, CLUSTER_INFO_PATH):
+            _send(handler, 200, self._cluster_info(index))
+        elif method == "GET" and path == CLUSTER_METRICS_PATH:
+            _send(handler, 200, self._cluster_metrics())
+        elif method == "GET" and path == CONF_PATH:
+            self._answer_conf(handler, query)
+        elif method == "GET" and path == APPS_PATH:
+            self._answer_apps(handler, query, base)
+        elif method == "POST" and path == NEW_APPLICATION_PATH:
+            if user == "dr.who":
+                _send(handler, 403, {"RemoteException": _remote("AuthorizationException", _NO_USER)})
+                return
+            capability = {"memory": self.max_allocation_mb, "vCores": self.max_allocation_vcores}
+            _send(handler, 200, {"application-id": self._new_app_id(), "maximum-resource-capability": capability})
+        elif (match := APP_PATH_RE.match(path)) and (method == "GET" or (method == "PUT" and match.group(2))):
+            self._answer_app(handler, method, match.group(1), bool(match.group(2)), body, user, base)
+        else:
+            _send(handler, 404, {"RemoteException": _remote("NotFoundException", f"Resource not found: {path}")})
+
+    def _answer_conf(self, handler: _Handler, query: dict[str, list[str]]) -> None:
+        if self.conf_forbidden:
+            _send(handler, 403, "User is unauthorized to access this page.", content_type="text/plain")
+            return
+        conf = {
+            MAX_ALLOCATION_MB_KEY: str(self.max_allocation_mb),
+            MAX_ALLOCATION_VCORES_KEY: str(self.max_allocation_vcores),
+            "yarn.scheduler.minimum-allocation-mb": "1024",
+            "yarn.scheduler.minimum-allocation-vcores": "1",
+            "yarn.resourcemanager.ha.enabled": "true" if self.num_rms > 1 else "false",
+        }
+        json_wanted = "json" in handler.headers.get("Accept", "")
+        name = (query.get("name") or [None])[0]
+        if name is not None and name not in conf:
+            _send(handler, 404, f"Property {name} not found", content_type="text/plain")
+            return
+        chosen = {name: conf[name]} if name is not None else conf
+        entries = [{"key": k, "value": v, "isFinal": False, "resource": "yarn-site.xml"} for k, v in chosen.items()]
+        if json_wanted:
+            payload = {"property": entries[0]} if name is not None else {"properties": entries}
+            _send(handler, 200, payload)
+            return
+        xml = "".join(
+            f"<property><name>{e['key']}</name><value>{e['value']}</value><final>false</final>"
+            f"<source>yarn-site.xml</source></property>"
+            for e in entries
+        )
+        _send(
+            handler,
+            200,
+            f'<?xml version="1.0" encoding="UTF-8"?><configuration>{xml}</configuration>',
+            content_type="text/xml",
+        )
+
+    def _answer_apps(self, handler: _Handler, query: dict[str, list[str]], base: str) -> None:
+        def values(name: str) -> set[str]:
+            return {v.strip().lower() for raw in query.get(name, []) for v in raw.split(",") if v.strip()}
+
+        states = values("states") | values("state")
+        bad = sorted(s for s in states if s.upper() not in YARN_STATES)
+        if bad:
+            message = (
+                f"java.lang.Exception: Invalid application-state {bad[0]} specified. It should be one of "
+                + ", ".join(YARN_STATES)
+            )
+            _send(handler, 400, {"RemoteException": _remote("BadRequestException", message)})
+            return
+        tags, users, queues = values("applicationTags"), values("user"), values("queue")
+        types = values("applicationTypes")
+        limit = int((query.get("limit") or ["0"])[0] or 0)
+        with self._lock:
+            for app in self._apps.values():
+                self._refresh(app)
+            apps = [
+                self._app_json(app, base)
+                for app in sorted(self._apps.values(), key=lambda a: a.app_id)
+                if (not states or app.state.lower() in states)
+                and (not tags or tags & set(app.tags))
+                and (not users or app.user.lower() in users)
+                and (not queues or app.queue.lower() in queues)
+                and (not types or app.app_type.lower() in types)
+            ]
+        if limit > 0:
+            apps = apps[:limit]
+        _send(handler, 200, {"apps": {"app": apps} if apps else None})
+
+    def _answer_app(
+        self, handler: _Handler, method: str, app_id: str, state_only: bool, body: bytes, user: str, base: str
+    ) -> None:
+        if not APP_ID_RE.match(app_id):
+            message = f"java.lang.IllegalArgumentException: Invalid ApplicationId: {app_id}"
+            _send(handler, 400, {"RemoteException": _remote("BadRequestException", message)})
+            return
+        with self._lock:
+            app = self._apps.get(app_id)
+            if app is None:
+                message = f"java.lang.Exception: app with id: {app_id} not found"
+                _send(handler, 404, {"RemoteException": _remote("NotFoundException", message)})
+                return
+            self._refresh(app)
+            if method == "GET":
+                _send(handler, 200, {"state": app.state} if state_only else {"app": self._app_json(app, base)})
+                return
+            if user == "dr.who":
+                _send(handler, 403, {"RemoteException": _remote("AuthorizationException", _NO_USER)})
+                return
+            try:
+                target = json.loads(body or b"{}").get("state")
+            except (ValueError, AttributeError):
+                target = None
+            if target == app.state:
+                _send(handler, 200, {"state": app.state})
+                return
+            if target != "KILLED":
+                message = "java.lang.Exception: Only 'KILLED' is allowed as a target state."
+                _send(handler, 400, {"RemoteException": _remote("BadRequestException", message)})
+                return
+            if not app.terminal:
+                self._request_kill(app)
+            if app.terminal:
+                _send(handler, 200, {"state": app.state})
+            else:
+                _send(handler, 202, {"state": app.state}, headers={"Location": f"{base}{APPS_PATH}/{app_id}"})
+
+
+_NO_USER = "Unable to obtain user name, user not authenticated"
+_UNKNOWN_EXIT = -(2**31)
+
+
+def _remote(exception: str, message: str) -> dict[str, str]:
+    authz = exception == "AuthorizationException"
+    package = "org.apache.hadoop.security.authorize" if authz else "org.apache.hadoop.yarn.webapp"
+    return {"exception": exception, "message": message, "javaClassName": f"{package}.{exception}"}
+
+
+def _send(
+    handler: _Handler,
+    status: int,
+    payload: dict[str, Any] | str,
+    *,
+    content_type: str = "application/json",
+    headers: dict[str, str] | None = None,
+) -> None:
+    data = (json.dumps(payload) if isinstance(payload, dict) else payload).encode()
+    try:
+        handler.send_response(status)
+        handler.send_header("Content-Type", content_type)
+        handler.send_header("Content-Length", str(len(data)))
+        for name, value in (headers or {}).items():
+            handler.send_header(name, value)
+        handler.end_headers()
+        handler.wfile.write(data)
+    except (BrokenPipeError, ConnectionResetError):
+        handler.close_connection = True
+
+
+def _drop(handler: _Handler) -> None:
+    """Close the connection with a reset and no answer."""
+    handler.close_connection = True
+    try:
+        handler.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        handler.connection.close()
+    except OSError:
+        pass
+
+
+def _signal_group(pid: int, pgid: int | None, signum: int) -> None:
+    """Signal the process group of ``pid`` (only ``pid`` when it shares the emulator's own group)."""
+    try:
+        if pgid is None or pgid == os.getpgrp():
+            os.kill(pid, signum)
+        else:
+            os.killpg(pgid, signum)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _exit_code(process: subprocess.Popen | None, pid: int) -> int | None:
+    """The exit code of a process, None while it runs, ``_UNKNOWN_EXIT`` when it cannot be read."""
+    if process is not None:
+        return process.poll()
+    try:
+        done, status = os.waitpid(pid, os.WNOHANG)
+    except ChildProcessError:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return _UNKNOWN_EXIT
+        try:
+            with open(f"/proc/{pid}/stat") as stat:
+                zombie = stat.read().rsplit(")", 1)[1].split()[0] == "Z"
+        except (OSError, IndexError):
+            zombie = False
+        return _UNKNOWN_EXIT if zombie else None
+    return None if done == 0 else os.waitstatus_to_exitcode(status)
