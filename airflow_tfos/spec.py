@@ -42,8 +42,14 @@ _FIELDS = {
     "env": dict,
     "stop_grace_secs": (int, float),
     "spec_hash": str,
+    "kind": str,
+    "serve": bool,
+    "warm_start": (str, type(None)),
+    "inference": (dict, type(None)),
 }
-_REQUIRED = ("train_fn", "num_nodes")
+_REQUIRED = ("num_nodes",)
+KINDS = ("train", "inference")
+_INFERENCE_FIELDS = {"model_path", "features", "output_path", "output_col", "output", "signature", "batch_size"}
 _DATA_FIELDS = {"format", "path", "table", "function", "options"}
 
 
@@ -55,8 +61,8 @@ class SpecError(ValueError):
 class RunSpec:
     """A checked spec. Fields as in spec.json."""
 
-    train_fn: str
     num_nodes: int
+    train_fn: str = ""
     args: Any = None
     num_ps: int = 0
     master_node: str | None = "chief"
@@ -72,6 +78,10 @@ class RunSpec:
     env: dict = field(default_factory=dict)
     stop_grace_secs: float = 120.0
     spec_hash: str = ""
+    kind: str = "train"
+    serve: bool = False
+    warm_start: str | None = None
+    inference: dict | None = None
 
 
 def parse_spec(raw: Any) -> RunSpec:
@@ -91,6 +101,13 @@ def parse_spec(raw: Any) -> RunSpec:
         if not isinstance(value, expected):
             raise SpecError(f"spec.json field {name!r} has the wrong type {type(value).__name__}")
     spec = RunSpec(**raw)
+    if spec.kind not in KINDS:
+        raise SpecError(f"spec.json kind must be one of {', '.join(KINDS)}, got {spec.kind!r}")
+    if spec.kind == "inference":
+        _check_inference(spec)
+        return spec
+    if not spec.train_fn:
+        raise SpecError("spec.json lacks required field(s): train_fn")
     split_import_path(spec.train_fn, "train_fn")
     if spec.num_nodes < 1:
         raise SpecError(f"spec.json num_nodes must be at least 1, got {spec.num_nodes}")
@@ -98,7 +115,7 @@ def parse_spec(raw: Any) -> RunSpec:
         raise SpecError(f"spec.json input_mode must be one of {', '.join(INPUT_MODES)}, got {spec.input_mode!r}")
     for name in ("data", "validation_data"):
         if getattr(spec, name) is not None:
-            _check_data(getattr(spec, name), name)
+            check_data(getattr(spec, name), name)
     if spec.input_mode == "SPARK" and spec.data is not None and not spec.feed:
         raise SpecError("spec.json input_mode SPARK with data needs 'feed' (features, label, batch_size)")
     if spec.validation_data is not None and spec.input_mode != "SPARK":
@@ -106,7 +123,22 @@ def parse_spec(raw: Any) -> RunSpec:
     return spec
 
 
-def _check_data(data: dict, name: str) -> None:
+def _check_inference(spec: RunSpec) -> None:
+    if spec.data is None or spec.inference is None:
+        raise SpecError(
+            "spec.json kind inference needs 'data' (what to score) and 'inference' (model_path, features, ...)"
+        )
+    check_data(spec.data, "data")
+    unknown = sorted(set(spec.inference) - _INFERENCE_FIELDS)
+    if unknown:
+        raise SpecError(f"spec.json inference has unknown field(s): {', '.join(unknown)}")
+    for name in ("model_path", "features", "output_path"):
+        if not spec.inference.get(name):
+            raise SpecError(f"spec.json inference needs {name!r}")
+
+
+def check_data(data: dict, name: str) -> None:
+    """Raise :class:`SpecError` naming the field unless ``data`` describes an input the driver can read."""
     unknown = sorted(set(data) - _DATA_FIELDS)
     if unknown:
         raise SpecError(f"spec.json {name} has unknown field(s): {', '.join(unknown)}")

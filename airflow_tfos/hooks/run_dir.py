@@ -1,0 +1,86 @@
+"""The run directory from the Airflow side: local paths, or HDFS through a ``webhdfs`` connection."""
+
+from __future__ import annotations
+
+import asyncio
+from functools import cached_property
+from typing import Any
+
+from airflow.sdk import BaseHook
+
+from airflow_tfos.rundir import RunDir
+from airflow_tfos.storage import Storage, storage_for
+
+HDFS_SCHEMES = ("hdfs", "webhdfs", "swebhdfs")
+
+
+def _scheme(uri: str) -> str:
+    return uri.split("://", 1)[0].lower() if "://" in uri else ""
+
+
+class RunDirHook(BaseHook):
+    """Read and write one run directory (spec, status, checkpoints, export, feeds, stop requests).
+
+    :param run_dir: a local path, ``file://``, ``hdfs://`` or ``webhdfs://`` URI.
+    :param webhdfs_conn_id: the ``webhdfs`` connection for HDFS run directories (default
+        ``webhdfs_default``); unused for local ones.
+    """
+
+    def __init__(self, run_dir: str, *, webhdfs_conn_id: str | None = None, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.run_dir = run_dir
+        self.webhdfs_conn_id = webhdfs_conn_id
+
+    @cached_property
+    def storage(self) -> Storage:
+        if _scheme(self.run_dir) in HDFS_SCHEMES:
+            from airflow_tfos.hooks.webhdfs import storage_from_connection
+
+            return storage_from_connection(self.webhdfs_conn_id or "webhdfs_default")
+        return storage_for(self.run_dir)
+
+    @cached_property
+    def rundir(self) -> RunDir:
+        return RunDir(self.run_dir, storage=self.storage)
+
+    async def arun(self, method: str, *args: Any, **kwargs: Any) -> Any:
+        """Call a :class:`RunDir` method without blocking the event loop (for triggers)."""
+        return await asyncio.to_thread(getattr(self.rundir, method), *args, **kwargs)
+
+    # --- conditions that sensors and triggers wait for -------------------------------------------------
+
+    def check(self, condition: dict[str, Any]) -> dict[str, Any] | None:
+        """What ``condition`` waits for, once it is there (else None). See :func:`check_condition`."""
+        return check_condition(self.rundir, condition)
+
+
+def check_condition(rundir: RunDir, condition: dict[str, Any]) -> dict[str, Any] | None:
+    """Evaluate one wait condition on a run directory; return its result once met, else None.
+
+    ``{"checkpoint": {"min_step": N, "newer_than": unix_time}}``: the latest *published* checkpoint, if
+    it satisfies both bounds (a half-written one is never named by the manifest).
+    ``{"export": {}}``: the export's ``_SUCCESS`` record (with the export's path).
+    ``{"feed": "<feed id>"}``: the feed's done record.
+    ``{"ready": {}}``: the driver is up and serving feed requests.
+    """
+    if "checkpoint" in condition:
+        bounds = condition["checkpoint"] or {}
+        latest = rundir.latest_checkpoint()
+        if latest is None:
+            return None
+        if bounds.get("min_step") is not None and latest.step < int(bounds["min_step"]):
+            return None
+        if bounds.get("newer_than") is not None and (latest.time or 0) <= float(bounds["newer_than"]):
+            return None
+        return {"path": latest.path, "step": latest.step, "epoch": latest.epoch, "time": latest.time}
+    if "export" in condition:
+        success = rundir.export_success()
+        return {**success, "path": rundir.path("export")} if success else None
+    if "feed" in condition:
+        return rundir.feed_result(str(condition["feed"]))
+    if "ready" in condition:
+        status = rundir.read_status() or {}
+        if status.get("serving") and status.get("state") == "RUNNING":
+            return {"application_id": status.get("application_id"), "step": status.get("step", 0)}
+        return None
+    raise ValueError(f"unknown wait condition {condition!r}: use checkpoint, export, feed or ready")

@@ -1,0 +1,124 @@
+"""Batch inference with an exported model, as a Spark application."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from airflow.sdk.exceptions import AirflowException
+
+from airflow_tfos.operators.train import _TFoSRunOperator
+from airflow_tfos.rundir import spec_hash
+from airflow_tfos.runs import RunConfigError
+from airflow_tfos.storage import join
+
+if TYPE_CHECKING:
+    from airflow.sdk import Context
+
+    from airflow_tfos.hooks.state import AppState
+
+#: Spark's commit marker in a written output directory.
+SUCCESS_MARKER = "_SUCCESS"
+
+
+class TFoSInferenceOperator(_TFoSRunOperator):
+    """Score a dataset with an exported SavedModel on the Spark executors; write the predictions as Parquet.
+
+    No TF cluster is needed: every partition is scored on its own, in Arrow batches, with the model
+    loaded once per Python worker. Idempotent on the output's ``_SUCCESS`` marker: when it is there,
+    the task succeeds at once.
+
+    :param model_path: the SavedModel (templated), e.g. the training task's ``export_path``.
+    :param data: what to score (templated), as ``data`` of :class:`TFoSTrainOperator`.
+    :param features: the columns fed to the model, in its input order.
+    :param output_path: where the predictions go (templated): the input columns plus ``output_col``.
+    :param output_col: the prediction column's name.
+    :param model_output: which model output to keep (default: the first by name).
+    :param batch_size: rows per model call.
+    :param num_executors: executors to score on.
+    Other parameters (connections, ``conf``, ``run_dir``, ``deferrable``...) as :class:`TFoSTrainOperator`.
+    """
+
+    template_fields: Sequence[str] = ("run_dir", "data", "model_path", "output_path", "conf", "env")
+    kind = "inference"
+
+    def __init__(
+        self,
+        *,
+        model_path: str,
+        data: dict,
+        features: Sequence[str],
+        output_path: str,
+        output_col: str = "prediction",
+        model_output: str | None = None,
+        batch_size: int = 1024,
+        num_executors: int = 2,
+        **kwargs: Any,
+    ) -> None:
+        self.model_path = model_path
+        self.features = list(features)
+        self.output_path = output_path
+        self.output_col = output_col
+        self.model_output = model_output
+        self.batch_size = batch_size
+        if not self.features:
+            raise RunConfigError(
+                f"TFoSInferenceOperator {kwargs.get('task_id')!r}: features must name at least one column"
+            )
+        super().__init__(data=data, num_nodes=num_executors, **kwargs)
+
+    def build_spec(self) -> dict[str, Any]:
+        inference = {
+            "model_path": self.model_path,
+            "features": self.features,
+            "output_path": self.output_path,
+            "output_col": self.output_col,
+            "batch_size": self.batch_size,
+        }
+        if self.model_output:
+            inference["output"] = self.model_output
+        return {
+            "kind": "inference",
+            "num_nodes": self.num_nodes,
+            "data": self.data,
+            "inference": inference,
+            "env": dict(self.env),
+        }
+
+    def num_executors(self) -> int:
+        return self.num_nodes
+
+    def _marker(self) -> str:
+        return join(self.output_path, SUCCESS_MARKER)
+
+    def already_done(self, digest: str) -> dict[str, Any] | None:
+        if self.run_dir_hook.storage.exists(self._marker()):
+            self.log.info("%s holds predictions already (%s): nothing to do", self.output_path, SUCCESS_MARKER)
+            return self.result(None, digest)
+        return None
+
+    def result(self, app: AppState | None, digest: str) -> dict[str, Any]:
+        status = self.rundir.read_status() or {}
+        return {
+            "application_id": app.app_id if app else status.get("application_id"),
+            "run_dir": self.run_dir,
+            "output_path": self.output_path,
+            "rows": (status.get("result") or {}).get("rows") if isinstance(status.get("result"), dict) else None,
+        }
+
+    def finish(self, app: AppState) -> dict[str, Any]:
+        if app.is_successful and self.run_dir_hook.storage.exists(self._marker()):
+            return self.result(app, spec_hash(self.build_spec()))
+        status = self.rundir.read_status() or {}
+        raise AirflowException(
+            f"inference application {app.app_id} ended {app.state}/{app.final_status} without writing "
+            f"{self._marker()}: {status.get('error') or app.diagnostics or 'no error recorded'}"
+        )
+
+    def execute(self, context: Context) -> Any:
+        app, done = self.launch(context)
+        if done is not None:
+            return done
+        if self.deferrable:
+            self.defer_until_end(app)
+        return self.finish(self.wait_for_end(app))

@@ -1,0 +1,217 @@
+"""The training lifecycle as separate tasks: feed a running application, and shut it down.
+
+Start the application with :class:`~airflow_tfos.operators.train.TFoSLaunchClusterOperator`; each
+:class:`TFoSFeedOperator` asks it to train on one more dataset and waits until that is done;
+:class:`TFoSShutdownClusterOperator` (with ``trigger_rule="all_done"``) stops it gracefully, then kills
+it after a grace period.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from functools import cached_property
+from typing import TYPE_CHECKING, Any
+
+from airflow.sdk import BaseOperator
+from airflow.sdk.configuration import conf
+from airflow.sdk.exceptions import AirflowException
+
+from airflow_tfos.hooks.apps import ApplicationClient
+from airflow_tfos.hooks.run_dir import RunDirHook
+from airflow_tfos.hooks.state import AppState
+from airflow_tfos.links.tfos import SparkApplicationLink, TrainingReportLink
+from airflow_tfos.operators.train import templated
+from airflow_tfos.runs import RunConfigError, check_run_dir, run_key, run_tag, safe_name
+from airflow_tfos.sensors.tfos import application_failure
+from airflow_tfos.spec import SpecError, check_data
+from airflow_tfos.triggers.tfos import TFoSRunDirTrigger
+
+if TYPE_CHECKING:
+    from airflow.sdk import Context
+
+
+class _RunTaskOperator(BaseOperator):
+    """A task acting on the application that works on ``run_dir``."""
+
+    template_fields: Sequence[str] = ("run_dir", "application_id")
+    operator_extra_links = (SparkApplicationLink(), TrainingReportLink())
+
+    def __init__(
+        self,
+        *,
+        run_dir: str,
+        application_id: str | None = None,
+        spark_conn_id: str = "spark_default",
+        yarn_conn_id: str = "yarn_default",
+        webhdfs_conn_id: str | None = None,
+        poll_interval: float = 10.0,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        if not templated(run_dir):
+            check_run_dir(run_dir, f"{type(self).__name__} {self.task_id!r}: run_dir")
+        self.run_dir = run_dir
+        self.application_id = application_id
+        self.spark_conn_id = spark_conn_id
+        self.yarn_conn_id = yarn_conn_id
+        self.webhdfs_conn_id = webhdfs_conn_id
+        self.poll_interval = poll_interval
+
+    @cached_property
+    def apps(self) -> ApplicationClient:
+        return ApplicationClient(spark_conn_id=self.spark_conn_id, yarn_conn_id=self.yarn_conn_id)
+
+    @cached_property
+    def run_dir_hook(self) -> RunDirHook:
+        return RunDirHook(self.run_dir, webhdfs_conn_id=self.webhdfs_conn_id)
+
+    def live_application(self) -> AppState | None:
+        """The application named by ``application_id`` if it is live, else a live one with the run's tag."""
+        if self.application_id:
+            state = self.apps.get(self.application_id)
+            if not state.is_terminal:
+                return state
+        live = [a for a in self.apps.find(run_tag(self.run_dir)) if not a.is_terminal]
+        return live[0] if live else None
+
+
+class TFoSFeedOperator(_RunTaskOperator):
+    """Ask the running application to train on one dataset, and wait until it has.
+
+    Idempotent by ``feed_id``: a feed already done returns its result; a feed already requested is
+    waited for, not requested again.
+
+    :param run_dir: the run directory of the application (templated), e.g. the launch task's XCom.
+    :param data: what to feed (templated), as ``data`` of :class:`TFoSTrainOperator`.
+    :param args: replaces the spec's ``args`` for this feed (templated), e.g. ``{"epochs": 2}``.
+    :param feed_id: the feed's id (templated); default ``<task_id>-<logical date>``.
+    :param application_id: the application (templated); default: the live one with the run's tag.
+    :param feed_timeout: seconds to wait for the feed to be done (None: no limit).
+    :param deferrable: wait in the triggerer (default ``[operators] default_deferrable``).
+    """
+
+    template_fields: Sequence[str] = ("run_dir", "application_id", "data", "args", "feed_id")
+    template_fields_renderers = {"data": "json", "args": "json"}
+
+    def __init__(
+        self,
+        *,
+        data: dict | None = None,
+        args: dict | list | None = None,
+        feed_id: str | None = None,
+        feed_timeout: float | None = None,
+        deferrable: bool = conf.getboolean("operators", "default_deferrable", fallback=False),
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        if data is not None and not templated(data):
+            try:
+                check_data(data, "data")
+            except SpecError as exc:
+                raise RunConfigError(f"TFoSFeedOperator {self.task_id!r}: {exc}") from None
+        self.data = data
+        self.args = args
+        self.feed_id = feed_id
+        self.feed_timeout = feed_timeout
+        self.deferrable = deferrable
+
+    def execute(self, context: Context) -> Any:
+        feed_id = self.feed_id or safe_name(
+            f"{self.task_id}-{run_key(context['dag_run'].logical_date, context['dag_run'].run_id)}"
+        )
+        rundir = self.run_dir_hook.rundir
+        done = rundir.feed_result(feed_id)
+        if done is not None:
+            self.log.info("feed %s was done already (step %s)", feed_id, done.get("step"))
+            return done
+        app = self.live_application()
+        if app is None:
+            raise AirflowException(
+                f"no live application works on {self.run_dir}: start it with TFoSLaunchClusterOperator first"
+            )
+        request = {"data": self.data} if self.data is not None else {}
+        if self.args is not None:
+            request["args"] = self.args
+        if rundir.request_feed(feed_id, request):
+            self.log.info("requested feed %s from application %s", feed_id, app.app_id)
+        else:
+            self.log.info("feed %s was requested already: waiting for it", feed_id)
+        condition = {"feed": feed_id}
+        if self.deferrable:
+            self.defer(
+                trigger=TFoSRunDirTrigger(
+                    run_dir=self.run_dir,
+                    condition=condition,
+                    webhdfs_conn_id=self.webhdfs_conn_id,
+                    application_id=app.app_id,
+                    spark_conn_id=self.spark_conn_id,
+                    yarn_conn_id=self.yarn_conn_id,
+                    poll_interval=self.poll_interval,
+                    timeout=self.feed_timeout,
+                ),
+                method_name="execute_complete",
+            )
+        deadline = None if self.feed_timeout is None else time.monotonic() + self.feed_timeout
+        while True:
+            result = self.run_dir_hook.check(condition)
+            if result is not None:
+                self.log.info("feed %s done at step %s", feed_id, result.get("step"))
+                return result
+            state = self.apps.get(app.app_id)
+            if state.is_terminal:
+                result = self.run_dir_hook.check(condition)
+                if result is not None:
+                    return result
+                raise AirflowException(
+                    f"feed {feed_id} was not done: {application_failure(state) or str(state) + ' ended'}"
+                )
+            if deadline is not None and time.monotonic() > deadline:
+                raise AirflowException(f"feed {feed_id} was not done within {self.feed_timeout:.0f} s (feed_timeout)")
+            time.sleep(self.poll_interval)
+
+    def execute_complete(self, context: Context, event: dict[str, Any]) -> Any:
+        if event.get("status") == "done":
+            return event["result"]
+        if event.get("status") == "app_ended":
+            state = AppState.from_json(event["app"])
+            raise AirflowException(f"the feed was not done: {application_failure(state) or str(state) + ' ended'}")
+        raise AirflowException(f"the feed was not done: {event.get('message') or event}")
+
+
+class TFoSShutdownClusterOperator(_RunTaskOperator):
+    """Stop the application of a run: a graceful stop request, then a kill after ``grace_secs``.
+
+    A no-op when no application is live (already stopped, finished, or never started): running it
+    twice is safe. Meant for ``trigger_rule="all_done"``.
+
+    :param run_dir: the run directory (templated).
+    :param application_id: the application (templated); default: the live one with the run's tag.
+    :param grace_secs: how long the graceful stop may take before the application is killed.
+    :param reason: recorded with the stop request.
+    """
+
+    def __init__(self, *, grace_secs: float = 300.0, reason: str = "shutdown task", **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        if grace_secs < 0:
+            raise RunConfigError(f"TFoSShutdownClusterOperator {self.task_id!r}: grace_secs must be >= 0")
+        self.grace_secs = grace_secs
+        self.reason = reason
+
+    def execute(self, context: Context) -> Any:
+        app = self.live_application()
+        if app is None:
+            self.log.info("no live application works on %s: nothing to stop", self.run_dir)
+            return {"application_id": self.application_id, "state": None, "stopped": False}
+        rundir = self.run_dir_hook.rundir
+        rundir.request_stop(self.reason)
+        self.log.info("asked application %s to stop (grace %.0f s)", app.app_id, self.grace_secs)
+        deadline = time.monotonic() + self.grace_secs
+        while not app.is_terminal and time.monotonic() < deadline:
+            time.sleep(min(self.poll_interval, max(0.5, deadline - time.monotonic())))
+            app = self.apps.get(app.app_id)
+        if not app.is_terminal:
+            self.log.warning("application %s did not stop within %.0f s: killing it", app.app_id, self.grace_secs)
+            app = self.apps.kill(app.app_id)
+        self.log.info("application %s is %s/%s", app.app_id, app.state, app.final_status)
+        return {"application_id": app.app_id, "state": app.state, "final_status": app.final_status, "stopped": True}

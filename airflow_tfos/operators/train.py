@@ -1,0 +1,528 @@
+"""Operators that start (or find again) the Spark application working on a run directory.
+
+``TFoSTrainOperator`` is the one-task path: launch, feed, checkpoint-based recovery, export and
+shutdown of one training run. ``TFoSLaunchClusterOperator`` starts the same application in serving
+mode, for DAGs that feed it with :class:`~airflow_tfos.operators.lifecycle.TFoSFeedOperator` and stop
+it with :class:`~airflow_tfos.operators.lifecycle.TFoSShutdownClusterOperator`.
+
+Both are idempotent:
+
+1. the run directory holds an export for the same spec hash: succeed at once, with the same result;
+2. a live application carries the run's tag (or the task's durable state names one): reattach to it;
+3. otherwise write the spec and submit a new application, which resumes from the latest checkpoint.
+   Two attempts that race both keep the earliest application and kill the other.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Sequence
+from datetime import timedelta
+from functools import cached_property
+from typing import TYPE_CHECKING, Any
+
+from airflow.sdk import BaseOperator
+from airflow.sdk.configuration import conf
+from airflow.sdk.exceptions import AirflowException
+
+from airflow_tfos.hooks.run_dir import RunDirHook
+from airflow_tfos.hooks.state import AppState
+from airflow_tfos.links.tfos import (
+    REPORT_URL_KEY,
+    TRACKING_URL_KEY,
+    SparkApplicationLink,
+    TensorBoardLink,
+    TrainingReportLink,
+)
+from airflow_tfos.rundir import spec_hash
+from airflow_tfos.runs import RunConfigError, check_run_dir, default_run_dir, pick_winner, run_tag
+from airflow_tfos.spec import INPUT_MODES, SpecError, parse_spec, split_import_path
+from airflow_tfos.triggers.tfos import TFoSApplicationTrigger, TFoSRunDirTrigger, progress_line
+
+if TYPE_CHECKING:
+    from airflow.sdk import Context
+
+    from airflow_tfos.hooks.tfos import TFoSHook
+    from airflow_tfos.rundir import RunDir
+
+#: XCom keys (besides the return value).
+APPLICATION_ID_KEY = "application_id"
+RUN_DIR_KEY = "run_dir"
+#: Key of the application id in the task's durable state (kept across retries).
+STATE_APPLICATION_ID = "tfos_application_id"
+#: Where the training report is written in a run directory.
+REPORT_PATH = "report/report.html"
+
+
+def templated(value: Any) -> bool:
+    """Whether ``value`` still holds Jinja (not rendered yet, so it cannot be checked at parse time)."""
+    return "{{" in json.dumps(value, default=str)
+
+
+def run_dir_base() -> str:
+    """Where default run directories go: ``[tfos] run_dir_base``, ``$AIRFLOW_TFOS_RUN_DIR_BASE``, else
+    ``$AIRFLOW_HOME/tfos-runs``."""
+    configured = conf.get("tfos", "run_dir_base", fallback=None) or os.environ.get("AIRFLOW_TFOS_RUN_DIR_BASE")
+    if configured:
+        return configured
+    home = os.environ.get("AIRFLOW_HOME") or os.path.join(os.path.expanduser("~"), "airflow")
+    return os.path.join(home, "tfos-runs")
+
+
+def resolve_run_dir(run_dir: str | None, context: Context) -> str:
+    """``run_dir`` as given, else the default one of this task in this DAG run."""
+    if run_dir:
+        check_run_dir(run_dir)
+        return run_dir.rstrip("/")
+    ti, dag_run = context["ti"], context["dag_run"]
+    return default_run_dir(run_dir_base(), ti.dag_id, ti.task_id, dag_run.logical_date, dag_run.run_id)
+
+
+class _TFoSRunOperator(BaseOperator):
+    """What training and launch share: the spec, the idempotent submit, waiting, the result."""
+
+    template_fields: Sequence[str] = ("run_dir", "args", "data", "validation_data", "feed", "env", "conf", "warm_start")
+    template_fields_renderers = {"args": "json", "data": "json", "feed": "json", "conf": "json"}
+    operator_extra_links = (SparkApplicationLink(), TensorBoardLink(), TrainingReportLink())
+    ui_color = "#f4a460"
+
+    #: Whether the application serves feed requests until stopped (the lifecycle operators).
+    serve = False
+    #: What the application does (spec.json ``kind``).
+    kind = "train"
+
+    def __init__(
+        self,
+        *,
+        train_fn: str | None = None,
+        args: dict | list | None = None,
+        num_nodes: int = 2,
+        input_mode: str = "SPARK",
+        data: dict | None = None,
+        validation_data: dict | None = None,
+        feed: dict | None = None,
+        run_dir: str | None = None,
+        warm_start: str | None = None,
+        num_ps: int = 0,
+        master_node: str | None = "chief",
+        eval_node: bool = False,
+        keras: str = "auto",
+        gpus_per_node: int = 0,
+        max_attempts: int = 3,
+        training_timeout: float | None = None,
+        env: dict[str, str] | None = None,
+        stop_grace_secs: float = 120.0,
+        spark_conn_id: str = "spark_default",
+        yarn_conn_id: str = "yarn_default",
+        webhdfs_conn_id: str | None = None,
+        conf: dict[str, str] | None = None,
+        executor_cores: int = 1,
+        executor_memory: str = "2g",
+        tf_memory_mb: int | None = None,
+        poll_interval: float = 15.0,
+        deferrable: bool = conf.getboolean("operators", "default_deferrable", fallback=False),
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        self.train_fn = train_fn
+        self.args = args
+        self.num_nodes = num_nodes
+        self.input_mode = input_mode
+        self.data = data
+        self.validation_data = validation_data
+        self.feed = feed
+        self.run_dir = run_dir
+        self.warm_start = warm_start
+        self.num_ps = num_ps
+        self.master_node = master_node
+        self.eval_node = eval_node
+        self.keras = keras
+        self.gpus_per_node = gpus_per_node
+        self.max_attempts = max_attempts
+        self.training_timeout = training_timeout
+        self.env = env or {}
+        self.stop_grace_secs = stop_grace_secs
+        self.spark_conn_id = spark_conn_id
+        self.yarn_conn_id = yarn_conn_id
+        self.webhdfs_conn_id = webhdfs_conn_id
+        self.conf = conf or {}
+        self.executor_cores = executor_cores
+        self.executor_memory = executor_memory
+        self.tf_memory_mb = tf_memory_mb
+        self.poll_interval = poll_interval
+        self.deferrable = deferrable
+        self._check_parameters()
+
+    # --- checks at DAG parse time (no I/O) ---------------------------------------------------------------
+
+    def _check_parameters(self) -> None:
+        where = f"{type(self).__name__} {self.task_id!r}"
+        if self.kind == "train":
+            if not self.train_fn:
+                raise RunConfigError(f"{where}: train_fn is required ('package.module:function')")
+            try:
+                split_import_path(self.train_fn, "train_fn")
+            except SpecError as exc:
+                raise RunConfigError(f"{where}: {exc}") from None
+        if not isinstance(self.num_nodes, int) or isinstance(self.num_nodes, bool) or self.num_nodes < 1:
+            raise RunConfigError(f"{where}: num_nodes must be an integer >= 1, got {self.num_nodes!r}")
+        if self.input_mode not in INPUT_MODES:
+            raise RunConfigError(
+                f"{where}: input_mode must be one of {', '.join(INPUT_MODES)}, got {self.input_mode!r}"
+            )
+        if self.run_dir is not None and not templated(self.run_dir):
+            check_run_dir(self.run_dir, f"{where}: run_dir")
+        if self.poll_interval <= 0:
+            raise RunConfigError(f"{where}: poll_interval must be > 0, got {self.poll_interval}")
+        spec = self.build_spec()
+        if not templated(spec):
+            try:
+                parse_spec(spec)
+            except SpecError as exc:
+                raise RunConfigError(f"{where}: {exc}") from None
+
+    def build_spec(self) -> dict[str, Any]:
+        """The spec.json this task asks for (its hash identifies the run's request)."""
+        spec: dict[str, Any] = {
+            "train_fn": self.train_fn,
+            "args": self.args,
+            "num_nodes": self.num_nodes,
+            "num_ps": self.num_ps,
+            "master_node": self.master_node,
+            "eval_node": self.eval_node,
+            "input_mode": self.input_mode,
+            "data": self.data,
+            "validation_data": self.validation_data,
+            "feed": self.feed,
+            "max_attempts": self.max_attempts,
+            "timeout": self.training_timeout,
+            "keras": self.keras,
+            "gpus_per_node": self.gpus_per_node,
+            "env": dict(self.env),
+            "stop_grace_secs": self.stop_grace_secs,
+            "warm_start": self.warm_start,
+        }
+        if self.serve:
+            spec["serve"] = True
+        return spec
+
+    # --- hooks ------------------------------------------------------------------------------------------
+
+    @cached_property
+    def hook(self) -> TFoSHook:
+        from airflow_tfos.hooks.tfos import TFoSHook
+
+        return TFoSHook(
+            spark_conn_id=self.spark_conn_id, yarn_conn_id=self.yarn_conn_id, webhdfs_conn_id=self.webhdfs_conn_id
+        )
+
+    @cached_property
+    def run_dir_hook(self) -> RunDirHook:
+        return RunDirHook(self.run_dir, webhdfs_conn_id=self.webhdfs_conn_id)
+
+    @property
+    def rundir(self) -> RunDir:
+        return self.run_dir_hook.rundir
+
+    # --- launch -----------------------------------------------------------------------------------------
+
+    def launch(self, context: Context) -> tuple[AppState | None, dict[str, Any] | None]:
+        """Find or submit the application for this run; or, if the run was exported already, its result."""
+        self.run_dir = resolve_run_dir(self.run_dir, context)
+        context["ti"].xcom_push(key=RUN_DIR_KEY, value=self.run_dir)
+        context["ti"].xcom_push(key=REPORT_URL_KEY, value=self.rundir.path(REPORT_PATH))
+        spec = self.build_spec()
+        parse_spec(spec)
+        digest = spec_hash(spec)
+        done = self.already_done(digest)
+        if done is not None:
+            return None, done
+        app = self._reattach(context)
+        if app is None:
+            app = self._submit(context, spec, digest)
+        context["ti"].xcom_push(key=APPLICATION_ID_KEY, value=app.app_id)
+        if app.tracking_url:
+            context["ti"].xcom_push(key=TRACKING_URL_KEY, value=app.tracking_url)
+        return app, None
+
+    def _reattach(self, context: Context) -> AppState | None:
+        store = context.get("task_state_store")
+        stored = store.get(STATE_APPLICATION_ID) if store is not None else None
+        if stored:
+            state = self.hook.get_state(stored)
+            if not state.is_terminal:
+                self.log.info(
+                    "reattaching to application %s (kept from an earlier try), which is %s", stored, state.state
+                )
+                return state
+        live = self.hook.find_live(run_tag(self.run_dir))
+        if live:
+            winner = pick_winner([a.app_id for a in live])
+            self.log.info("reattaching to application %s, which already works on %s", winner, self.run_dir)
+            return next(a for a in live if a.app_id == winner)
+        return None
+
+    def _submit(self, context: Context, spec: dict[str, Any], digest: str) -> AppState:
+        rundir = self.rundir
+        current = rundir.read_spec()
+        if current and current.get("spec_hash") != digest:
+            self.log.warning(
+                "the spec in %s changed (%s -> %s): checkpoints of the old spec are resumed only if the model matches",
+                self.run_dir,
+                current.get("spec_hash"),
+                digest,
+            )
+        rundir.write_spec(spec)
+        latest = rundir.latest_checkpoint()
+        if latest:
+            self.log.info("resuming from checkpoint step %d (%s)", latest.step, latest.path)
+        else:
+            self.log.info("no checkpoint in %s: training starts from the beginning", self.run_dir)
+        tag = run_tag(self.run_dir)
+        ti = context["ti"]
+        rundir.add_event("submit", try_number=ti.try_number, resume_step=latest.step if latest else 0)
+        app_id = self.hook.submit(
+            self.run_dir,
+            tag=tag,
+            name=f"tfos {ti.dag_id}.{ti.task_id} {os.path.basename(self.run_dir)}",
+            num_nodes=self.num_executors(),
+            executor_cores=self.executor_cores,
+            executor_memory=self.executor_memory,
+            tf_memory_mb=self.tf_memory_mb,
+            gpus_per_node=self.gpus_per_node,
+            conf=self.conf,
+        )
+        self.log.info("submitted application %s for %s (tag %s)", app_id, self.run_dir, tag)
+        store = context.get("task_state_store")
+        if store is not None:
+            store.set(STATE_APPLICATION_ID, app_id)
+        live = {a.app_id for a in self.hook.find_live(tag)} | {app_id}
+        winner = pick_winner(sorted(live))
+        if winner != app_id:
+            self.log.warning(
+                "another try submitted %s for this run first: killing %s and attaching to it", winner, app_id
+            )
+            self.hook.kill(app_id)
+            app_id = winner
+        return self.hook.get_state(app_id)
+
+    # --- waiting ----------------------------------------------------------------------------------------
+
+    def wait_for_end(self, app: AppState) -> AppState:
+        """Poll until the application ends, logging training progress from status.json."""
+        last = None
+        while not app.is_terminal:
+            try:
+                line = progress_line(self.rundir.read_status())
+            except Exception as exc:
+                line = f"cannot read status.json: {exc}"
+            if line and line != last:
+                self.log.info("%s: %s", app.app_id, line)
+                last = line
+            time.sleep(self.poll_interval)
+            app = self.hook.get_state(app.app_id)
+        self.log.info("application %s ended %s/%s", app.app_id, app.state, app.final_status)
+        return app
+
+    def defer_until_end(self, app: AppState) -> None:
+        self.defer(
+            trigger=TFoSApplicationTrigger(
+                application_id=app.app_id,
+                spark_conn_id=self.spark_conn_id,
+                yarn_conn_id=self.yarn_conn_id,
+                run_dir=self.run_dir,
+                webhdfs_conn_id=self.webhdfs_conn_id,
+                poll_interval=self.poll_interval,
+                kill_on_kill=True,
+            ),
+            method_name="execute_complete",
+            timeout=timedelta(seconds=self.training_timeout * 2 + 3600) if self.training_timeout else None,
+        )
+
+    def num_executors(self) -> int:
+        """Executors the application needs: one per TF node."""
+        return self.num_nodes + self.num_ps + (1 if self.eval_node else 0)
+
+    def already_done(self, digest: str) -> dict[str, Any] | None:
+        """The result, if the run directory shows this request done already (an export of the same spec)."""
+        done = self.rundir.export_success()
+        if done and done.get("spec_hash") == digest:
+            self.log.info(
+                "%s already holds an export of this spec (%s) at step %s: nothing to do",
+                self.run_dir,
+                digest,
+                done.get("step"),
+            )
+            return self.result(None, digest)
+        return None
+
+    # --- the end ----------------------------------------------------------------------------------------
+
+    def result(self, app: AppState | None, digest: str) -> dict[str, Any]:
+        """What the task returns: application id, run directory, step, export path and metrics."""
+        rundir = self.rundir
+        done = rundir.export_success()
+        status = rundir.read_status() or {}
+        exported = bool(done and done.get("spec_hash") == digest)
+        latest = rundir.latest_checkpoint()
+        return {
+            "application_id": app.app_id if app else status.get("application_id"),
+            "run_dir": self.run_dir,
+            "spec_hash": digest,
+            "step": (done or {}).get("step") if exported else (latest.step if latest else status.get("step", 0)),
+            "export_path": rundir.path("export") if exported else None,
+            "metrics": (done or {}).get("metrics", {}) if exported else {},
+            "report": rundir.path(REPORT_PATH),
+        }
+
+    def finish(self, app: AppState) -> dict[str, Any]:
+        """The result of a successful application, or an error that says what failed and where a retry resumes."""
+        digest = spec_hash(self.build_spec())
+        if app.is_successful:
+            result = self.result(app, digest)
+            if result["export_path"] is None:
+                self.log.warning(
+                    "application %s succeeded without exporting a model (call export_model in train_fn)", app.app_id
+                )
+            return result
+        status = self.rundir.read_status() or {}
+        latest = self.rundir.latest_checkpoint()
+        resume = f"the next try resumes from checkpoint step {latest.step}" if latest else "no checkpoint was published"
+        error = status.get("error") or "no error recorded in status.json"
+        diagnostics = (app.diagnostics or "").strip().splitlines()
+        raise AirflowException(
+            f"application {app.app_id} ended {app.state}/{app.final_status} ({error}"
+            f"{'; ' + diagnostics[-1] if diagnostics else ''}); {resume}"
+        )
+
+    def execute_complete(self, context: Context, event: dict[str, Any]) -> Any:
+        self.run_dir = resolve_run_dir(self.run_dir, context)
+        if event.get("status") != "done":
+            raise AirflowException(f"lost track of the application: {event.get('message')}")
+        return self.finish(AppState.from_json(event["app"]))
+
+    def on_kill(self) -> None:
+        app_id = None
+        try:
+            app_id = self._live_app_id()
+        except Exception as exc:
+            self.log.warning("cannot find the application to kill: %s", exc)
+        if app_id:
+            self.log.info("the task was killed: killing application %s", app_id)
+            self.hook.kill(app_id)
+
+    def _live_app_id(self) -> str | None:
+        if not self.run_dir or templated(self.run_dir):
+            return None
+        live = self.hook.find_live(run_tag(self.run_dir))
+        return live[0].app_id if live else None
+
+
+class TFoSTrainOperator(_TFoSRunOperator):
+    """Train a TensorFlow model on the Spark cluster: launch, feed, recover, export, shut down; one task.
+
+    Idempotent: an export for the same spec ends the task at once with the same result; a live
+    application for the run is reattached to; otherwise a new application resumes from the latest
+    checkpoint (so an Airflow retry continues where the last try stopped).
+
+    :param train_fn: the training function, ``package.module:function`` (``main_fun(args, ctx)``).
+    :param args: passed to ``train_fn`` (templated; JSON).
+    :param num_nodes: TF workers (chief included).
+    :param input_mode: ``SPARK`` (Spark feeds ``data``) or ``TENSORFLOW`` (nodes read files themselves).
+    :param data: what to train on (templated): ``{"format": "parquet"|"csv"|"table"|"tfrecord"|"function", ...}``.
+    :param validation_data: fed beside ``data`` in SPARK mode (templated).
+    :param feed: how Spark feeds: ``{"features": [...], "label": ..., "batch_size": ...}`` (templated).
+    :param run_dir: the run directory (templated); default ``<run_dir_base>/<dag>/<task>/<logical date>``.
+    :param warm_start: an exported model to start from, e.g. the previous day's (templated).
+    :param num_ps: parameter servers. :param master_node: ``chief``/``master``/None.
+    :param eval_node: add an evaluator node.
+    :param keras: ``auto``, ``tf_keras`` or ``keras3``.
+    :param gpus_per_node: GPUs per TF node (0: none).
+    :param max_attempts: TF cluster attempts inside one application (an executor lost is recovered there).
+    :param training_timeout: seconds one TF cluster attempt may run.
+    :param env: environment variables for the TF node processes (templated).
+    :param stop_grace_secs: how long a stop request waits for the next checkpoint.
+    :param spark_conn_id: the ``spark`` connection (``yarn`` master: YARN; else the local backend).
+    :param yarn_conn_id: the ``yarn`` connection (YARN backend).
+    :param webhdfs_conn_id: the ``webhdfs`` connection for HDFS run directories.
+    :param conf: extra Spark settings (templated).
+    :param executor_cores: cores per executor (one executor per TF node).
+    :param executor_memory: JVM heap per executor.
+    :param tf_memory_mb: memory of each TF node process, off the JVM heap; sets the executor's memory
+        overhead and is checked against the largest container YARN allows.
+    :param poll_interval: seconds between state polls.
+    :param deferrable: wait in the triggerer, freeing the worker slot (default
+        ``[operators] default_deferrable``).
+    """
+
+    def execute(self, context: Context) -> Any:
+        app, done = self.launch(context)
+        if done is not None:
+            return done
+        if self.deferrable:
+            self.defer_until_end(app)
+        return self.finish(self.wait_for_end(app))
+
+
+class TFoSLaunchClusterOperator(_TFoSRunOperator):
+    """Start the training application in serving mode; return once its TF cluster can take feeds.
+
+    The application trains on ``data`` if given, then serves the feed requests that
+    :class:`~airflow_tfos.operators.lifecycle.TFoSFeedOperator` writes, each resuming from the latest
+    checkpoint, until :class:`~airflow_tfos.operators.lifecycle.TFoSShutdownClusterOperator` stops it.
+    Pushes ``application_id`` and ``run_dir``. Parameters as :class:`TFoSTrainOperator`, plus:
+
+    :param ready_timeout: seconds to wait for the application to come up.
+    """
+
+    serve = True
+
+    def __init__(self, *, ready_timeout: float = 1800.0, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.ready_timeout = ready_timeout
+
+    def execute(self, context: Context) -> Any:
+        app, done = self.launch(context)
+        if done is not None:
+            return done
+        if self.deferrable:
+            self.defer(
+                trigger=TFoSRunDirTrigger(
+                    run_dir=self.run_dir,
+                    condition={"ready": {}},
+                    webhdfs_conn_id=self.webhdfs_conn_id,
+                    application_id=app.app_id,
+                    spark_conn_id=self.spark_conn_id,
+                    yarn_conn_id=self.yarn_conn_id,
+                    poll_interval=min(self.poll_interval, 5.0),
+                    timeout=self.ready_timeout,
+                ),
+                method_name="launch_complete",
+            )
+        deadline = time.monotonic() + self.ready_timeout
+        while True:
+            ready = self.run_dir_hook.check({"ready": {}})
+            if ready is not None:
+                self.log.info("application %s serves feeds for %s", app.app_id, self.run_dir)
+                return {"application_id": app.app_id, "run_dir": self.run_dir}
+            app = self.hook.get_state(app.app_id)
+            if app.is_terminal:
+                self.finish(app)  # raises if it failed
+                return self.result(app, spec_hash(self.build_spec()))
+            if time.monotonic() > deadline:
+                raise AirflowException(
+                    f"application {app.app_id} was not ready within {self.ready_timeout:.0f} s (ready_timeout)"
+                )
+            time.sleep(min(self.poll_interval, 5.0))
+
+    def launch_complete(self, context: Context, event: dict[str, Any]) -> Any:
+        self.run_dir = resolve_run_dir(self.run_dir, context)
+        if event.get("status") == "done":
+            return {"application_id": event["result"].get("application_id"), "run_dir": self.run_dir}
+        if event.get("status") == "app_ended":
+            app = AppState.from_json(event["app"])
+            self.finish(app)
+            return self.result(app, spec_hash(self.build_spec()))
+        raise AirflowException(f"the application did not become ready: {event.get('message') or event}")

@@ -1,0 +1,72 @@
+"""Names that tie a training run together: its run directory, its tag, its feed ids. Pure Python.
+
+A run is identified by its run directory. Its tag (``tfos-<hash of the run directory>``) is attached
+to the Spark application (YARN ``applicationTags``, or the local tracker), so a retried or cleared task
+finds the application that is already working on its run directory instead of submitting another.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from datetime import datetime
+
+from airflow_tfos.storage import join
+
+TAG_PREFIX = "tfos-"
+_UNSAFE = re.compile(r"[^A-Za-z0-9_.=-]+")
+_URI = re.compile(r"^(?:[A-Za-z][A-Za-z0-9+.-]*://\S*|/\S*)$")
+
+
+class RunConfigError(ValueError):
+    """A parameter of a run cannot be used; the message says what to change."""
+
+
+def run_tag(run_dir: str) -> str:
+    """The tag of the application working on ``run_dir`` (YARN lower-cases tags; this is lower case)."""
+    normalized = run_dir.rstrip("/")
+    return TAG_PREFIX + hashlib.sha256(normalized.encode()).hexdigest()[:20]
+
+
+def safe_name(value: str) -> str:
+    """``value`` with every run of characters unsafe in paths and ids replaced by ``_``."""
+    return _UNSAFE.sub("_", value).strip("_") or "run"
+
+
+def run_key(logical_date: datetime | None, run_id: str) -> str:
+    """The part of a default run directory that names the DAG run: its logical date, else its run id."""
+    if logical_date is not None:
+        return logical_date.strftime("%Y%m%dT%H%M%S")
+    return safe_name(run_id)
+
+
+def default_run_dir(base: str, dag_id: str, task_id: str, logical_date: datetime | None, run_id: str) -> str:
+    """``<base>/<dag_id>/<task_id>/<logical date or run id>``: a rerun of the same DAG run finds it again."""
+    return join(base, safe_name(dag_id), safe_name(task_id), run_key(logical_date, run_id))
+
+
+def check_run_dir(run_dir: str, what: str = "run_dir") -> None:
+    """Raise unless ``run_dir`` is an absolute path or a URI (``file://``, ``hdfs://``, ``webhdfs://``...)."""
+    if not isinstance(run_dir, str) or not _URI.match(run_dir):
+        raise RunConfigError(
+            f"{what} must be an absolute path or a URI such as hdfs://namenode/runs/x or file:///data/runs/x, "
+            f"got {run_dir!r}"
+        )
+
+
+def pick_winner(app_ids: list[str]) -> str:
+    """Of several live applications for one run (two task attempts that raced), the one that stays.
+
+    Every racer picks the same one: the earliest submitted (YARN ids end in a growing sequence number;
+    local ids start with their submission time).
+    """
+    if not app_ids:
+        raise ValueError("no applications to choose from")
+
+    def order(app_id: str) -> tuple:
+        parts = app_id.split("_")
+        if len(parts) == 3 and parts[0] == "application" and parts[1].isdigit() and parts[2].isdigit():
+            return (0, int(parts[1]), int(parts[2]), app_id)
+        return (1, 0, 0, app_id)
+
+    return min(app_ids, key=order)

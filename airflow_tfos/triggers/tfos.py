@@ -1,0 +1,241 @@
+"""Triggers: wait for an application's state, or for something in a run directory, in the triggerer."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+from airflow.triggers.base import BaseTrigger, TriggerEvent
+
+from airflow_tfos.hooks.apps import ApplicationClient, latest
+from airflow_tfos.hooks.run_dir import RunDirHook
+from airflow_tfos.hooks.state import AppState
+
+#: How many polls in a row may fail (network, RM failover) before the trigger gives up.
+MAX_POLL_ERRORS = 10
+
+
+def progress_line(status: dict[str, Any] | None) -> str | None:
+    """One log line of training progress from status.json, or None when there is nothing to say."""
+    if not status:
+        return None
+    progress = status.get("progress") or {}
+    parts = [f"state {status.get('state')}", f"checkpoint step {status.get('step', 0)}"]
+    if progress.get("step") is not None:
+        total = progress.get("total_steps")
+        parts.append(
+            f"step {progress['step']}" + (f"/{total} ({100.0 * progress['step'] / total:.0f}%)" if total else "")
+        )
+    if progress.get("epoch") is not None:
+        parts.append(f"epoch {progress['epoch']}")
+    if progress.get("loss") is not None:
+        parts.append(f"loss {progress['loss']:.4f}")
+    if progress.get("steps_per_sec"):
+        parts.append(f"{progress['steps_per_sec']:.1f} steps/s")
+    if progress.get("eta_secs") is not None:
+        parts.append(f"ETA {progress['eta_secs']:.0f} s")
+    return ", ".join(parts)
+
+
+class TFoSApplicationTrigger(BaseTrigger):
+    """Fire when an application reaches one of ``target_states``, or ends.
+
+    :param application_id: the application to watch (or ``tag``).
+    :param tag: find the application by this tag (the run's tag) when no id is given.
+    :param target_states: YARN states to wait for; default: any terminal state.
+    :param spark_conn_id: a ``spark`` connection (its master picks YARN or the local backend); None for
+        YARN through ``yarn_conn_id`` alone.
+    :param yarn_conn_id: the ``yarn`` connection.
+    :param run_dir: the run directory, to log training progress from its status.json.
+    :param webhdfs_conn_id: the ``webhdfs`` connection for HDFS run directories.
+    :param poll_interval: seconds between polls.
+    :param kill_on_kill: kill the application when a user kills the deferred task (mark failed, clear).
+    """
+
+    def __init__(
+        self,
+        *,
+        application_id: str | None = None,
+        tag: str | None = None,
+        target_states: list[str] | None = None,
+        spark_conn_id: str | None = None,
+        yarn_conn_id: str = "yarn_default",
+        run_dir: str | None = None,
+        webhdfs_conn_id: str | None = None,
+        poll_interval: float = 15.0,
+        kill_on_kill: bool = False,
+    ) -> None:
+        super().__init__()
+        if not application_id and not tag:
+            raise ValueError("give application_id or tag")
+        self.application_id = application_id
+        self.tag = tag
+        self.target_states = list(target_states) if target_states else None
+        self.spark_conn_id = spark_conn_id
+        self.yarn_conn_id = yarn_conn_id
+        self.run_dir = run_dir
+        self.webhdfs_conn_id = webhdfs_conn_id
+        self.poll_interval = poll_interval
+        self.kill_on_kill = kill_on_kill
+
+    def serialize(self) -> tuple[str, dict[str, Any]]:
+        return (
+            f"{type(self).__module__}.{type(self).__qualname__}",
+            {
+                "application_id": self.application_id,
+                "tag": self.tag,
+                "target_states": self.target_states,
+                "spark_conn_id": self.spark_conn_id,
+                "yarn_conn_id": self.yarn_conn_id,
+                "run_dir": self.run_dir,
+                "webhdfs_conn_id": self.webhdfs_conn_id,
+                "poll_interval": self.poll_interval,
+                "kill_on_kill": self.kill_on_kill,
+            },
+        )
+
+    def _client(self) -> ApplicationClient:
+        return ApplicationClient(spark_conn_id=self.spark_conn_id, yarn_conn_id=self.yarn_conn_id)
+
+    async def _state(self, client: ApplicationClient) -> AppState | None:
+        if self.application_id:
+            return await client.aget(self.application_id)
+        return latest(await client.afind(self.tag))
+
+    def _reached(self, state: AppState | None) -> bool:
+        if state is None:
+            return False
+        if self.target_states is None:
+            return state.is_terminal
+        return state.state in self.target_states or state.is_terminal
+
+    async def run(self) -> AsyncIterator[TriggerEvent]:
+        client = self._client()
+        rundir = RunDirHook(self.run_dir, webhdfs_conn_id=self.webhdfs_conn_id) if self.run_dir else None
+        errors, last_line = 0, None
+        while True:
+            try:
+                state = await self._state(client)
+                errors = 0
+            except Exception as exc:  # the hooks already retried; count consecutive failures
+                errors += 1
+                self.log.warning("cannot read the application state (%d/%d): %s", errors, MAX_POLL_ERRORS, exc)
+                if errors >= MAX_POLL_ERRORS:
+                    yield TriggerEvent({"status": "error", "message": str(exc), "application_id": self.application_id})
+                    return
+                await asyncio.sleep(self.poll_interval)
+                continue
+            if self._reached(state):
+                yield TriggerEvent({"status": "done", "app": state.to_json()})
+                return
+            if rundir is not None:
+                try:
+                    line = progress_line(await rundir.arun("read_status"))
+                except Exception as exc:
+                    line = f"cannot read status.json: {exc}"
+                if line and line != last_line:
+                    self.log.info("%s: %s", state or self.tag, line)
+                    last_line = line
+            await asyncio.sleep(self.poll_interval)
+
+    async def on_kill(self) -> None:
+        if not self.kill_on_kill:
+            return
+        client = self._client()
+        app_id = self.application_id
+        if app_id is None:
+            found = latest(await client.afind(self.tag))
+            app_id = found.app_id if found and not found.is_terminal else None
+        if app_id:
+            self.log.info("the task was killed: killing application %s", app_id)
+            await client.akill(app_id)
+
+
+class TFoSRunDirTrigger(BaseTrigger):
+    """Fire when a condition on a run directory is met (a checkpoint, the export, a feed done, ready).
+
+    :param run_dir: the run directory.
+    :param condition: what to wait for (see :func:`airflow_tfos.hooks.run_dir.check_condition`).
+    :param webhdfs_conn_id: the ``webhdfs`` connection for HDFS run directories.
+    :param application_id: fail as soon as this application ends without the condition being met.
+    :param spark_conn_id: its ``spark`` connection (None: YARN through ``yarn_conn_id``).
+    :param yarn_conn_id: the ``yarn`` connection.
+    :param poll_interval: seconds between polls.
+    :param timeout: give up after this many seconds (None: never).
+    """
+
+    def __init__(
+        self,
+        *,
+        run_dir: str,
+        condition: dict[str, Any],
+        webhdfs_conn_id: str | None = None,
+        application_id: str | None = None,
+        spark_conn_id: str | None = None,
+        yarn_conn_id: str = "yarn_default",
+        poll_interval: float = 15.0,
+        timeout: float | None = None,
+    ) -> None:
+        super().__init__()
+        self.run_dir = run_dir
+        self.condition = condition
+        self.webhdfs_conn_id = webhdfs_conn_id
+        self.application_id = application_id
+        self.spark_conn_id = spark_conn_id
+        self.yarn_conn_id = yarn_conn_id
+        self.poll_interval = poll_interval
+        self.timeout = timeout
+
+    def serialize(self) -> tuple[str, dict[str, Any]]:
+        return (
+            f"{type(self).__module__}.{type(self).__qualname__}",
+            {
+                "run_dir": self.run_dir,
+                "condition": self.condition,
+                "webhdfs_conn_id": self.webhdfs_conn_id,
+                "application_id": self.application_id,
+                "spark_conn_id": self.spark_conn_id,
+                "yarn_conn_id": self.yarn_conn_id,
+                "poll_interval": self.poll_interval,
+                "timeout": self.timeout,
+            },
+        )
+
+    async def run(self) -> AsyncIterator[TriggerEvent]:
+        rundir = RunDirHook(self.run_dir, webhdfs_conn_id=self.webhdfs_conn_id)
+        client = ApplicationClient(spark_conn_id=self.spark_conn_id, yarn_conn_id=self.yarn_conn_id)
+        deadline = None if self.timeout is None else time.monotonic() + self.timeout
+        errors = 0
+        while True:
+            try:
+                result = await _acheck(rundir, self.condition)
+                if result is not None:
+                    yield TriggerEvent({"status": "done", "result": result})
+                    return
+                if self.application_id:
+                    state = await client.aget(self.application_id)
+                    if state.is_terminal:
+                        # the condition may have been met just before the application ended
+                        result = await _acheck(rundir, self.condition)
+                        if result is not None:
+                            yield TriggerEvent({"status": "done", "result": result})
+                        else:
+                            yield TriggerEvent({"status": "app_ended", "app": state.to_json()})
+                        return
+                errors = 0
+            except Exception as exc:
+                errors += 1
+                self.log.warning("cannot check %s (%d/%d): %s", self.run_dir, errors, MAX_POLL_ERRORS, exc)
+                if errors >= MAX_POLL_ERRORS:
+                    yield TriggerEvent({"status": "error", "message": str(exc)})
+                    return
+            if deadline is not None and time.monotonic() > deadline:
+                yield TriggerEvent({"status": "timeout", "message": f"not met within {self.timeout:.0f} s"})
+                return
+            await asyncio.sleep(self.poll_interval)
+
+
+async def _acheck(rundir: RunDirHook, condition: dict[str, Any]) -> dict[str, Any] | None:
+    return await asyncio.to_thread(rundir.check, condition)
