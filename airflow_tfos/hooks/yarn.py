@@ -1,0 +1,786 @@
+"""YARN through the ResourceManager REST API: application state, tag search, kill, container limits.
+
+Every method exists twice: ``get_application`` (requests, for operators and sensors) and
+``aget_application`` (httpx, for triggers). Both run the same request plan: try each RM of the
+connection, follow a standby RM's redirect to the active one, move on from a standby or an RM that
+cannot be reached, retry 5xx answers and dropped connections with backoff, and give up after
+``max_retries`` rounds or ``max_retry_seconds``, naming every address tried.
+
+Connection (type ``yarn``): host is one or more RM web addresses, comma-separated for HA
+(``rm1.example.com,rm2.example.com`` or ``rm1:8088,rm2:8088``); port (default 8088, or 8090 for
+https); schema ``http`` or ``https``; login is the ``user.name`` of simple authentication. Extras:
+``auth`` (``simple`` or ``kerberos``), ``verify`` (TLS: true, false or a CA bundle path), ``timeout``
+(seconds per request, default 10), ``rm_addresses`` (a list, instead of host), ``max_retries``
+(default 3), ``retry_backoff`` (first wait in seconds, default 1), ``max_retry_seconds`` (default 60).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import logging
+import re
+import time
+from collections.abc import Generator, Iterable, Mapping
+from dataclasses import dataclass
+from functools import cached_property
+from typing import Any
+from urllib.parse import urlsplit
+
+from airflow.sdk import BaseHook
+
+from airflow_tfos.hooks.state import FINAL_STATUSES, TERMINAL_STATES, YARN_STATES, AppState
+
+log = logging.getLogger(__name__)
+
+APPS_PATH = "/ws/v1/cluster/apps"
+APP_PATH = "/ws/v1/cluster/apps/{app_id}"
+APP_STATE_PATH = "/ws/v1/cluster/apps/{app_id}/state"
+NEW_APPLICATION_PATH = "/ws/v1/cluster/apps/new-application"
+CONF_PATH = "/conf"
+MAX_ALLOCATION_MB_KEY = "yarn.scheduler.maximum-allocation-mb"
+MAX_ALLOCATION_VCORES_KEY = "yarn.scheduler.maximum-allocation-vcores"
+DEFAULT_PORTS = {"http": 8088, "https": 8090}
+AUTH_MODES = ("simple", "kerberos")
+MAX_REDIRECTS = 3
+APP_ID_RE = re.compile(r"^application_\d+_\d+$")
+
+#: The provider-info entry for this connection type (``connection-types`` in get_provider_info).
+YARN_CONNECTION_TYPE: dict[str, Any] = {
+    "hook-class-name": "airflow_tfos.hooks.yarn.YarnHook",
+    "hook-name": "YARN ResourceManager",
+    "connection-type": "yarn",
+    "ui-field-behaviour": {
+        "hidden-fields": ["password"],
+        "relabeling": {
+            "host": "ResourceManager address(es)",
+            "schema": "Scheme (http or https)",
+            "login": "User (user.name, simple auth)",
+        },
+        "placeholders": {"host": "rm1.example.com,rm2.example.com", "port": "8088", "schema": "http"},
+    },
+    "conn-fields": {
+        "auth": {
+            "label": "Authentication",
+            "description": "simple (user.name from Login) or kerberos (SPNEGO)",
+            "schema": {"type": ["string", "null"], "default": "simple"},
+        },
+        "verify": {
+            "label": "Verify TLS",
+            "description": "true, false, or the path of a CA bundle",
+            "schema": {"type": ["string", "boolean", "null"], "default": True},
+        },
+        "timeout": {"label": "Timeout (s)", "schema": {"type": ["number", "null"], "default": 10}},
+        "rm_addresses": {
+            "label": "ResourceManager addresses",
+            "description": "comma-separated host:port list, instead of Host",
+            "schema": {"type": ["string", "null"]},
+        },
+        "max_retries": {"label": "Retry rounds", "schema": {"type": ["integer", "null"], "default": 3}},
+        "retry_backoff": {"label": "First retry wait (s)", "schema": {"type": ["number", "null"], "default": 1}},
+        "max_retry_seconds": {"label": "Give up after (s)", "schema": {"type": ["number", "null"], "default": 60}},
+    },
+}
+
+
+class YarnError(Exception):
+    """Something went wrong talking to YARN."""
+
+
+class YarnApplicationNotFound(YarnError):
+    """The ResourceManager does not know this application id.
+
+    :param app_id: the application id.
+    :param address: the RM that answered.
+    """
+
+    def __init__(self, app_id: str, address: str) -> None:
+        super().__init__(
+            f"ResourceManager {address} knows no application {app_id}: check the id, or whether the RM has "
+            "forgotten it (yarn.resourcemanager.max-completed-applications) or was restarted without recovery"
+        )
+        self.app_id = app_id
+        self.address = address
+
+
+class YarnAuthError(YarnError):
+    """The ResourceManager refused the credentials (401/403), or none could be obtained."""
+
+
+class YarnUnavailableError(YarnError):
+    """No ResourceManager of the connection could be reached, or every one kept failing."""
+
+
+class YarnProtocolError(YarnError):
+    """The answer was not the ResourceManager's JSON (a proxy, a wrong address, a broken body)."""
+
+
+@dataclass(frozen=True)
+class ContainerLimit:
+    """The largest container the cluster allows.
+
+    :param memory_mb: ``yarn.scheduler.maximum-allocation-mb``.
+    :param vcores: ``yarn.scheduler.maximum-allocation-vcores``.
+    """
+
+    memory_mb: int
+    vcores: int
+
+
+@dataclass(frozen=True)
+class RmSettings:
+    """A ``yarn`` connection, parsed.
+
+    :param conn_id: the Airflow connection id (named in errors).
+    :param addresses: base URLs of the RMs, in the order to try them.
+    :param auth: ``simple`` or ``kerberos``.
+    :param user: ``user.name`` for simple authentication.
+    :param verify: TLS verification (bool or CA bundle path).
+    :param timeout: seconds per request.
+    :param max_retries: rounds over every RM after the first one.
+    :param retry_backoff: seconds before the second round, doubling after.
+    :param max_retry_seconds: no new round starts after this many seconds.
+    """
+
+    conn_id: str
+    addresses: tuple[str, ...]
+    auth: str = "simple"
+    user: str | None = None
+    verify: bool | str = True
+    timeout: float = 10.0
+    max_retries: int = 3
+    retry_backoff: float = 1.0
+    max_retry_seconds: float = 60.0
+
+
+# --------------------------------------------------------------------------- pure parsing
+
+
+def parse_rm_addresses(raw: str | Iterable[str], *, scheme: str, port: int | None, conn_id: str) -> tuple[str, ...]:
+    """Turn ``rm1,rm2:8090,https://rm3`` into base URLs.
+
+    :param raw: a comma-separated string or a list of addresses.
+    :param scheme: ``http`` or ``https`` for addresses without one.
+    :param port: the port for addresses without one (default 8088/8090).
+    :param conn_id: the connection, named in errors.
+    """
+    items = raw.split(",") if isinstance(raw, str) else list(raw)
+    addresses: list[str] = []
+    for item in (str(i).strip() for i in items):
+        if not item:
+            continue
+        parts = urlsplit(item if "://" in item else f"{scheme}://{item}")
+        if parts.scheme not in DEFAULT_PORTS or not parts.hostname:
+            raise YarnError(f"connection {conn_id!r}: {item!r} is not a ResourceManager address (host[:port])")
+        try:
+            item_port = parts.port or port or DEFAULT_PORTS[parts.scheme]
+        except ValueError as exc:
+            raise YarnError(f"connection {conn_id!r}: bad port in {item!r}") from exc
+        addresses.append(f"{parts.scheme}://{parts.hostname}:{item_port}")
+    if not addresses:
+        raise YarnError(
+            f"connection {conn_id!r} names no ResourceManager: set its host to rm1:8088[,rm2:8088] "
+            "or its extra 'rm_addresses'"
+        )
+    return tuple(dict.fromkeys(addresses))
+
+
+def _bool_or_path(value: Any) -> bool | str:
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip()
+    return {"true": True, "false": False, "": True}.get(text.lower(), text)
+
+
+def parse_connection(
+    conn_id: str,
+    *,
+    host: str | None,
+    port: int | None,
+    schema: str | None,
+    login: str | None,
+    extra: Mapping[str, Any],
+) -> RmSettings:
+    """Read a ``yarn`` connection's fields into :class:`RmSettings`, checking each.
+
+    :param conn_id: the connection id.
+    :param host: one or more RM addresses, comma-separated.
+    :param port: the default port.
+    :param schema: ``http`` or ``https``.
+    :param login: the ``user.name`` for simple authentication.
+    :param extra: the connection's extras.
+    """
+
+    def option(name: str, default: Any) -> Any:
+        value = extra.get(name, extra.get(f"extra__yarn__{name}"))
+        return default if value in (None, "") else value
+
+    auth = str(option("auth", "simple")).lower()
+    if auth not in AUTH_MODES:
+        raise YarnError(f"extra 'auth' of connection {conn_id!r} must be 'simple' or 'kerberos', not {auth!r}")
+    scheme = (schema or "http").lower()
+    if scheme not in DEFAULT_PORTS:
+        raise YarnError(f"schema of connection {conn_id!r} must be 'http' or 'https', not {schema!r}")
+    addresses = parse_rm_addresses(option("rm_addresses", host or ""), scheme=scheme, port=port, conn_id=conn_id)
+    try:
+        settings = RmSettings(
+            conn_id=conn_id,
+            addresses=addresses,
+            auth=auth,
+            user=login or None,
+            verify=_bool_or_path(option("verify", True)),
+            timeout=float(option("timeout", 10.0)),
+            max_retries=int(option("max_retries", 3)),
+            retry_backoff=float(option("retry_backoff", 1.0)),
+            max_retry_seconds=float(option("max_retry_seconds", 60.0)),
+        )
+    except (TypeError, ValueError) as exc:
+        raise YarnError(
+            f"connection {conn_id!r}: extras timeout, retry_backoff, max_retry_seconds must be numbers "
+            f"and max_retries an integer ({exc})"
+        ) from exc
+    if settings.timeout <= 0 or settings.max_retries < 0 or settings.retry_backoff < 0:
+        raise YarnError(f"connection {conn_id!r}: timeout must be > 0, max_retries and retry_backoff >= 0")
+    return settings
+
+
+def app_state_from_json(payload: Any, *, source: str = "the ResourceManager") -> AppState:
+    """Read one application (``{"app": {...}}`` or the inner object) into an :class:`AppState`.
+
+    :param payload: the decoded JSON.
+    :param source: who sent it, named in errors.
+    """
+    app = payload.get("app", payload) if isinstance(payload, dict) else None
+    if not isinstance(app, dict) or not app.get("id") or not app.get("state"):
+        raise YarnProtocolError(f"{source} sent an application without id or state: {str(payload)[:200]!r}")
+    state = str(app["state"]).upper()
+    final_status = str(app.get("finalStatus") or "UNDEFINED").upper()
+    if state not in YARN_STATES or final_status not in FINAL_STATUSES:
+        raise YarnProtocolError(f"{source} sent unknown state {state!r} / final status {final_status!r}")
+    raw_tags = app.get("applicationTags") or ""
+    tags = raw_tags.split(",") if isinstance(raw_tags, str) else list(raw_tags)
+    return AppState(
+        app_id=str(app["id"]),
+        state=state,
+        final_status=final_status,
+        diagnostics=str(app.get("diagnostics") or ""),
+        tracking_url=app.get("trackingUrl") or None,
+        tags=tuple(t.strip() for t in tags if t and t.strip()),
+        name=str(app.get("name") or ""),
+    )
+
+
+def app_states_from_json(payload: Any, *, source: str = "the ResourceManager") -> list[AppState]:
+    """Read ``{"apps": {"app": [...]}}`` (or ``{"apps": null}``, YARN's empty answer).
+
+    :param payload: the decoded JSON.
+    :param source: who sent it, named in errors.
+    """
+    if not isinstance(payload, dict) or "apps" not in payload:
+        raise YarnProtocolError(f"{source} sent no 'apps' object: {str(payload)[:200]!r}")
+    apps = payload["apps"]
+    if apps is None:
+        return []
+    items = apps.get("app") if isinstance(apps, dict) else None
+    if items is None:
+        return []
+    if isinstance(items, dict):  # old Jettison JSON renders a one-element list as an object
+        items = [items]
+    return [app_state_from_json(item, source=source) for item in items]
+
+
+def conf_value(payload: Any, key: str) -> str | None:
+    """The value of ``key`` in an answer of the ``/conf`` servlet (one property, or all of them).
+
+    :param payload: the decoded JSON.
+    :param key: the configuration key.
+    """
+    if not isinstance(payload, dict):
+        return None
+    entries = payload.get("properties") or []
+    if isinstance(payload.get("property"), dict):
+        entries = [payload["property"]]
+    for entry in entries:
+        if isinstance(entry, dict) and entry.get("key") == key:
+            return str(entry.get("value"))
+    return None
+
+
+def container_limit_from_new_application(payload: Any, *, source: str = "the ResourceManager") -> ContainerLimit:
+    """Read ``maximum-resource-capability`` from a ``new-application`` answer.
+
+    :param payload: the decoded JSON.
+    :param source: who sent it, named in errors.
+    """
+    capability = payload.get("maximum-resource-capability") if isinstance(payload, dict) else None
+    try:
+        return ContainerLimit(memory_mb=int(capability["memory"]), vcores=int(capability["vCores"]))
+    except (TypeError, KeyError, ValueError) as exc:
+        raise YarnProtocolError(f"{source} sent no maximum-resource-capability: {str(payload)[:200]!r}") from exc
+
+
+# --------------------------------------------------------------------------- replies
+
+
+@dataclass(frozen=True)
+class Reply:
+    """One HTTP answer.
+
+    :param address: base URL of the RM that answered.
+    :param status: HTTP status.
+    :param headers: headers, lower-cased names.
+    :param text: the body.
+    """
+
+    address: str
+    status: int
+    headers: Mapping[str, str]
+    text: str
+
+
+def classify_reply(reply: Reply) -> tuple[str, str]:
+    """Say what to do with an answer: ``("redirect", base_url)``, ``("next", reason)`` or ``("done", "")``.
+
+    :param reply: the answer.
+    """
+    if reply.status in (301, 302, 303, 307, 308):
+        location = urlsplit(reply.headers.get("location", ""))
+        if location.scheme in DEFAULT_PORTS and location.netloc:
+            return "redirect", f"{location.scheme}://{location.netloc}"
+        return "next", f"HTTP {reply.status} without an absolute Location"
+    if "standby rm" in reply.text[:300].lower() and not reply.text.lstrip().startswith("{"):
+        return "next", "standby ResourceManager (it named no active one)"
+    if reply.status >= 500:
+        return "next", f"HTTP {reply.status}"
+    return "done", ""
+
+
+def decode_reply(reply: Reply, *, conn_id: str, what: str, app_id: str | None = None) -> dict[str, Any]:
+    """Turn a final answer into its JSON, or the error it stands for.
+
+    :param reply: the answer.
+    :param conn_id: the Airflow connection, named in errors.
+    :param what: what was asked, named in errors.
+    :param app_id: the application asked about, for a 404.
+    """
+    address = reply.address
+    try:
+        payload = json.loads(reply.text)
+    except ValueError:
+        payload = None
+    remote = payload.get("RemoteException") if isinstance(payload, dict) else None
+    message = (remote or {}).get("message") or reply.text[:200].strip()
+    if reply.status in (401, 403):
+        raise YarnAuthError(
+            f"ResourceManager {address} refused {what} with HTTP {reply.status} ({message}): check the login "
+            f"(user.name) and extra 'auth' of Airflow connection {conn_id!r}, and the application's ACLs"
+        )
+    if reply.status == 404 and app_id is not None and remote is not None:
+        raise YarnApplicationNotFound(app_id, address)
+    if not isinstance(payload, dict):
+        raise YarnProtocolError(
+            f"{address} answered {what} with HTTP {reply.status} and a body that is not the ResourceManager's "
+            f"JSON ({reply.text[:80]!r}): a proxy answered instead of the ResourceManager, or the address is not "
+            f"an RM web address. Check the host/port of Airflow connection {conn_id!r}"
+        )
+    if reply.status >= 400:
+        exception = (remote or {}).get("exception", "error")
+        raise YarnError(f"ResourceManager {address} rejected {what}: HTTP {reply.status} {exception}: {message}")
+    return payload
+
+
+def negotiate_header(hostname: str) -> str:
+    """A SPNEGO ``Authorization`` header for ``HTTP/<hostname>``, from the worker's Kerberos ticket.
+
+    :param hostname: the RM's host name.
+    """
+    import spnego
+
+    try:
+        token = spnego.client(hostname=hostname, service="HTTP", protocol="negotiate").step()
+    except Exception as exc:
+        raise YarnAuthError(
+            f"could not get a Kerberos ticket for HTTP/{hostname} ({type(exc).__name__}: {exc}): run kinit or "
+            "provide a keytab for the Airflow worker, or set extra 'auth' to 'simple'"
+        ) from exc
+    return "Negotiate " + base64.b64encode(token or b"").decode()
+
+
+@dataclass(frozen=True)
+class _Send:
+    method: str
+    address: str
+    path: str
+    params: dict[str, str]
+    body: dict[str, Any] | None
+    timeout: float
+
+
+@dataclass(frozen=True)
+class _Failure:
+    reason: str
+
+
+@dataclass(frozen=True)
+class _Sleep:
+    seconds: float
+
+
+_Steps = Generator[Any, Any, Any]
+
+
+class YarnHook(BaseHook):
+    """Read, find and kill YARN applications through the ResourceManager REST API.
+
+    :param yarn_conn_id: the Airflow connection (type ``yarn``) of the ResourceManager(s).
+    """
+
+    conn_name_attr = "yarn_conn_id"
+    default_conn_name = "yarn_default"
+    conn_type = "yarn"
+    hook_name = "YARN ResourceManager"
+
+    def __init__(self, yarn_conn_id: str = default_conn_name, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.yarn_conn_id = yarn_conn_id
+        self._settings: RmSettings | None = None
+        self._active: str | None = None
+
+    @classmethod
+    def get_ui_field_behaviour(cls) -> dict[str, Any]:
+        """Relabel the connection form's fields (Airflow reads the same from provider info)."""
+        behaviour = YARN_CONNECTION_TYPE["ui-field-behaviour"]
+        return {
+            "hidden_fields": list(behaviour["hidden-fields"]),
+            "relabeling": dict(behaviour["relabeling"]),
+            "placeholders": dict(behaviour["placeholders"]),
+        }
+
+    # ------------------------------------------------------------------ settings and transports
+
+    @property
+    def settings(self) -> RmSettings:
+        """The parsed connection (read once)."""
+        if self._settings is None:
+            conn = self.get_connection(self.yarn_conn_id)
+            self._settings = self._parse(conn)
+        return self._settings
+
+    async def _asettings(self) -> RmSettings:
+        if self._settings is None:
+            conn = await self.aget_connection(self.yarn_conn_id)
+            self._settings = self._parse(conn)
+        return self._settings
+
+    def _parse(self, conn: Any) -> RmSettings:
+        return parse_connection(
+            self.yarn_conn_id,
+            host=conn.host,
+            port=conn.port,
+            schema=conn.schema,
+            login=conn.login,
+            extra=conn.extra_dejson,
+        )
+
+    @cached_property
+    def _session(self) -> Any:
+        import requests
+
+        session = requests.Session()
+        if self.settings.auth == "kerberos":
+            from requests_kerberos import OPTIONAL, HTTPKerberosAuth
+
+            session.auth = HTTPKerberosAuth(mutual_authentication=OPTIONAL)
+        return session
+
+    def _params(self, params: Mapping[str, str] | None) -> dict[str, str]:
+        settings = self.settings
+        base = {"user.name": settings.user} if settings.auth == "simple" and settings.user else {}
+        return {**base, **(params or {})}
+
+    def _send(self, step: _Send) -> Reply | _Failure:
+        import requests
+        from requests_kerberos.exceptions import KerberosExchangeError
+
+        try:
+            response = self._session.request(
+                step.method,
+                step.address + step.path,
+                params=step.params,
+                json=step.body,
+                headers={"Accept": "application/json"},
+                timeout=step.timeout,
+                allow_redirects=False,
+                verify=self.settings.verify,
+            )
+        except KerberosExchangeError as exc:
+            raise YarnAuthError(
+                f"Kerberos (SPNEGO) with {step.address} failed ({exc}): run kinit or provide a keytab for the "
+                f"Airflow worker, or set extra 'auth' of connection {self.yarn_conn_id!r} to 'simple'"
+            ) from exc
+        except requests.RequestException as exc:
+            return _Failure(_describe(exc))
+        headers = {name.lower(): value for name, value in response.headers.items()}
+        return Reply(step.address, response.status_code, headers, response.text)
+
+    async def _asend(self, client: Any, step: _Send) -> Reply | _Failure:
+        import httpx
+
+        headers = {"Accept": "application/json"}
+        if self.settings.auth == "kerberos":
+            hostname = urlsplit(step.address).hostname or ""
+            headers["Authorization"] = await asyncio.to_thread(negotiate_header, hostname)
+        try:
+            response = await client.request(
+                step.method,
+                step.address + step.path,
+                params=step.params,
+                json=step.body,
+                headers=headers,
+                timeout=step.timeout,
+            )
+        except httpx.TransportError as exc:
+            return _Failure(_describe(exc))
+        return Reply(step.address, response.status_code, dict(response.headers), response.text)
+
+    def _run(self, steps: _Steps) -> Any:
+        """Carry out a request plan with requests."""
+        self.settings  # noqa: B018 - read the connection before the plan starts
+        try:
+            step = next(steps)
+            while True:
+                if isinstance(step, _Sleep):
+                    time.sleep(step.seconds)
+                    step = steps.send(None)
+                else:
+                    step = steps.send(self._send(step))
+        except StopIteration as done:
+            return done.value
+
+    async def _arun(self, steps: _Steps) -> Any:
+        """Carry out a request plan with httpx."""
+        import httpx
+
+        settings = await self._asettings()
+        async with httpx.AsyncClient(verify=settings.verify, follow_redirects=False) as client:
+            try:
+                step = next(steps)
+                while True:
+                    if isinstance(step, _Sleep):
+                        await asyncio.sleep(step.seconds)
+                        step = steps.send(None)
+                    else:
+                        step = steps.send(await self._asend(client, step))
+            except StopIteration as done:
+                return done.value
+
+    # ------------------------------------------------------------------ the request plan
+
+    def _exchange(
+        self, method: str, path: str, *, params: Mapping[str, str] | None = None, body: dict[str, Any] | None = None
+    ) -> _Steps:
+        """Yield the sends and sleeps of one request over every RM; return the final :class:`Reply`."""
+        settings = self.settings
+        started = time.monotonic()
+        deadline = started + settings.max_retry_seconds
+        failures: dict[str, str] = {}
+        rounds = 0
+        while True:
+            rounds += 1
+            order = [self._active] if self._active else []
+            for first in dict.fromkeys([*order, *settings.addresses]):
+                address = first
+                for _hop in range(MAX_REDIRECTS + 1):
+                    timeout = max(0.5, min(settings.timeout, deadline - time.monotonic()))
+                    outcome = yield _Send(method, address, path, self._params(params), body, timeout)
+                    if isinstance(outcome, _Failure):
+                        kind, detail = "next", outcome.reason
+                    else:
+                        kind, detail = classify_reply(outcome)
+                    if kind == "done":
+                        self._active = address
+                        return outcome
+                    if kind == "redirect":
+                        log.info("ResourceManager %s is standby; following its redirect to %s", address, detail)
+                        address = detail
+                        continue
+                    failures[address] = detail
+                    log.warning("ResourceManager %s: %s (%s %s)", address, detail, method, path)
+                    if self._active == address:
+                        self._active = None
+                    break
+                else:
+                    failures[address] = "too many redirects"
+            remaining = deadline - time.monotonic()
+            if rounds > settings.max_retries or remaining <= 0:
+                break
+            yield _Sleep(min(settings.retry_backoff * 2 ** (rounds - 1), 30.0, remaining))
+        tried = "; ".join(f"{address}: {reason}" for address, reason in failures.items())
+        raise YarnUnavailableError(
+            f"no ResourceManager of Airflow connection {self.yarn_conn_id!r} answered {method} {path} "
+            f"({rounds} round(s) in {time.monotonic() - started:.1f} s). Tried {tried}. Fix the host/port "
+            f"(or extra 'rm_addresses') of connection {self.yarn_conn_id!r}, or check that an RM is up and active"
+        )
+
+    def _get_steps(self, app_id: str) -> _Steps:
+        _check_app_id(app_id)
+        reply = yield from self._exchange("GET", APP_PATH.format(app_id=app_id))
+        what = f"GET application {app_id}"
+        payload = decode_reply(reply, conn_id=self.yarn_conn_id, what=what, app_id=app_id)
+        return app_state_from_json(payload, source=reply.address)
+
+    def _find_steps(self, tag: str | None, states: Iterable[str] | None) -> _Steps:
+        params: dict[str, str] = {}
+        wanted_states = {s.strip().upper() for s in states or () if s.strip()}
+        unknown = sorted(wanted_states - set(YARN_STATES))
+        if unknown:
+            raise ValueError(f"unknown YARN application state(s) {unknown}; use some of {', '.join(YARN_STATES)}")
+        if wanted_states:
+            params["states"] = ",".join(sorted(wanted_states))
+        wanted_tag = tag.strip().lower() if tag else None  # YARN stores and matches tags lower-cased
+        if wanted_tag:
+            params["applicationTags"] = wanted_tag
+        reply = yield from self._exchange("GET", APPS_PATH, params=params)
+        payload = decode_reply(reply, conn_id=self.yarn_conn_id, what="GET applications")
+        found = app_states_from_json(payload, source=reply.address)
+        return [
+            app
+            for app in found
+            if (not wanted_states or app.state in wanted_states)
+            and (not wanted_tag or wanted_tag in {t.lower() for t in app.tags})
+        ]
+
+    def _kill_steps(self, app_id: str, timeout: float, poll_interval: float) -> _Steps:
+        deadline = time.monotonic() + timeout
+        current = yield from self._get_steps(app_id)
+        if current.is_terminal:
+            log.info("application %s has already ended (%s): nothing to kill", app_id, current)
+            return current
+        path = APP_STATE_PATH.format(app_id=app_id)
+        what = f"PUT state KILLED of {app_id}"
+        while True:
+            reply = yield from self._exchange("PUT", path, body={"state": "KILLED"})
+            payload = decode_reply(reply, conn_id=self.yarn_conn_id, what=what, app_id=app_id)
+            state = str(payload.get("state", "")).upper()
+            if reply.status == 200 and state in TERMINAL_STATES:
+                break
+            if reply.status not in (200, 202):
+                raise YarnProtocolError(f"{reply.address} answered {what} with HTTP {reply.status}: {payload}")
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise YarnError(
+                    f"application {app_id} is still {state or 'not killed'} {timeout:g} s after the kill request; "
+                    "raise the kill timeout, or look at the RM and NodeManager logs"
+                )
+            log.info("kill of %s in progress (HTTP %s, state %s)", app_id, reply.status, state)
+            yield _Sleep(min(poll_interval, remaining))
+        final = yield from self._get_steps(app_id)
+        log.info("application %s killed: %s", app_id, final)
+        return final
+
+    def _max_allocation_steps(self) -> _Steps:
+        values: dict[str, str | None] = {}
+        for key in (MAX_ALLOCATION_MB_KEY, MAX_ALLOCATION_VCORES_KEY):
+            reply = yield from self._exchange("GET", CONF_PATH, params={"name": key})
+            if reply.status != 200:
+                break
+            try:
+                values[key] = conf_value(json.loads(reply.text), key)
+            except ValueError:
+                break
+        mb, vcores = values.get(MAX_ALLOCATION_MB_KEY), values.get(MAX_ALLOCATION_VCORES_KEY)
+        if mb and vcores and mb.isdigit() and vcores.isdigit():
+            return ContainerLimit(memory_mb=int(mb), vcores=int(vcores))
+        log.info("the RM's /conf servlet did not give the maximum allocation; asking new-application")
+        reply = yield from self._exchange("POST", NEW_APPLICATION_PATH)
+        payload = decode_reply(reply, conn_id=self.yarn_conn_id, what="POST new-application")
+        return container_limit_from_new_application(payload, source=reply.address)
+
+    # ------------------------------------------------------------------ public API
+
+    def get_application(self, app_id: str) -> AppState:
+        """Return one application's state.
+
+        :param app_id: ``application_<clusterTimestamp>_<number>``.
+        """
+        return self._run(self._get_steps(app_id))
+
+    def find_applications(self, tag: str | None = None, states: Iterable[str] | None = None) -> list[AppState]:
+        """Return the applications carrying ``tag`` (case-insensitive, as YARN stores tags) in ``states``.
+
+        :param tag: an application tag; None for any.
+        :param states: YARN states to keep; None for all.
+        """
+        return self._run(self._find_steps(tag, states))
+
+    def kill_application(self, app_id: str, timeout: float = 120, poll_interval: float = 1.0) -> AppState:
+        """Kill an application and return its final state; an ended application is left as it is.
+
+        :param app_id: the application.
+        :param timeout: seconds to wait for the kill to complete.
+        :param poll_interval: seconds between repeated kill requests while the RM answers 202.
+        """
+        return self._run(self._kill_steps(app_id, timeout, poll_interval))
+
+    def get_max_allocation(self) -> ContainerLimit:
+        """Return the largest container the cluster allows (``yarn.scheduler.maximum-allocation-*``).
+
+        Read from the RM's ``/conf`` servlet; where that is closed (admin-only), from the
+        ``maximum-resource-capability`` of ``POST new-application``.
+        """
+        return self._run(self._max_allocation_steps())
+
+    async def aget_application(self, app_id: str) -> AppState:
+        """Return one application's state (async).
+
+        :param app_id: ``application_<clusterTimestamp>_<number>``.
+        """
+        await self._asettings()
+        return await self._arun(self._get_steps(app_id))
+
+    async def afind_applications(self, tag: str | None = None, states: Iterable[str] | None = None) -> list[AppState]:
+        """Return the applications carrying ``tag`` in ``states`` (async).
+
+        :param tag: an application tag; None for any.
+        :param states: YARN states to keep; None for all.
+        """
+        await self._asettings()
+        return await self._arun(self._find_steps(tag, states))
+
+    async def akill_application(self, app_id: str, timeout: float = 120, poll_interval: float = 1.0) -> AppState:
+        """Kill an application and return its final state (async).
+
+        :param app_id: the application.
+        :param timeout: seconds to wait for the kill to complete.
+        :param poll_interval: seconds between repeated kill requests while the RM answers 202.
+        """
+        await self._asettings()
+        return await self._arun(self._kill_steps(app_id, timeout, poll_interval))
+
+    async def aget_max_allocation(self) -> ContainerLimit:
+        """Return the largest container the cluster allows (async)."""
+        await self._asettings()
+        return await self._arun(self._max_allocation_steps())
+
+
+def _check_app_id(app_id: str) -> None:
+    if not isinstance(app_id, str) or not APP_ID_RE.match(app_id):
+        raise ValueError(f"{app_id!r} is not a YARN application id (application_<clusterTimestamp>_<number>)")
+
+
+def _describe(exc: BaseException) -> str:
+    """A short reason for a transport failure (no URLs with credentials: there are none to show)."""
+    text = str(exc)
+    for marker, reason in (
+        ("Connection refused", "connection refused"),
+        ("timed out", "timed out"),
+        ("Timeout", "timed out"),
+        ("reset", "connection reset"),
+        ("RemoteDisconnected", "connection closed without an answer"),
+        ("without sending a response", "connection closed without an answer"),
+        ("Name or service not known", "unknown host"),
+    ):
+        if marker in text or marker in type(exc).__name__:
+            return reason
+    return f"{type(exc).__name__}: {text[:120]}"
