@@ -1,0 +1,121 @@
+"""Test doubles at the hook boundary: a scripted application backend and an Airflow task context.
+
+The operators' idempotency and failure logic is tested against these; the real hooks are tested
+against the YARN and WebHDFS emulators and a real local Spark cluster elsewhere.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from airflow_tfos.hooks.state import AppState
+
+
+class FakeBackend:
+    """Applications in memory, with the TFoSHook interface; ``script`` says how a submitted one evolves."""
+
+    def __init__(self) -> None:
+        self.apps: dict[str, AppState] = {}
+        self.submitted: list[dict[str, Any]] = []
+        self.killed: list[str] = []
+        self.polls: dict[str, int] = {}
+        #: app id -> list of states returned by successive get_state calls (the last one sticks)
+        self.script: dict[str, list[AppState]] = {}
+        #: states the next submitted application goes through
+        self.next_script: list[tuple[str, str]] = [("RUNNING", "UNDEFINED"), ("FINISHED", "SUCCEEDED")]
+        #: called on submit (e.g. to write an export like a real run would)
+        self.on_submit = None
+        #: an application another try submitted meanwhile (appears on the next find_live)
+        self.racer: AppState | None = None
+        self._ids = itertools.count(100)
+
+    def add(self, app_id: str, state: str, final_status: str = "UNDEFINED", tags=(), diagnostics: str = "") -> AppState:
+        app = AppState(app_id, state, final_status, diagnostics=diagnostics, tags=tuple(tags))
+        self.apps[app_id] = app
+        return app
+
+    def submit(self, run_dir: str, *, tag: str, name: str, num_nodes: int, **options: Any) -> str:
+        app_id = f"application_1700000000000_{next(self._ids):04d}"
+        self.submitted.append({"run_dir": run_dir, "tag": tag, "name": name, "num_nodes": num_nodes, **options})
+        self.script[app_id] = [AppState(app_id, s, f, tags=(tag,)) for s, f in self.next_script]
+        self.apps[app_id] = AppState(app_id, "ACCEPTED", tags=(tag,))
+        if self.on_submit:
+            self.on_submit(app_id)
+        return app_id
+
+    def get_state(self, app_id: str) -> AppState:
+        steps = self.script.get(app_id)
+        if steps:
+            self.apps[app_id] = steps.pop(0) if len(steps) > 1 else steps[0]
+        self.polls[app_id] = self.polls.get(app_id, 0) + 1
+        return self.apps[app_id]
+
+    async def aget_state(self, app_id: str) -> AppState:
+        return self.get_state(app_id)
+
+    def find_by_tag(self, tag: str) -> list[AppState]:
+        if self.racer is not None:
+            self.apps[self.racer.app_id] = self.racer
+            self.racer = None
+        return [a for a in self.apps.values() if tag in a.tags]
+
+    def find_live(self, tag: str) -> list[AppState]:
+        return [a for a in self.find_by_tag(tag) if not a.is_terminal]
+
+    def kill(self, app_id: str, grace_secs: float = 30) -> AppState:
+        self.killed.append(app_id)
+        self.script.pop(app_id, None)
+        app = self.apps[app_id]
+        if not app.is_terminal:
+            app = AppState(app_id, "KILLED", "KILLED", diagnostics="killed", tags=app.tags)
+            self.apps[app_id] = app
+        return app
+
+    async def akill(self, app_id: str) -> AppState:
+        return self.kill(app_id)
+
+
+class FakeStateStore:
+    def __init__(self) -> None:
+        self.values: dict[str, Any] = {}
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return self.values.get(key, default)
+
+    def set(self, key: str, value: Any, **_: Any) -> None:
+        self.values[key] = value
+
+
+@dataclass
+class FakeTI:
+    dag_id: str = "nightly"
+    task_id: str = "train"
+    try_number: int = 1
+    xcoms: dict[str, Any] = field(default_factory=dict)
+
+    def xcom_push(self, key: str, value: Any) -> None:
+        self.xcoms[key] = value
+
+
+@dataclass
+class FakeDagRun:
+    logical_date: datetime | None = field(default_factory=lambda: datetime(2026, 11, 21, tzinfo=UTC))
+    run_id: str = "scheduled__2026-11-21T00:00:00+00:00"
+
+
+def make_context(task_id: str = "train", store: FakeStateStore | None = None) -> dict[str, Any]:
+    return {"ti": FakeTI(task_id=task_id), "dag_run": FakeDagRun(), "task_state_store": store or FakeStateStore()}
+
+
+def use_backend(operator, backend: FakeBackend) -> None:
+    """Make ``operator`` (and the application client it may build) talk to ``backend``."""
+    operator.__dict__["hook"] = backend
+    if "apps" in type(operator).__dict__ or hasattr(type(operator), "apps"):
+        from airflow_tfos.hooks.apps import ApplicationClient
+
+        client = ApplicationClient(spark_conn_id="spark_default")
+        client.__dict__["tfos_hook"] = backend
+        operator.__dict__["apps"] = client

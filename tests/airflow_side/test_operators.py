@@ -1,0 +1,411 @@
+"""Idempotency and failure logic of the operators, at the hook boundary (a scripted backend, a real run directory)."""
+
+from __future__ import annotations
+
+import pytest
+from airflow.sdk.exceptions import AirflowException, TaskDeferred
+
+from airflow_tfos.hooks.state import AppState
+from airflow_tfos.operators import (
+    TFoSFeedOperator,
+    TFoSInferenceOperator,
+    TFoSLaunchClusterOperator,
+    TFoSShutdownClusterOperator,
+    TFoSTrainOperator,
+)
+from airflow_tfos.operators.train import STATE_APPLICATION_ID
+from airflow_tfos.rundir import RunDir, spec_hash
+from airflow_tfos.runs import RunConfigError, run_tag
+from airflow_tfos.triggers.tfos import TFoSApplicationTrigger, TFoSRunDirTrigger
+from tests.airflow_side.fakes import FakeBackend, FakeStateStore, make_context, use_backend
+
+DATA = {"format": "parquet", "path": "/data/day"}
+FEED = {"features": ["x"], "label": "y", "batch_size": 32}
+
+
+def train_op(run_dir, **kwargs) -> TFoSTrainOperator:
+    options = {
+        "task_id": "train",
+        "train_fn": "pkg.mod:main_fun",
+        "args": {"epochs": 2},
+        "num_nodes": 2,
+        "data": DATA,
+        "feed": FEED,
+        "run_dir": str(run_dir),
+        "poll_interval": 0.01,
+        "deferrable": False,
+        **kwargs,
+    }
+    return TFoSTrainOperator(**options)
+
+
+def export(rundir: RunDir, digest: str, step: int = 40, accuracy: float = 0.97) -> None:
+    staging = rundir.export_staging()
+    rundir.publish_export(staging, spec_hash=digest, step=step, metrics={"accuracy": accuracy})
+
+
+def exporting(backend: FakeBackend, rundir: RunDir, digest: str):
+    """Make every submitted application leave an export behind, as a real training run would."""
+    backend.on_submit = lambda app_id: export(rundir, digest)
+
+
+class TestParseTimeChecks:
+    def test_train_fn_must_be_module_colon_function(self, tmp_path):
+        with pytest.raises(RunConfigError, match="package.module:function"):
+            train_op(tmp_path, train_fn="pkg.mod.main_fun")
+
+    def test_nodes_must_be_at_least_one(self, tmp_path):
+        with pytest.raises(RunConfigError, match="num_nodes must be an integer >= 1"):
+            train_op(tmp_path, num_nodes=0)
+
+    def test_unknown_input_mode(self, tmp_path):
+        with pytest.raises(RunConfigError, match="input_mode must be one of SPARK, TENSORFLOW"):
+            train_op(tmp_path, input_mode="STREAM")
+
+    def test_run_dir_must_be_a_uri_or_absolute_path(self):
+        with pytest.raises(RunConfigError, match="absolute path or a URI"):
+            train_op("runs/relative")
+
+    def test_spark_data_needs_a_feed(self, tmp_path):
+        with pytest.raises(RunConfigError, match="needs 'feed'"):
+            train_op(tmp_path, feed=None)
+
+    def test_templated_fields_are_checked_only_after_rendering(self):
+        op = train_op("{{ var.value.runs }}/x", data={"format": "parquet", "path": "{{ ds }}"})
+        assert op.run_dir.startswith("{{")
+
+    def test_constructor_does_no_io(self, tmp_path):
+        train_op(tmp_path / "not-created")
+        assert not (tmp_path / "not-created").exists()
+
+
+class TestTrainIdempotency:
+    def test_fresh_run_submits_once_and_returns_the_export(self, tmp_path):
+        op, backend = train_op(tmp_path), FakeBackend()
+        use_backend(op, backend)
+        rundir = RunDir(str(tmp_path))
+        exporting(backend, rundir, spec_hash(op.build_spec()))
+        context = make_context()
+        result = op.execute(context)
+        assert len(backend.submitted) == 1
+        assert backend.submitted[0]["tag"] == run_tag(str(tmp_path))
+        assert result["export_path"] == rundir.path("export")
+        assert result["metrics"] == {"accuracy": 0.97}
+        assert context["ti"].xcoms["application_id"] == result["application_id"]
+        assert context["task_state_store"].get(STATE_APPLICATION_ID) == result["application_id"]
+        assert rundir.read_spec()["spec_hash"] == result["spec_hash"]
+
+    def test_rerun_after_success_submits_nothing_and_returns_the_same_result(self, tmp_path):
+        op, backend = train_op(tmp_path), FakeBackend()
+        use_backend(op, backend)
+        exporting(backend, RunDir(str(tmp_path)), spec_hash(op.build_spec()))
+        first = op.execute(make_context())
+        again, backend2 = train_op(tmp_path), FakeBackend()
+        use_backend(again, backend2)
+        second = again.execute(make_context())
+        assert backend2.submitted == []
+        assert {k: v for k, v in second.items() if k != "application_id"} == {
+            k: v for k, v in first.items() if k != "application_id"
+        }
+
+    def test_an_export_of_another_spec_does_not_count(self, tmp_path):
+        export(RunDir(str(tmp_path)), "someotherhash")
+        op, backend = train_op(tmp_path), FakeBackend()
+        use_backend(op, backend)
+        exporting(backend, RunDir(str(tmp_path)), spec_hash(op.build_spec()))
+        op.execute(make_context())
+        assert len(backend.submitted) == 1
+
+    def test_live_application_with_the_run_tag_is_reattached(self, tmp_path):
+        op, backend = train_op(tmp_path), FakeBackend()
+        use_backend(op, backend)
+        tag = run_tag(str(tmp_path))
+        live = backend.add("application_1_0007", "RUNNING", tags=[tag])
+        backend.script[live.app_id] = [live, AppStateFactory.finished("application_1_0007", tag)]
+        result = op.execute(make_context())
+        assert backend.submitted == []
+        assert result["application_id"] == "application_1_0007"
+
+    def test_application_kept_in_durable_state_is_reattached(self, tmp_path):
+        op, backend = train_op(tmp_path), FakeBackend()
+        use_backend(op, backend)
+        backend.add("application_1_0003", "RUNNING")  # no tag: found only through the durable state
+        store = FakeStateStore()
+        store.set(STATE_APPLICATION_ID, "application_1_0003")
+        backend.script["application_1_0003"] = [
+            backend.apps["application_1_0003"],
+            backend.apps["application_1_0003"],
+            AppStateFactory.finished("application_1_0003", "other-tag"),
+        ]
+        op.execute(make_context(store=store))
+        assert backend.submitted == []
+
+    def test_a_failed_earlier_application_leads_to_a_new_submission(self, tmp_path):
+        op, backend = train_op(tmp_path), FakeBackend()
+        use_backend(op, backend)
+        backend.add("application_1_0003", "FAILED", "FAILED", tags=[run_tag(str(tmp_path))])
+        store = FakeStateStore()
+        store.set(STATE_APPLICATION_ID, "application_1_0003")
+        op.execute(make_context(store=store))
+        assert len(backend.submitted) == 1
+        assert store.get(STATE_APPLICATION_ID) != "application_1_0003"
+
+    def test_racing_tries_keep_the_earliest_application(self, tmp_path):
+        op, backend = train_op(tmp_path), FakeBackend()
+        use_backend(op, backend)
+        tag = run_tag(str(tmp_path))
+        # another try submitted application ..._0001 meanwhile; it shows up after ours was submitted
+        backend.on_submit = lambda app_id: setattr(
+            backend, "racer", AppStateFactory.running("application_1700000000000_0001", tag)
+        )
+        backend.script["application_1700000000000_0001"] = [
+            AppStateFactory.running("application_1700000000000_0001", tag),
+            AppStateFactory.finished("application_1700000000000_0001", tag),
+        ]
+        result = op.execute(make_context())
+        assert backend.killed == ["application_1700000000000_0100"]
+        assert result["application_id"] == "application_1700000000000_0001"
+
+    def test_changed_spec_is_written_and_warned_about(self, tmp_path, capsys):
+        rundir = RunDir(str(tmp_path))
+        rundir.write_spec({"train_fn": "pkg.mod:main_fun", "num_nodes": 2, "args": {"epochs": 1}})
+        op, backend = train_op(tmp_path), FakeBackend()
+        use_backend(op, backend)
+        op.execute(make_context())
+        assert rundir.read_spec()["args"] == {"epochs": 2}
+        out = capsys.readouterr().out
+        assert "spec in" in out and "changed" in out
+
+
+class AppStateFactory:
+    @staticmethod
+    def running(app_id: str, tag: str):
+        from airflow_tfos.hooks.state import AppState
+
+        return AppState(app_id, "RUNNING", tags=(tag,))
+
+    @staticmethod
+    def finished(app_id: str, tag: str):
+        from airflow_tfos.hooks.state import AppState
+
+        return AppState(app_id, "FINISHED", "SUCCEEDED", tags=(tag,))
+
+
+class TestTrainFailure:
+    def test_failed_application_names_the_error_and_the_checkpoint_to_resume_from(self, tmp_path):
+        rundir = RunDir(str(tmp_path))
+        rundir.publish_checkpoint(rundir.checkpoint_staging(30), 30)
+        op, backend = train_op(tmp_path), FakeBackend()
+        use_backend(op, backend)
+        backend.next_script = [("RUNNING", "UNDEFINED"), ("FAILED", "FAILED")]
+
+        def fail(app_id):
+            rundir.write_status("FAILED", error="node worker:1 failed: OOM")
+
+        backend.on_submit = fail
+        with pytest.raises(
+            AirflowException, match=r"FAILED/FAILED \(node worker:1 failed: OOM.*resumes from checkpoint step 30"
+        ):
+            op.execute(make_context())
+
+    def test_success_without_export_returns_no_export_path(self, tmp_path):
+        op, backend = train_op(tmp_path), FakeBackend()
+        use_backend(op, backend)
+        assert op.execute(make_context())["export_path"] is None
+
+    def test_on_kill_kills_the_live_application(self, tmp_path):
+        op, backend = train_op(tmp_path), FakeBackend()
+        use_backend(op, backend)
+        backend.add("application_1_0009", "RUNNING", tags=[run_tag(str(tmp_path))])
+        op.on_kill()
+        assert backend.killed == ["application_1_0009"]
+
+
+class TestDeferrable:
+    def test_defers_to_an_application_trigger_that_kills_on_kill(self, tmp_path):
+        op, backend = train_op(tmp_path, deferrable=True), FakeBackend()
+        use_backend(op, backend)
+        with pytest.raises(TaskDeferred) as deferred:
+            op.execute(make_context())
+        trigger = deferred.value.trigger
+        assert isinstance(trigger, TFoSApplicationTrigger)
+        assert trigger.kill_on_kill and trigger.application_id == "application_1700000000000_0100"
+        assert trigger.run_dir == str(tmp_path)
+
+    def test_execute_complete_maps_events(self, tmp_path):
+        op = train_op(tmp_path, deferrable=True)
+        export(RunDir(str(tmp_path)), spec_hash(op.build_spec()))
+        event = {
+            "status": "done",
+            "app": {"app_id": "application_1_0001", "state": "FINISHED", "final_status": "SUCCEEDED"},
+        }
+        assert op.execute_complete(make_context(), event)["export_path"].endswith("/export")
+        with pytest.raises(AirflowException, match="lost track"):
+            op.execute_complete(make_context(), {"status": "error", "message": "RM down"})
+        killed = {
+            "status": "done",
+            "app": {"app_id": "application_1_0001", "state": "KILLED", "final_status": "KILLED"},
+        }
+        with pytest.raises(AirflowException, match="KILLED/KILLED"):
+            op.execute_complete(make_context(), killed)
+
+
+class TestLifecycle:
+    def test_launch_returns_once_the_driver_serves(self, tmp_path):
+        op = TFoSLaunchClusterOperator(
+            task_id="launch", train_fn="pkg.mod:main_fun", num_nodes=2, run_dir=str(tmp_path), poll_interval=0.01
+        )
+        backend = FakeBackend()
+        backend.next_script = [("RUNNING", "UNDEFINED")]
+        backend.on_submit = lambda app_id: RunDir(str(tmp_path)).write_status(
+            "RUNNING", application_id=app_id, serving=True
+        )
+        use_backend(op, backend)
+        result = op.execute(make_context("launch"))
+        assert result == {"application_id": "application_1700000000000_0100", "run_dir": str(tmp_path)}
+        assert RunDir(str(tmp_path)).read_spec()["serve"] is True
+
+    def test_launch_fails_when_the_application_dies_before_ready(self, tmp_path):
+        op = TFoSLaunchClusterOperator(
+            task_id="launch", train_fn="pkg.mod:main_fun", num_nodes=2, run_dir=str(tmp_path), poll_interval=0.01
+        )
+        backend = FakeBackend()
+        backend.next_script = [("FAILED", "FAILED")]
+        use_backend(op, backend)
+        with pytest.raises(AirflowException, match="FAILED/FAILED"):
+            op.execute(make_context("launch"))
+
+    def _feed_op(self, tmp_path, **kwargs):
+        return TFoSFeedOperator(
+            task_id="feed",
+            run_dir=str(tmp_path),
+            data=DATA,
+            args={"epochs": 1},
+            poll_interval=0.01,
+            deferrable=False,
+            **kwargs,
+        )
+
+    def test_feed_requests_once_and_waits_for_done(self, tmp_path):
+        rundir = RunDir(str(tmp_path))
+        backend = FakeBackend()
+        app = backend.add("application_1_0001", "RUNNING", tags=[run_tag(str(tmp_path))])
+        op = self._feed_op(tmp_path)
+        use_backend(op, backend)
+        polls = iter(range(1000))
+
+        def served(app_id):
+            if next(polls) == 2:
+                rundir.mark_feed_done("feed-20261121T000000", step=12)
+            return app
+
+        backend.get_state = served
+        assert op.execute(make_context("feed"))["step"] == 12
+        assert rundir.pending_feeds() == []
+        # a rerun finds it done and requests nothing
+        again = self._feed_op(tmp_path)
+        use_backend(again, FakeBackend())
+        assert again.execute(make_context("feed"))["step"] == 12
+
+    def test_feed_without_live_application_says_to_launch_first(self, tmp_path):
+        op = self._feed_op(tmp_path)
+        use_backend(op, FakeBackend())
+        with pytest.raises(AirflowException, match="TFoSLaunchClusterOperator first"):
+            op.execute(make_context("feed"))
+
+    def test_feed_fails_when_the_application_ends_first(self, tmp_path):
+        backend = FakeBackend()
+        tag = run_tag(str(tmp_path))
+        backend.add("application_1_0001", "RUNNING", tags=[tag])
+        failed = AppState("application_1_0001", "FAILED", "FAILED", diagnostics="executor lost", tags=(tag,))
+        backend.script["application_1_0001"] = [AppStateFactory.running("application_1_0001", tag), failed]
+        op = self._feed_op(tmp_path)
+        use_backend(op, backend)
+        with pytest.raises(AirflowException, match="executor lost"):
+            op.execute(make_context("feed"))
+
+    def test_deferred_feed_watches_the_run_dir_and_the_application(self, tmp_path):
+        backend = FakeBackend()
+        backend.add("application_1_0001", "RUNNING", tags=[run_tag(str(tmp_path))])
+        op = self._feed_op(tmp_path)
+        op.deferrable = True
+        use_backend(op, backend)
+        with pytest.raises(TaskDeferred) as deferred:
+            op.execute(make_context("feed"))
+        trigger = deferred.value.trigger
+        assert isinstance(trigger, TFoSRunDirTrigger)
+        assert trigger.condition == {"feed": "feed-20261121T000000"} and trigger.application_id == "application_1_0001"
+
+    def _shutdown_op(self, tmp_path, grace=5.0):
+        return TFoSShutdownClusterOperator(task_id="stop", run_dir=str(tmp_path), grace_secs=grace, poll_interval=0.01)
+
+    def test_shutdown_stops_gracefully(self, tmp_path):
+        backend = FakeBackend()
+        tag = run_tag(str(tmp_path))
+        backend.add("application_1_0001", "RUNNING", tags=[tag])
+        backend.script["application_1_0001"] = [
+            AppStateFactory.running("application_1_0001", tag),
+            AppStateFactory.finished("application_1_0001", tag),
+        ]
+        op = self._shutdown_op(tmp_path)
+        use_backend(op, backend)
+        result = op.execute(make_context("stop"))
+        assert result["state"] == "FINISHED" and backend.killed == []
+        assert RunDir(str(tmp_path)).stop_requested() is not None
+
+    def test_shutdown_kills_after_the_grace(self, tmp_path):
+        backend = FakeBackend()
+        backend.add("application_1_0001", "RUNNING", tags=[run_tag(str(tmp_path))])
+        op = self._shutdown_op(tmp_path, grace=0.05)
+        use_backend(op, backend)
+        assert op.execute(make_context("stop"))["state"] == "KILLED"
+        assert backend.killed == ["application_1_0001"]
+
+    def test_shutdown_twice_is_a_no_op(self, tmp_path):
+        backend = FakeBackend()
+        backend.add("application_1_0001", "KILLED", "KILLED", tags=[run_tag(str(tmp_path))])
+        op = self._shutdown_op(tmp_path)
+        use_backend(op, backend)
+        assert op.execute(make_context("stop"))["stopped"] is False
+        assert backend.killed == []
+
+
+class TestInference:
+    def _op(self, tmp_path):
+        return TFoSInferenceOperator(
+            task_id="score",
+            model_path=str(tmp_path / "model"),
+            data=DATA,
+            features=["x"],
+            output_path=str(tmp_path / "out"),
+            run_dir=str(tmp_path / "run"),
+            poll_interval=0.01,
+            deferrable=False,
+        )
+
+    def test_done_when_the_output_has_its_success_marker(self, tmp_path):
+        (tmp_path / "out").mkdir()
+        (tmp_path / "out" / "_SUCCESS").write_text("")
+        op, backend = self._op(tmp_path), FakeBackend()
+        use_backend(op, backend)
+        assert op.execute(make_context("score"))["output_path"] == str(tmp_path / "out")
+        assert backend.submitted == []
+
+    def test_submits_an_inference_spec(self, tmp_path):
+        op, backend = self._op(tmp_path), FakeBackend()
+        use_backend(op, backend)
+
+        def write_output(app_id):
+            (tmp_path / "out").mkdir()
+            (tmp_path / "out" / "_SUCCESS").write_text("")
+
+        backend.on_submit = write_output
+        op.execute(make_context("score"))
+        spec = RunDir(str(tmp_path / "run")).read_spec()
+        assert spec["kind"] == "inference" and spec["inference"]["features"] == ["x"]
+
+    def test_fails_when_no_output_was_written(self, tmp_path):
+        op, backend = self._op(tmp_path), FakeBackend()
+        use_backend(op, backend)
+        with pytest.raises(AirflowException, match="without writing"):
+            op.execute(make_context("score"))
