@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 import threading
 import time
@@ -29,6 +30,8 @@ from airflow_tfos.runtime.spec import RunSpec, SpecError, import_callable, parse
 log = logging.getLogger("airflow_tfos.driver")
 
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT = 0, 1, 2
+#: How often a serving driver looks for new feed requests.
+SERVE_POLL_SECS = 2.0
 
 
 def build_input(spark, data: dict[str, Any], what: str = "data"):
@@ -144,6 +147,54 @@ def _run_once(spark, spec: RunSpec, rundir: RunDir, train_fn, args, data, watch:
     return tf_run.start().wait()
 
 
+def _serve_feed(spark, spec: RunSpec, rundir: RunDir, train_fn, watch: _Watch, digest: str, request: dict[str, Any]):
+    log.info("serving feed %s", request["feed_id"])
+    args = request.get("args", spec.args)
+    result = _run_once(spark, spec, rundir, train_fn, args, request.get("data"), watch, digest)
+    rundir.mark_feed_done(request["feed_id"], step=watch.step(), result=_jsonable(result))
+    return result
+
+
+def _serve(spark, spec: RunSpec, rundir: RunDir, train_fn, watch: _Watch, digest: str, result: Any) -> Any:
+    """Serving mode: run each feed request as it arrives, until a stop request."""
+    watch.base["serving"] = True
+    watch.beat()
+    log.info("serving feed requests from %s until a stop request", rundir.path("feeds"))
+    while not watch.stopping.is_set():
+        pending = rundir.pending_feeds()
+        for request in pending:
+            if watch.stopping.is_set():
+                break
+            result = _serve_feed(spark, spec, rundir, train_fn, watch, digest, request)
+        if not pending:
+            watch.stopping.wait(SERVE_POLL_SECS)
+            if rundir.stop_requested():
+                watch.stopping.set()
+    log.info("stop requested: no more feeds are served")
+    return result
+
+
+def run_inference_job(spark, spec: RunSpec) -> dict[str, Any]:
+    """Score ``spec.data`` with the SavedModel in ``spec.inference`` and write the predictions as Parquet."""
+    from airflow_tfos.runtime.inference import predict
+
+    job = spec.inference or {}
+    frame = build_input(spark, spec.data, "data")
+    scored = predict(
+        frame,
+        job["model_path"],
+        job["features"],
+        output_col=job.get("output_col", "prediction"),
+        output=job.get("output"),
+        signature=job.get("signature", "serving_default"),
+        batch_size=int(job.get("batch_size", 1024)),
+    )
+    scored.write.mode("overwrite").parquet(job["output_path"])
+    rows = spark.read.parquet(job["output_path"]).count()
+    log.info("wrote %d predictions to %s", rows, job["output_path"])
+    return {"rows": rows, "output_path": job["output_path"]}
+
+
 def run_driver(
     run_dir: str, *, master: str | None = None, conf: dict[str, str] | None = None, heartbeat_secs: float = 10.0
 ) -> int:
@@ -162,7 +213,7 @@ def run_driver(
         if done and done.get("spec_hash") == digest:
             log.info("already exported for spec %s at step %s: nothing to do", digest, done.get("step"))
             return EXIT_OK
-        train_fn = import_callable(spec.train_fn, "train_fn")
+        train_fn = import_callable(spec.train_fn, "train_fn") if spec.kind == "train" else None
     except (SpecError, RunDirError) as exc:
         return _fail(rundir, str(exc), EXIT_BAD_INPUT)
 
@@ -179,14 +230,21 @@ def run_driver(
     try:
         rundir.write_status("STARTING", **base, step=watch.step(), error=None)
         watch.start()
-        result = _run_once(spark, spec, rundir, train_fn, spec.args, spec.data, watch, digest)
+        if spec.kind == "inference":
+            result = run_inference_job(spark, spec)
+            watch.finish("SUCCEEDED", result=result)
+            return EXIT_OK
+        result = None
+        if spec.data is not None or not spec.serve:
+            result = _run_once(spark, spec, rundir, train_fn, spec.args, spec.data, watch, digest)
+        if spec.serve:
+            result = _serve(spark, spec, rundir, train_fn, watch, digest, result)
+            watch.finish("SUCCEEDED", result=_jsonable(result))
+            return EXIT_OK
         for request in rundir.pending_feeds():
             if watch.stopping.is_set():
                 break
-            log.info("serving feed %s", request["feed_id"])
-            args = request.get("args", spec.args)
-            result = _run_once(spark, spec, rundir, train_fn, args, request.get("data"), watch, digest)
-            rundir.mark_feed_done(request["feed_id"], step=watch.step())
+            result = _serve_feed(spark, spec, rundir, train_fn, watch, digest, request)
         watch.finish("STOPPED" if watch.stopping.is_set() else "SUCCEEDED", result=_jsonable(result))
         return EXIT_OK
     except RunCancelledError:
@@ -226,8 +284,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--master", help="Spark master, when not started by spark-submit")
     parser.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE", help="Spark setting")
     parser.add_argument("--heartbeat-secs", type=float, default=10.0, help="how often status.json is updated")
+    parser.add_argument(
+        "--webhdfs-config",
+        metavar="JSON",
+        help="HDFS settings (a WebHDFSConfig JSON) for hdfs:// paths; default: $AIRFLOW_TFOS_WEBHDFS",
+    )
     options = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if options.webhdfs_config:
+        from airflow_tfos.webhdfs import ENV_VAR, WebHDFSConfig, WebHDFSConfigError
+
+        try:  # the TF nodes get it from the environment too (TFClusterRun passes AIRFLOW_TFOS_* on)
+            os.environ[ENV_VAR] = WebHDFSConfig.from_json(options.webhdfs_config).to_json()
+        except WebHDFSConfigError as exc:
+            return _fail(None, f"--webhdfs-config: {exc}", EXIT_BAD_INPUT)
     conf = dict(item.split("=", 1) for item in options.conf)
     return run_driver(options.run_dir, master=options.master, conf=conf, heartbeat_secs=options.heartbeat_secs)
 
