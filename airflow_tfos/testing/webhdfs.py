@@ -1,0 +1,611 @@
+"""A WebHDFS protocol emulator: namenode(s) and a datanode over HTTP on 127.0.0.1, backed by a temp directory.
+
+Written from the public WebHDFS REST documentation (``/webhdfs/v1/<path>?op=...``) for tests of this
+package and of users' DAGs, where no Hadoop can run::
+
+    with WebHDFSEmulator() as hdfs:
+        storage = WebHDFSStorage(hdfs.config())
+        storage.write_bytes(hdfs.uri("/runs/x/status.json"), b"{}")
+
+What it speaks: the documented JSON shapes (``FileStatus``, ``FileStatuses``, ``ContentSummary``,
+``{"boolean": ...}``, ``{"Path": ...}``) and errors as ``RemoteException`` with the documented HTTP codes;
+CREATE and APPEND in two steps (the namenode answers 307 with a ``Location`` on the datanode, which
+stores the data and answers 201/200), OPEN as a 307 to the datanode (``offset``/``length``); RENAME
+with HDFS's two semantics (plain: ``{"boolean": false}`` when the source is missing or the destination
+is a file or its parent is missing, and an existing directory as destination receives the source;
+with ``renameoptions=NONE|OVERWRITE``: rename2, an empty 200 or ``FileAlreadyExistsException``);
+DELETE (``recursive``), MKDIRS, GETFILESTATUS, LISTSTATUS, GETCONTENTSUMMARY, GETHOMEDIRECTORY.
+
+HA and faults, for tests of clients: ``namenodes=2`` starts an active and a standby namenode (the
+standby answers every request with ``StandbyException``, HTTP 403, as Hadoop does) and
+:meth:`WebHDFSEmulator.fail_over` swaps them. Each fault switch is bounded by a count: the next N
+matching answers are an HTTP error (:meth:`~WebHDFSEmulator.fail_next`), a dropped connection
+(:meth:`~WebHDFSEmulator.drop_next`), a slow answer (:meth:`~WebHDFSEmulator.slow_next`) or a 200 with a
+body that is not JSON (:meth:`~WebHDFSEmulator.malformed_next`). :meth:`~WebHDFSEmulator.make_read_only`
+makes writes under a path fail with ``AccessControlException`` (403) for one user or all.
+
+Not emulated: Kerberos/SPNEGO, delegation tokens, ACLs, xattrs, snapshots, quotas, block locations.
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import os
+import posixpath
+import shutil
+import socket
+import tempfile
+import threading
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+from urllib.parse import parse_qs, quote, unquote, urlsplit
+
+PREFIX = "/webhdfs/v1"
+HOST = "127.0.0.1"
+SUPERGROUP = "supergroup"
+BLOCK_SIZE = 134217728
+
+_JAVA_CLASSES = {
+    "FileNotFoundException": ("java.io.FileNotFoundException", 404),
+    "AccessControlException": ("org.apache.hadoop.security.AccessControlException", 403),
+    "FileAlreadyExistsException": ("org.apache.hadoop.fs.FileAlreadyExistsException", 403),
+    "ParentNotDirectoryException": ("org.apache.hadoop.fs.ParentNotDirectoryException", 403),
+    "PathIsNotEmptyDirectoryException": ("org.apache.hadoop.fs.PathIsNotEmptyDirectoryException", 403),
+    "IOException": ("java.io.IOException", 403),
+    "StandbyException": ("org.apache.hadoop.ipc.StandbyException", 403),
+    "IllegalArgumentException": ("java.lang.IllegalArgumentException", 400),
+    "UnsupportedOperationException": ("java.lang.UnsupportedOperationException", 400),
+    "RuntimeException": ("java.lang.RuntimeException", 500),
+}
+_OPS = {
+    "GET": {"GETFILESTATUS", "LISTSTATUS", "OPEN", "GETCONTENTSUMMARY", "GETHOMEDIRECTORY"},
+    "PUT": {"MKDIRS", "CREATE", "RENAME"},
+    "POST": {"APPEND"},
+    "DELETE": {"DELETE"},
+}
+_READ_OPS = _OPS["GET"]
+
+
+class RemoteError(Exception):
+    """An error the emulator answers as ``{"RemoteException": ...}`` with the exception's HTTP code."""
+
+    def __init__(self, exception: str, message: str):
+        super().__init__(message)
+        self.exception, self.message = exception, message
+
+    def body(self) -> dict[str, Any]:
+        java_class, _ = _JAVA_CLASSES[self.exception]
+        return {"RemoteException": {"exception": self.exception, "javaClassName": java_class, "message": self.message}}
+
+    @property
+    def status(self) -> int:
+        return _JAVA_CLASSES[self.exception][1]
+
+
+@dataclass(frozen=True)
+class RequestRecord:
+    """One request the emulator received (for tests to check what a client did)."""
+
+    server: str  # "namenode0", "namenode1" or "datanode"
+    method: str
+    op: str
+    path: str
+    user: str
+    query: dict[str, str]
+
+
+@dataclass
+class _Fault:
+    kind: str  # "status", "drop", "slow", "malformed"
+    count: int
+    server: str  # "namenode", "datanode" or "any"
+    op: str | None
+    status: int = 503
+    delay: float = 0.0
+
+    def matches(self, server: str, op: str) -> bool:
+        where = self.server == "any" or server.startswith(self.server)
+        return self.count > 0 and where and self.op in (None, op)
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+
+    def __init__(self, emulator: WebHDFSEmulator, name: str):
+        super().__init__((HOST, 0), _Handler)
+        self.emulator, self.name = emulator, name
+        self.sockets: set[socket.socket] = set()
+
+    @property
+    def url(self) -> str:
+        return f"http://{HOST}:{self.server_address[1]}"
+
+
+class WebHDFSEmulator:
+    """Namenode(s) and one datanode speaking WebHDFS on 127.0.0.1 ephemeral ports.
+
+    :param namenodes: 1, or 2 for HA (the first active, the second standby).
+    :param root: directory holding the file system's content (default: a fresh temporary directory,
+        removed by :meth:`stop`).
+    :param rename_options: honour ``renameoptions`` on RENAME (rename2, as Hadoop's namenode does); False
+        answers every RENAME with the plain rename's ``{"boolean": ...}``, as a server that ignores it.
+    :param superuser: owner of ``/`` and of paths nobody created.
+    """
+
+    def __init__(
+        self, *, namenodes: int = 1, root: str | None = None, rename_options: bool = True, superuser: str = "hdfs"
+    ):
+        if namenodes not in (1, 2):
+            raise ValueError(f"namenodes must be 1 or 2 (active and standby), got {namenodes}")
+        self.num_namenodes = namenodes
+        self._own_root = root is None
+        self.root = root or tempfile.mkdtemp(prefix="webhdfs-emulator-")
+        self.rename_options = rename_options
+        self.superuser = superuser
+        self.active = 0
+        self.requests: collections.deque[RequestRecord] = collections.deque(maxlen=10000)
+        self._lock = threading.RLock()
+        self._faults: list[_Fault] = []
+        self._owners: dict[str, str] = {}
+        self._read_only: list[tuple[str, str | None, bool]] = []
+        self._stopping = threading.Event()
+        self._servers: list[_Server] = []
+        self._threads: list[threading.Thread] = []
+
+    # --- lifecycle -----------------------------------------------------------------------------------
+
+    def start(self) -> WebHDFSEmulator:
+        """Start the servers (idempotent); return self."""
+        if self._servers:
+            return self
+        self._stopping.clear()
+        os.makedirs(self.root, exist_ok=True)
+        names = [f"namenode{i}" for i in range(self.num_namenodes)] + ["datanode"]
+        self._servers = [_Server(self, name) for name in names]
+        for server in self._servers:
+            thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.1}, daemon=True)
+            thread.name = f"webhdfs-emulator-{server.name}"
+            thread.start()
+            self._threads.append(thread)
+        return self
+
+    def stop(self) -> None:
+        """Stop the servers, close open connections, and remove the temporary root (if it made one)."""
+        self._stopping.set()
+        for server in self._servers:
+            server.shutdown()
+            for sock in list(server.sockets):
+                _shut(sock)
+            server.server_close()
+        for thread in self._threads:
+            thread.join(timeout=5)
+        self._servers, self._threads = [], []
+        if self._own_root:
+            shutil.rmtree(self.root, ignore_errors=True)
+
+    def __enter__(self) -> WebHDFSEmulator:
+        return self.start()
+
+    def __exit__(self, *exc_info) -> None:
+        self.stop()
+
+    # --- addresses -----------------------------------------------------------------------------------
+
+    @property
+    def urls(self) -> list[str]:
+        """The namenodes' ``http://127.0.0.1:port`` URLs, in order (the first is active at start)."""
+        self._require_started()
+        return [s.url for s in self._servers[: self.num_namenodes]]
+
+    @property
+    def url(self) -> str:
+        """The active namenode's URL."""
+        return self.urls[self.active]
+
+    @property
+    def datanode_url(self) -> str:
+        self._require_started()
+        return self._servers[-1].url
+
+    def uri(self, path: str = "/", *, scheme: str = "webhdfs") -> str:
+        """``webhdfs://127.0.0.1:<active port>/path`` (the URI naming the active namenode)."""
+        return f"{scheme}://{self.url.split('://', 1)[1]}/{path.lstrip('/')}"
+
+    def config(self, user: str = "tester", **settings: Any):
+        """A :class:`airflow_tfos.webhdfs.WebHDFSConfig` naming every namenode of this emulator."""
+        from airflow_tfos.webhdfs import WebHDFSConfig
+
+        return WebHDFSConfig(namenodes=self.urls, user=user, **settings)
+
+    def local_path(self, path: str) -> str:
+        """Where the HDFS path's content lies on this machine (for tests to look behind the protocol)."""
+        return os.path.join(self.root, _normalize(path).lstrip("/"))
+
+    def _require_started(self) -> None:
+        if not self._servers:
+            raise RuntimeError("the WebHDFS emulator is not started: call start() or use it as a context manager")
+
+    # --- switches ------------------------------------------------------------------------------------
+
+    def fail_over(self) -> None:
+        """Make the standby namenode active and the active one standby."""
+        if self.num_namenodes < 2:
+            raise RuntimeError("fail_over needs WebHDFSEmulator(namenodes=2)")
+        with self._lock:
+            self.active = 1 - self.active
+
+    def fail_next(self, count: int, *, status: int = 503, server: str = "namenode", op: str | None = None) -> None:
+        """Answer the next ``count`` requests (to ``server``, of ``op`` if given) with HTTP ``status``.
+
+        500 comes as a ``RemoteException`` (``RuntimeException``); other codes as a short HTML page, as a
+        proxy or an overloaded Jetty would send.
+        """
+        self._add(_Fault("status", count, server, op, status=status))
+
+    def drop_next(self, count: int, *, server: str = "namenode", op: str | None = None) -> None:
+        """Close the connection of the next ``count`` requests without answering.
+
+        On the datanode a dropped CREATE first writes half of the uploaded data, as an upload cut midway.
+        """
+        self._add(_Fault("drop", count, server, op))
+
+    def slow_next(self, count: int, delay: float, *, server: str = "namenode", op: str | None = None) -> None:
+        """Answer the next ``count`` requests only after ``delay`` seconds (cut short by :meth:`stop`)."""
+        self._add(_Fault("slow", count, server, op, delay=delay))
+
+    def malformed_next(self, count: int, *, server: str = "namenode", op: str | None = None) -> None:
+        """Answer the next ``count`` requests with HTTP 200 and a body that is not JSON."""
+        self._add(_Fault("malformed", count, server, op))
+
+    def clear_faults(self) -> None:
+        with self._lock:
+            self._faults.clear()
+
+    def make_read_only(self, path: str, user: str | None = None, *, unreadable: bool = False) -> None:
+        """Refuse writes (and reads too when ``unreadable``) under ``path`` to ``user`` (None: everyone)."""
+        with self._lock:
+            self._read_only.append((_normalize(path), user, unreadable))
+
+    def _add(self, fault: _Fault) -> None:
+        if fault.count < 1:
+            raise ValueError(f"a fault's count must be at least 1, got {fault.count}")
+        if fault.server not in ("namenode", "datanode", "any"):
+            raise ValueError(f"server must be 'namenode', 'datanode' or 'any', got {fault.server!r}")
+        with self._lock:
+            self._faults.append(fault)
+
+    def _take_fault(self, server: str, op: str) -> _Fault | None:
+        with self._lock:
+            for fault in self._faults:
+                if fault.matches(server, op):
+                    fault.count -= 1
+                    taken = _Fault(**fault.__dict__)
+                    self._faults = [f for f in self._faults if f.count > 0]
+                    return taken
+        return None
+
+    # --- the file system -------------------------------------------------------------------------------
+
+    def _check_access(self, path: str, user: str, *, write: bool) -> None:
+        for prefix, who, unreadable in self._read_only:
+            inside = path == prefix or path.startswith(prefix.rstrip("/") + "/")
+            if inside and who in (None, user) and (write or unreadable):
+                access = "WRITE" if write else "READ"
+                raise RemoteError(
+                    "AccessControlException",
+                    f'Permission denied: user={user}, access={access}, inode="{prefix}":'
+                    f"{self.superuser}:{SUPERGROUP}:drwxr-xr-x",
+                )
+
+    def _status(self, path: str, suffix: str = "") -> dict[str, Any]:
+        local = self.local_path(path)
+        st = os.stat(local)
+        is_dir = os.path.isdir(local)
+        return {
+            "accessTime": 0 if is_dir else int(st.st_atime * 1000),
+            "blockSize": 0 if is_dir else BLOCK_SIZE,
+            "childrenNum": len(os.listdir(local)) if is_dir else 0,
+            "fileId": st.st_ino,
+            "group": SUPERGROUP,
+            "length": 0 if is_dir else st.st_size,
+            "modificationTime": int(st.st_mtime * 1000),
+            "owner": self._owners.get(path, self.superuser),
+            "pathSuffix": suffix,
+            "permission": "755" if is_dir else "644",
+            "replication": 0 if is_dir else 1,
+            "storagePolicy": 0,
+            "type": "DIRECTORY" if is_dir else "FILE",
+        }
+
+    def _require(self, path: str, message: str) -> str:
+        local = self.local_path(path)
+        if not os.path.exists(local):
+            raise RemoteError("FileNotFoundException", message)
+        return local
+
+    def _parent_dirs(self, path: str, user: str) -> None:
+        """Create the parents of ``path`` as HDFS does on CREATE and MKDIRS; a file on the way is an error."""
+        parts = [p for p in path.split("/") if p]
+        current = ""
+        for part in parts[:-1]:
+            current = f"{current}/{part}"
+            local = self.local_path(current)
+            if os.path.isfile(local):
+                raise RemoteError("ParentNotDirectoryException", f"{current} (is not a directory)")
+            if not os.path.isdir(local):
+                os.mkdir(local)
+                self._owners.setdefault(current, user)
+
+    def _move_owners(self, src: str, dst: str) -> None:
+        for key in [k for k in self._owners if k == src or k.startswith(src + "/")]:
+            self._owners[dst + key[len(src) :]] = self._owners.pop(key)
+
+    def _rename(self, src: str, dst: str, options: set[str]) -> dict[str, Any] | None:
+        src_local, dst_local = self.local_path(src), self.local_path(dst)
+        dst_parent = self.local_path(posixpath.dirname(dst))
+        if not options or not self.rename_options:  # the plain (deprecated) rename: a boolean
+            if not os.path.exists(src_local) or not os.path.isdir(dst_parent) or src == "/":
+                return {"boolean": False}
+            if os.path.isdir(dst_local):  # into the directory
+                dst = posixpath.join(dst, posixpath.basename(src))
+                dst_local = self.local_path(dst)
+            if os.path.exists(dst_local) or dst == src or dst.startswith(src + "/"):
+                return {"boolean": False}
+            os.rename(src_local, dst_local)
+            self._move_owners(src, dst)
+            return {"boolean": True}
+        if not os.path.exists(src_local):
+            raise RemoteError("FileNotFoundException", f"rename source {src} is not found.")
+        if not os.path.isdir(dst_parent):
+            raise RemoteError("FileNotFoundException", f"rename destination parent {posixpath.dirname(dst)} not found.")
+        if dst == src or dst.startswith(src + "/"):
+            raise RemoteError("IOException", f"rename destination {dst} is a directory or file under source {src}")
+        if os.path.exists(dst_local):
+            if "OVERWRITE" not in options:
+                raise RemoteError("FileAlreadyExistsException", f"rename destination {dst} already exists.")
+            if os.path.isdir(src_local) != os.path.isdir(dst_local):
+                raise RemoteError("IOException", f"Source {src} and destination {dst} must both be directories")
+            if os.path.isdir(dst_local) and os.listdir(dst_local):
+                raise RemoteError("IOException", f"rename destination directory is not empty: {dst}")
+        if os.path.isdir(dst_local):
+            os.rmdir(dst_local)  # empty, checked above
+        os.replace(src_local, dst_local)
+        self._move_owners(src, dst)
+        return None
+
+    def _summary(self, path: str) -> dict[str, Any]:
+        local = self._require(path, f"File does not exist: {path}")
+        if os.path.isfile(local):
+            dirs, files, length = 0, 1, os.path.getsize(local)
+        else:
+            dirs, files, length = 0, 0, 0
+            for folder, _, names in os.walk(local):
+                dirs += 1
+                files += len(names)
+                length += sum(os.path.getsize(os.path.join(folder, n)) for n in names)
+        summary = {"directoryCount": dirs, "fileCount": files, "length": length, "quota": -1}
+        return {"ContentSummary": {**summary, "spaceConsumed": length, "spaceQuota": -1, "typeQuota": {}}}
+
+    def namenode_op(self, method: str, op: str, path: str, user: str, query: dict[str, str], server: _Server):
+        """Answer one namenode request: ``(status, body_or_None, headers)``; raises :class:`RemoteError`."""
+        if server.name != f"namenode{self.active}":
+            category = "READ" if op in _READ_OPS else "WRITE"
+            raise RemoteError(
+                "StandbyException",
+                f"Operation category {category} is not supported in state standby. Visit https://s.apache.org/sbnn-error",
+            )
+        with self._lock:
+            if op not in ("CREATE", "APPEND"):  # as in Hadoop, the datanode's step finds out about those
+                self._check_access(path, user, write=op not in _READ_OPS)
+            if op == "GETFILESTATUS":
+                self._require(path, f"File does not exist: {path}")
+                return 200, {"FileStatus": self._status(path)}, {}
+            if op == "LISTSTATUS":
+                local = self._require(path, f"File {path} does not exist.")
+                if not os.path.isdir(local):
+                    return 200, {"FileStatuses": {"FileStatus": [self._status(path)]}}, {}
+                names = sorted(os.listdir(local))
+                statuses = [self._status(posixpath.join(path, n), n) for n in names]
+                return 200, {"FileStatuses": {"FileStatus": statuses}}, {}
+            if op == "GETCONTENTSUMMARY":
+                return 200, self._summary(path), {}
+            if op == "GETHOMEDIRECTORY":
+                return 200, {"Path": f"/user/{user}"}, {}
+            if op == "MKDIRS":
+                local = self.local_path(path)
+                if os.path.isfile(local):
+                    raise RemoteError("FileAlreadyExistsException", f"Path is not a directory: {path}")
+                self._parent_dirs(path + "/x", user)
+                return 200, {"boolean": True}, {}
+            if op == "DELETE":
+                local = self.local_path(path)
+                if path == "/" or not os.path.exists(local):
+                    return 200, {"boolean": False}, {}
+                if os.path.isdir(local):
+                    if os.listdir(local) and query.get("recursive", "false").lower() != "true":
+                        raise RemoteError(
+                            "PathIsNotEmptyDirectoryException", f"`{path} is non empty': Directory is not empty"
+                        )
+                    shutil.rmtree(local)
+                else:
+                    os.remove(local)
+                for key in [k for k in self._owners if k == path or k.startswith(path + "/")]:
+                    del self._owners[key]
+                return 200, {"boolean": True}, {}
+            if op == "RENAME":
+                if "destination" not in query:
+                    raise RemoteError("IllegalArgumentException", 'Required param "destination" for op: RENAME is null')
+                dst = _normalize(query["destination"])
+                self._check_access(dst, user, write=True)
+                options = {o.strip().upper() for o in query.get("renameoptions", "").split(",") if o.strip()}
+                return 200, self._rename(path, dst, options), {}
+            if op == "OPEN":
+                local = self._require(path, f"File does not exist: {path}")
+                if os.path.isdir(local):
+                    raise RemoteError("FileNotFoundException", f"Path is not a file: {path}")
+            if op == "APPEND":
+                self._require(path, f"File does not exist: {path}")
+        # CREATE, APPEND, OPEN: the data goes through the datanode.
+        forwarded = {k: v for k, v in query.items() if k not in ("op",)}
+        forwarded.update({"op": op, "user.name": user, "namenoderpcaddress": server.url.split("://", 1)[1]})
+        location = f"{self.datanode_url}{PREFIX}{quote(path)}?" + "&".join(
+            f"{quote(k)}={quote(str(v), safe='')}" for k, v in forwarded.items()
+        )
+        return 307, None, {"Location": location}
+
+    def datanode_write(
+        self, op: str, path: str, user: str, query: dict[str, str], data: bytes, drop_half: bool
+    ) -> None:
+        """Store an upload (CREATE or APPEND); raises :class:`RemoteError`."""
+        with self._lock:
+            self._check_access(path, user, write=True)
+            local = self.local_path(path)
+            if op == "CREATE":
+                if os.path.isdir(local):
+                    raise RemoteError("FileAlreadyExistsException", f"{path} already exists as a directory")
+                if os.path.exists(local) and query.get("overwrite", "false").lower() != "true":
+                    raise RemoteError("FileAlreadyExistsException", f"{path} for client 127.0.0.1 already exists")
+                self._parent_dirs(path, user)
+                self._owners[path] = user
+            elif not os.path.isfile(local):
+                raise RemoteError("FileNotFoundException", f"File does not exist: {path}")
+            stream = open(local, "wb" if op == "CREATE" else "ab")  # noqa: SIM115 - closed below
+        with stream:
+            stream.write(data[: len(data) // 2] if drop_half else data)
+
+
+def _shut(sock: socket.socket) -> None:
+    try:
+        sock.shutdown(socket.SHUT_RDWR)
+    except OSError:
+        pass
+    sock.close()
+
+
+def _normalize(path: str) -> str:
+    return posixpath.normpath("/" + unquote(path).lstrip("/")) if path else "/"
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server_version = "Jetty(9.4.emulated)"
+    timeout = 60
+    server: _Server
+
+    def log_message(self, format: str, *args: Any) -> None:
+        """Quiet: tests read :attr:`WebHDFSEmulator.requests` instead."""
+
+    def setup(self) -> None:
+        super().setup()
+        self.server.sockets.add(self.connection)
+
+    def finish(self) -> None:
+        try:
+            super().finish()
+        finally:
+            self.server.sockets.discard(self.connection)
+
+    def do_GET(self) -> None:
+        self._handle(self.command)
+
+    do_PUT = do_POST = do_DELETE = do_GET
+
+    def _read_body(self) -> bytes:
+        if self.headers.get("Transfer-Encoding", "").lower() == "chunked":
+            chunks = []
+            while True:
+                size = int(self.rfile.readline().split(b";")[0].strip() or b"0", 16)
+                if size == 0:
+                    self.rfile.readline()
+                    return b"".join(chunks)
+                chunks.append(self.rfile.read(size))
+                self.rfile.readline()
+        length = int(self.headers.get("Content-Length") or 0)
+        return self.rfile.read(length) if length else b""
+
+    def _send(self, status: int, body: bytes = b"", content_type: str = "application/json", headers=None) -> None:
+        self.send_response(status)
+        for key, value in (headers or {}).items():
+            self.send_header(key, value)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def _send_json(self, status: int, value: Any, headers=None) -> None:
+        body = b"" if value is None else json.dumps(value).encode()
+        self._send(status, body, "application/json" if value is not None else "application/octet-stream", headers)
+
+    def _drop(self) -> None:
+        self.close_connection = True
+        _shut(self.connection)
+
+    def _handle(self, method: str) -> None:
+        emulator, name = self.server.emulator, self.server.name
+        split = urlsplit(self.path)
+        query = {k: v[-1] for k, v in parse_qs(split.query, keep_blank_values=True).items()}
+        op = query.get("op", "").upper()
+        user = query.get("doas") or query.get("user.name") or "dr.who"
+        if not split.path.startswith(PREFIX):
+            self.close_connection = True
+            self._send(404, b"<html><body>Not Found</body></html>", "text/html")
+            return
+        path = _normalize(split.path[len(PREFIX) :])
+        emulator.requests.append(RequestRecord(name, method, op, path, user, query))
+        fault = emulator._take_fault(name, op)
+        if fault is not None and fault.kind == "slow":
+            emulator._stopping.wait(fault.delay)
+        elif fault is not None and fault.kind == "drop":
+            if name == "datanode" and op == "CREATE":
+                try:
+                    emulator.datanode_write(op, path, user, query, self._read_body(), drop_half=True)
+                except RemoteError:
+                    pass
+            self._drop()
+            return
+        elif fault is not None:
+            self._read_body()
+            if fault.kind == "malformed":
+                self._send(200, b'{"FileStatus": {"length": 1, ')
+            elif fault.status == 500:
+                self._send_json(500, RemoteError("RuntimeException", "emulated server error").body())
+            else:
+                page = f"<html><body><h2>HTTP ERROR {fault.status}</h2></body></html>".encode()
+                self._send(fault.status, page, "text/html")
+            return
+        try:
+            if op not in _OPS.get(method, ()):
+                raise RemoteError(
+                    "IllegalArgumentException",
+                    f'Invalid value for webhdfs parameter "op": No enum constant for {method} op {op or "(none)"}',
+                )
+            data = self._read_body() if method in ("PUT", "POST") else b""
+            if name.startswith("namenode"):  # a client may send data along with the first step: ignored
+                status, value, headers = emulator.namenode_op(method, op, path, user, query, self.server)
+                self._send_json(status, value, headers)
+            elif op == "OPEN":
+                self._open(emulator, path, user, query)
+            else:
+                emulator.datanode_write(op, path, user, query, data, drop_half=False)
+                location = {"Location": f"hdfs://{emulator.url.split('://', 1)[1]}{quote(path)}"}
+                self._send(201 if op == "CREATE" else 200, b"", "application/octet-stream", location)
+        except RemoteError as exc:
+            self._send_json(exc.status, exc.body())
+
+    def _open(self, emulator: WebHDFSEmulator, path: str, user: str, query: dict[str, str]) -> None:
+        local = emulator.local_path(path)
+        with emulator._lock:
+            emulator._check_access(path, user, write=False)
+            if not os.path.isfile(local):
+                raise RemoteError("FileNotFoundException", f"File does not exist: {path}")
+            with open(local, "rb") as f:
+                offset = int(query.get("offset") or 0)
+                length = query.get("length")
+                if offset < 0 or (length is not None and int(length) < 0):
+                    raise RemoteError("IllegalArgumentException", "offset and length must not be negative")
+                f.seek(offset)
+                data = f.read() if length is None else f.read(int(length))
+        self._send(200, data, "application/octet-stream")
