@@ -770,17 +770,23 @@ def _check_app_id(app_id: str) -> None:
 
 
 def _describe(exc: BaseException) -> str:
-    """A short reason for a transport failure (no URLs with credentials: there are none to show)."""
-    text = str(exc)
-    for marker, reason in (
-        ("Connection refused", "connection refused"),
-        ("timed out", "timed out"),
-        ("Timeout", "timed out"),
-        ("reset", "connection reset"),
-        ("RemoteDisconnected", "connection closed without an answer"),
-        ("without sending a response", "connection closed without an answer"),
-        ("Name or service not known", "unknown host"),
-    ):
-        if marker in text or marker in type(exc).__name__:
-            return reason
-    return f"{type(exc).__name__}: {text[:120]}"
+    """A short reason for a transport failure, from the exception and its causes."""
+    chain: list[BaseException] = []
+    current: BaseException | None = exc
+    while current is not None and len(chain) < 10:
+        chain.append(current)
+        current = current.__cause__ or current.__context__
+    for error in chain:
+        if isinstance(error, ConnectionRefusedError) or "Connection refused" in str(error):
+            return "connection refused"
+    for error in chain:
+        text, name = str(error), type(error).__name__
+        if isinstance(error, TimeoutError) or "timed out" in text or "Timeout" in name:
+            return "timed out"
+        if isinstance(error, ConnectionResetError) or "reset" in text:
+            return "connection reset"
+        if "RemoteDisconnected" in name or "without sending a response" in text or "without response" in text:
+            return "connection closed without an answer"
+        if "Name or service not known" in text or "nodename nor servname" in text:
+            return "unknown host"
+    return f"{type(exc).__name__}: {str(exc)[:120]}"
