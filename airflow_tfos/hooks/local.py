@@ -192,7 +192,7 @@ def map_local_state(
         if ours:
             age = now - float(ours["heartbeat"])
             parts.append(f"run {ours.get('state')} at step {ours.get('step', 0)}, heartbeat {age:.0f} s ago")
-        elif not ours:
+        else:
             parts.append("the driver is starting")
         if kill_info:
             parts.append("being killed")

@@ -61,7 +61,8 @@ def test_an_application_that_exits_0_is_finished_succeeded(backend, tmp_path):
     app_id = submit(backend, "print('hello from the driver')", tmp_path)
     assert app_id.startswith("local-")
     state = ended(backend, app_id)
-    assert (state.state, state.final_status, state.tags, state.name) == ("FINISHED", "SUCCEEDED", ("tfos-test",), "test")
+    assert (state.state, state.final_status) == ("FINISHED", "SUCCEEDED")
+    assert (state.tags, state.name) == (("tfos-test",), "test")
     assert "hello from the driver" in backend.log_path(app_id).read_text()
 
 
@@ -74,7 +75,10 @@ def test_a_failing_application_is_failed_with_the_log_tail(backend, tmp_path):
 
 def test_the_status_json_error_is_in_the_diagnostics(backend, tmp_path):
     rundir = RunDir(str(tmp_path / "run"))
-    code = f"from airflow_tfos.rundir import RunDir; RunDir({rundir.uri!r}).write_status('FAILED', error='bad spec'); exit(2)"
+    code = (
+        f"from airflow_tfos.rundir import RunDir; RunDir({rundir.uri!r}).write_status('FAILED', error='bad spec'); "
+        "exit(2)"
+    )
     state = ended(backend, submit(backend, code, tmp_path))
     assert state.state == "FAILED" and "bad spec" in state.diagnostics
 
@@ -88,7 +92,10 @@ def test_a_command_that_cannot_start_is_failed(backend, tmp_path):
 
 
 def test_running_then_killed_leaves_no_process_and_kill_twice_is_a_no_op(backend, tmp_path):
-    code = "import subprocess, sys, time; subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)']); time.sleep(600)"
+    code = (
+        "import subprocess, sys, time; subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)']); "
+        "time.sleep(600)"
+    )
     app_id = submit(backend, code, tmp_path)
     wait_for(lambda: len(backend.processes(app_id)) >= 3, what="wrapper, command and grandchild")
     state = backend.get_state(app_id)
@@ -103,7 +110,10 @@ def test_running_then_killed_leaves_no_process_and_kill_twice_is_a_no_op(backend
 
 
 def test_a_command_that_ignores_sigterm_gets_sigkill_after_the_grace(backend, tmp_path):
-    code = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); print('ready', flush=True); time.sleep(600)"
+    code = (
+        "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); print('ready', flush=True); "
+        "time.sleep(600)"
+    )
     app_id = submit(backend, code, tmp_path)
     wait_for(lambda: "ready" in backend.log_path(app_id).read_text(), what="ready")
     started = time.monotonic()
@@ -226,38 +236,33 @@ def test_the_tracker_dir_default(monkeypatch, tmp_path):
 RECORD = {"app_id": "local-20260101000000-0123abcd", "tag": "t", "name": "n", "submitted": 100.0}
 
 
+OK, BAD, RUN = ("FINISHED", "SUCCEEDED"), ("FAILED", "FAILED"), ("RUNNING", "UNDEFINED")
+SIGTERMED = {"exit_code": -15, "signal": 15, "terminated_by": 15}
+
+
 @pytest.mark.parametrize(
-    ("kwargs", "expected"),
+    ("kwargs", "expected", "diagnostics"),
     [
-        ({"alive": True}, ("RUNNING", "UNDEFINED", "the driver is starting")),
-        ({"alive": True, "status": {"state": "RUNNING", "step": 7, "heartbeat": 150.0}}, ("RUNNING", "UNDEFINED", "step 7")),
-        ({"alive": True, "master_app": {"id": "app-1", "state": "WAITING"}}, ("ACCEPTED", "UNDEFINED", "waiting")),
-        ({"alive": False, "exit_info": {"exit_code": 0}}, ("FINISHED", "SUCCEEDED", "")),
-        ({"alive": False, "exit_info": {"exit_code": 1}, "log_tail": "oops"}, ("FAILED", "FAILED", "oops")),
-        ({"alive": False, "exit_info": {"exit_code": -15, "signal": 15}}, ("FAILED", "FAILED", "signal 15")),
-        ({"alive": False, "exit_info": {"exit_code": -15, "signal": 15, "terminated_by": 15}, "kill_info": {}}, ("FAILED", "FAILED", "")),
-        ({"alive": False, "exit_info": None, "kill_info": {"reason": "on_kill"}}, ("KILLED", "KILLED", "on_kill")),
-        ({"alive": False, "exit_info": {"exit_code": 0}, "kill_info": {"reason": "late"}}, ("FINISHED", "SUCCEEDED", "")),
-        ({"alive": False, "status": {"state": "SUCCEEDED", "heartbeat": 150.0}}, ("FINISHED", "SUCCEEDED", "")),
-        ({"alive": False, "status": {"state": "SUCCEEDED", "heartbeat": 50.0}}, ("FAILED", "FAILED", "without recording")),
-        ({"alive": False, "exit_info": {"exit_code": 2}, "status": {"error": "bad", "heartbeat": 150.0}}, ("FAILED", "FAILED", "bad")),
+        ({"alive": True}, RUN, "the driver is starting"),
+        ({"alive": True, "status": {"state": "RUNNING", "step": 7, "heartbeat": 150.0}}, RUN, "step 7"),
+        ({"alive": True, "master_app": {"id": "app-1", "state": "WAITING"}}, ("ACCEPTED", "UNDEFINED"), "waiting"),
+        ({"alive": False, "exit_info": {"exit_code": 0}}, OK, ""),
+        ({"alive": False, "exit_info": {"exit_code": 1}, "log_tail": "oops"}, BAD, "oops"),
+        ({"alive": False, "exit_info": {"exit_code": -15, "signal": 15}}, BAD, "signal 15"),
+        ({"alive": False, "exit_info": SIGTERMED, "kill_info": {"reason": "r"}}, ("KILLED", "KILLED"), "r"),
+        ({"alive": False, "exit_info": None, "kill_info": {"reason": "on_kill"}}, ("KILLED", "KILLED"), "on_kill"),
+        ({"alive": False, "exit_info": {"exit_code": 0}, "kill_info": {"reason": "late"}}, OK, ""),
+        ({"alive": False, "status": {"state": "SUCCEEDED", "heartbeat": 150.0}}, OK, ""),
+        ({"alive": False, "status": {"state": "SUCCEEDED", "heartbeat": 50.0}}, BAD, "without recording"),
+        ({"alive": False, "exit_info": {"exit_code": 2}, "status": {"error": "bad", "heartbeat": 150.0}}, BAD, "bad"),
     ],
-)  # fmt: skip
-def test_state_mapping(kwargs, expected):
+)
+def test_state_mapping(kwargs, expected, diagnostics):
     kwargs = {"exit_info": None, "kill_info": None, "status": None, **kwargs}
     state = map_local_state(RECORD, now=160.0, **kwargs)
-    assert (state.state, state.final_status) == expected[:2]
-    assert expected[2] in state.diagnostics
+    assert (state.state, state.final_status) == expected
+    assert diagnostics in state.diagnostics
     assert state.tags == ("t",)
-
-
-def test_an_empty_kill_record_still_means_killed():
-    # kill_info {} is falsy: the kill file exists but says nothing; the signal decides
-    state = map_local_state(
-        RECORD, alive=False, exit_info={"exit_code": -15, "signal": 15, "terminated_by": 15},
-        kill_info={"reason": "x"}, status=None,
-    )  # fmt: skip
-    assert state.state == "KILLED"
 
 
 def test_a_standalone_master_waiting_for_executors_is_accepted(backend, tmp_path):
