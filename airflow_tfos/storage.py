@@ -1,10 +1,11 @@
-"""The one seam through which both halves read and write files: local paths and ``file://`` URIs now.
+"""The one seam through which both halves read and write files: local paths, ``file://``, and HDFS.
 
 Pure Python (no Airflow, no Spark, no TensorFlow). A storage is chosen by the URI's scheme
-(:func:`storage_for`). Other schemes (``hdfs://`` and ``webhdfs://`` over WebHDFS) plug in with
-:func:`register_storage` and are then usable everywhere a path is taken: the run directory
-(:mod:`airflow_tfos.rundir`), InputMode.TENSORFLOW file shards and the readers in
-:mod:`airflow_tfos.runtime.feed.files`.
+(:func:`storage_for`): plain paths and ``file://`` are local; ``webhdfs://``, ``swebhdfs://`` and
+``hdfs://`` go over WebHDFS (:mod:`airflow_tfos.webhdfs`, imported only when such a URI is used).
+Other schemes plug in with :func:`register_storage`. Every scheme is usable wherever a path is
+taken: the run directory (:mod:`airflow_tfos.rundir`), InputMode.TENSORFLOW file shards and the
+readers in :mod:`airflow_tfos.runtime.feed.files`.
 
 Writes that others may watch are atomic: :meth:`Storage.write_bytes` writes a temporary name, then
 renames it into place, so a reader sees the old content or the new, never half of it.
@@ -59,6 +60,12 @@ class Storage(Protocol):
 
     def listdir(self, path: str) -> list[str]:
         """Names in a directory (empty if it does not exist)."""
+
+    def put_dir(self, local_dir: str, path: str) -> None:
+        """Upload the local directory tree ``local_dir`` into ``path`` (created if missing)."""
+
+    def get_dir(self, path: str, local_dir: str) -> None:
+        """Download the directory tree at ``path`` into ``local_dir``; FileNotFoundError if there is none."""
 
 
 class LocalStorage:
@@ -121,8 +128,29 @@ class LocalStorage:
         target = self._strip(path)
         return sorted(os.listdir(target)) if os.path.isdir(target) else []
 
+    def put_dir(self, local_dir: str, path: str) -> None:
+        shutil.copytree(local_dir, self._strip(path), dirs_exist_ok=True)
 
-_FACTORIES: dict[str, Callable[[str], Storage]] = {"": lambda uri: LocalStorage(), "file": lambda uri: LocalStorage()}
+    def get_dir(self, path: str, local_dir: str) -> None:
+        source = self._strip(path)
+        if not os.path.isdir(source):
+            raise FileNotFoundError(f"no directory {path} to copy")
+        shutil.copytree(source, local_dir, dirs_exist_ok=True)
+
+
+def _webhdfs_storage(uri: str) -> Storage:
+    from airflow_tfos.webhdfs import storage_for_uri  # imports the hdfs package only when HDFS is used
+
+    return storage_for_uri(uri)
+
+
+_FACTORIES: dict[str, Callable[[str], Storage]] = {
+    "": lambda uri: LocalStorage(),
+    "file": lambda uri: LocalStorage(),
+    "webhdfs": _webhdfs_storage,
+    "swebhdfs": _webhdfs_storage,
+    "hdfs": _webhdfs_storage,
+}
 
 
 def register_storage(scheme: str, factory: Callable[[str], Storage]) -> None:

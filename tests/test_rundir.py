@@ -1,4 +1,4 @@
-"""The run directory contract, on local storage."""
+"""The run directory contract, on local storage and on HDFS (the WebHDFS emulator)."""
 
 from __future__ import annotations
 
@@ -8,11 +8,28 @@ import os
 import pytest
 
 from airflow_tfos.rundir import RunDir, RunDirError, spec_hash
+from airflow_tfos.storage import join
+from airflow_tfos.testing.webhdfs import WebHDFSEmulator
 
 
-@pytest.fixture
-def rundir(tmp_path):
-    return RunDir(f"file://{tmp_path}/run")
+@pytest.fixture(scope="module")
+def emulator():
+    with WebHDFSEmulator() as emu:
+        yield emu
+
+
+@pytest.fixture(params=["local", "webhdfs"])
+def rundir(request, tmp_path):
+    """A run directory on local disk, or on HDFS; ``.backing`` is its folder on this machine."""
+    if request.param == "local":
+        run = RunDir(f"file://{tmp_path}/run")
+        run.backing = str(tmp_path / "run")
+        return run
+    emu = request.getfixturevalue("emulator")
+    path = f"/tests/{request.node.name.replace('[', '-').rstrip(']')}/run"
+    run = RunDir(emu.uri(path))
+    run.backing = emu.local_path(path)
+    return run
 
 
 def test_spec_hash_ignores_key_order_and_its_own_field(rundir):
@@ -36,12 +53,12 @@ def test_status_keeps_earlier_fields_and_beats(rundir):
 def test_checkpoints_publish_keep_the_last_k_and_name_the_latest(rundir):
     for step in (10, 20, 30, 40):
         staging = rundir.checkpoint_staging(step)
-        with open(os.path.join(rundir.storage.local_path(staging), "data"), "w") as f:
-            f.write(str(step))
+        rundir.storage.write_bytes(join(staging, "data"), str(step).encode())
         rundir.publish_checkpoint(staging, step, epoch=step // 20, keep=2)
     latest = rundir.latest_checkpoint()
     assert (latest.step, latest.epoch) == (40, 2)
     assert sorted(rundir.storage.listdir(rundir.path("checkpoints"))) == ["ckpt-30", "ckpt-40", "manifest.json"]
+    assert rundir.storage.read_bytes(join(latest.path, "data")) == b"40"
 
 
 def test_a_half_written_checkpoint_is_never_used(rundir):
@@ -83,8 +100,7 @@ def test_stop_request(rundir):
 
 def test_export_appears_whole_with_its_success_marker(rundir):
     staging = rundir.export_staging()
-    with open(os.path.join(rundir.storage.local_path(staging), "saved_model.pb"), "wb") as f:
-        f.write(b"model")
+    rundir.storage.write_bytes(join(staging, "saved_model.pb"), b"model")
     assert rundir.export_success() is None  # nothing visible while it is being written
     final = rundir.publish_export(staging, spec_hash="abc", step=300, metrics={"accuracy": 0.97})
     assert rundir.storage.exists(final + "/saved_model.pb")
@@ -100,9 +116,10 @@ def test_events_come_back_in_time_order(rundir):
     assert [e["attempt"] for e in rundir.events("attempt")] == [0, 1]
 
 
-def test_foreign_json_is_a_clear_error(rundir, tmp_path):
-    (tmp_path / "run").mkdir()
-    (tmp_path / "run" / "status.json").write_text("{not json")
+def test_foreign_json_is_a_clear_error(rundir):
+    os.makedirs(rundir.backing)
+    with open(os.path.join(rundir.backing, "status.json"), "w") as f:
+        f.write("{not json")
     with pytest.raises(RunDirError, match="status.json is not valid JSON"):
         rundir.read_status()
 
@@ -121,8 +138,15 @@ def test_everything_written_is_json(rundir):
     rundir.write_status("RUNNING")
     rundir.request_feed("f", {})
     rundir.add_event("x")
-    root = rundir.storage.local_path(rundir.uri)
-    for folder, _, files in os.walk(root):
+    for folder, _, files in os.walk(rundir.backing):
         for name in files:
             with open(os.path.join(folder, name)) as f:
                 json.load(f)
+
+
+def test_refused_hdfs_writes_are_a_clear_error(emulator):
+    emulator.make_read_only("/locked")
+    rundir = RunDir(emulator.uri("/locked/run"))
+    with pytest.raises(RunDirError, match="cannot write .*/locked/run/spec.json: .*HDFS refused"):
+        rundir.write_spec({"a": 1})
+    assert rundir.read_spec() is None  # reads are allowed; nothing half-written is there
