@@ -17,7 +17,6 @@ https); schema ``http`` or ``https``; login is the ``user.name`` of simple authe
 from __future__ import annotations
 
 import asyncio
-import base64
 import json
 import logging
 import re
@@ -30,7 +29,48 @@ from urllib.parse import urlsplit
 
 from airflow.sdk import BaseHook
 
-from airflow_tfos.hooks.state import FINAL_STATUSES, TERMINAL_STATES, YARN_STATES, AppState
+from airflow_tfos.hooks.state import TERMINAL_STATES, YARN_STATES, AppState
+from airflow_tfos.hooks.yarn_rest import (
+    ContainerLimit,
+    Reply,
+    RmSettings,
+    YarnApplicationNotFound,
+    YarnAuthError,
+    YarnError,
+    YarnProtocolError,
+    YarnUnavailableError,
+    app_state_from_json,
+    app_states_from_json,
+    classify_reply,
+    conf_value,
+    container_limit_from_new_application,
+    decode_reply,
+    negotiate_header,
+    parse_connection,
+    parse_rm_addresses,
+)
+
+__all__ = [
+    "YARN_CONNECTION_TYPE",
+    "ContainerLimit",
+    "Reply",
+    "RmSettings",
+    "YarnApplicationNotFound",
+    "YarnAuthError",
+    "YarnError",
+    "YarnHook",
+    "YarnProtocolError",
+    "YarnUnavailableError",
+    "app_state_from_json",
+    "app_states_from_json",
+    "classify_reply",
+    "conf_value",
+    "container_limit_from_new_application",
+    "decode_reply",
+    "negotiate_header",
+    "parse_connection",
+    "parse_rm_addresses",
+]
 
 log = logging.getLogger(__name__)
 
@@ -41,8 +81,6 @@ NEW_APPLICATION_PATH = "/ws/v1/cluster/apps/new-application"
 CONF_PATH = "/conf"
 MAX_ALLOCATION_MB_KEY = "yarn.scheduler.maximum-allocation-mb"
 MAX_ALLOCATION_VCORES_KEY = "yarn.scheduler.maximum-allocation-vcores"
-DEFAULT_PORTS = {"http": 8088, "https": 8090}
-AUTH_MODES = ("simple", "kerberos")
 MAX_REDIRECTS = 3
 APP_ID_RE = re.compile(r"^application_\d+_\d+$")
 
@@ -82,329 +120,6 @@ YARN_CONNECTION_TYPE: dict[str, Any] = {
         "max_retry_seconds": {"label": "Give up after (s)", "schema": {"type": ["number", "null"], "default": 60}},
     },
 }
-
-
-class YarnError(Exception):
-    """Something went wrong talking to YARN."""
-
-
-class YarnApplicationNotFound(YarnError):
-    """The ResourceManager does not know this application id.
-
-    :param app_id: the application id.
-    :param address: the RM that answered.
-    """
-
-    def __init__(self, app_id: str, address: str) -> None:
-        super().__init__(
-            f"ResourceManager {address} knows no application {app_id}: check the id, or whether the RM has "
-            "forgotten it (yarn.resourcemanager.max-completed-applications) or was restarted without recovery"
-        )
-        self.app_id = app_id
-        self.address = address
-
-
-class YarnAuthError(YarnError):
-    """The ResourceManager refused the credentials (401/403), or none could be obtained."""
-
-
-class YarnUnavailableError(YarnError):
-    """No ResourceManager of the connection could be reached, or every one kept failing."""
-
-
-class YarnProtocolError(YarnError):
-    """The answer was not the ResourceManager's JSON (a proxy, a wrong address, a broken body)."""
-
-
-@dataclass(frozen=True)
-class ContainerLimit:
-    """The largest container the cluster allows.
-
-    :param memory_mb: ``yarn.scheduler.maximum-allocation-mb``.
-    :param vcores: ``yarn.scheduler.maximum-allocation-vcores``.
-    """
-
-    memory_mb: int
-    vcores: int
-
-
-@dataclass(frozen=True)
-class RmSettings:
-    """A ``yarn`` connection, parsed.
-
-    :param conn_id: the Airflow connection id (named in errors).
-    :param addresses: base URLs of the RMs, in the order to try them.
-    :param auth: ``simple`` or ``kerberos``.
-    :param user: ``user.name`` for simple authentication.
-    :param verify: TLS verification (bool or CA bundle path).
-    :param timeout: seconds per request.
-    :param max_retries: rounds over every RM after the first one.
-    :param retry_backoff: seconds before the second round, doubling after.
-    :param max_retry_seconds: no new round starts after this many seconds.
-    """
-
-    conn_id: str
-    addresses: tuple[str, ...]
-    auth: str = "simple"
-    user: str | None = None
-    verify: bool | str = True
-    timeout: float = 10.0
-    max_retries: int = 3
-    retry_backoff: float = 1.0
-    max_retry_seconds: float = 60.0
-
-
-# --------------------------------------------------------------------------- pure parsing
-
-
-def parse_rm_addresses(raw: str | Iterable[str], *, scheme: str, port: int | None, conn_id: str) -> tuple[str, ...]:
-    """Turn ``rm1,rm2:8090,https://rm3`` into base URLs.
-
-    :param raw: a comma-separated string or a list of addresses.
-    :param scheme: ``http`` or ``https`` for addresses without one.
-    :param port: the port for addresses without one (default 8088/8090).
-    :param conn_id: the connection, named in errors.
-    """
-    items = raw.split(",") if isinstance(raw, str) else list(raw)
-    addresses: list[str] = []
-    for item in (str(i).strip() for i in items):
-        if not item:
-            continue
-        parts = urlsplit(item if "://" in item else f"{scheme}://{item}")
-        if parts.scheme not in DEFAULT_PORTS or not parts.hostname:
-            raise YarnError(f"connection {conn_id!r}: {item!r} is not a ResourceManager address (host[:port])")
-        try:
-            item_port = parts.port or port or DEFAULT_PORTS[parts.scheme]
-        except ValueError as exc:
-            raise YarnError(f"connection {conn_id!r}: bad port in {item!r}") from exc
-        addresses.append(f"{parts.scheme}://{parts.hostname}:{item_port}")
-    if not addresses:
-        raise YarnError(
-            f"connection {conn_id!r} names no ResourceManager: set its host to rm1:8088[,rm2:8088] "
-            "or its extra 'rm_addresses'"
-        )
-    return tuple(dict.fromkeys(addresses))
-
-
-def _bool_or_path(value: Any) -> bool | str:
-    if isinstance(value, bool):
-        return value
-    text = str(value).strip()
-    return {"true": True, "false": False, "": True}.get(text.lower(), text)
-
-
-def parse_connection(
-    conn_id: str,
-    *,
-    host: str | None,
-    port: int | None,
-    schema: str | None,
-    login: str | None,
-    extra: Mapping[str, Any],
-) -> RmSettings:
-    """Read a ``yarn`` connection's fields into :class:`RmSettings`, checking each.
-
-    :param conn_id: the connection id.
-    :param host: one or more RM addresses, comma-separated.
-    :param port: the default port.
-    :param schema: ``http`` or ``https``.
-    :param login: the ``user.name`` for simple authentication.
-    :param extra: the connection's extras.
-    """
-
-    def option(name: str, default: Any) -> Any:
-        value = extra.get(name, extra.get(f"extra__yarn__{name}"))
-        return default if value in (None, "") else value
-
-    auth = str(option("auth", "simple")).lower()
-    if auth not in AUTH_MODES:
-        raise YarnError(f"extra 'auth' of connection {conn_id!r} must be 'simple' or 'kerberos', not {auth!r}")
-    scheme = (schema or "http").lower()
-    if scheme not in DEFAULT_PORTS:
-        raise YarnError(f"schema of connection {conn_id!r} must be 'http' or 'https', not {schema!r}")
-    addresses = parse_rm_addresses(option("rm_addresses", host or ""), scheme=scheme, port=port, conn_id=conn_id)
-    try:
-        settings = RmSettings(
-            conn_id=conn_id,
-            addresses=addresses,
-            auth=auth,
-            user=login or None,
-            verify=_bool_or_path(option("verify", True)),
-            timeout=float(option("timeout", 10.0)),
-            max_retries=int(option("max_retries", 3)),
-            retry_backoff=float(option("retry_backoff", 1.0)),
-            max_retry_seconds=float(option("max_retry_seconds", 60.0)),
-        )
-    except (TypeError, ValueError) as exc:
-        raise YarnError(
-            f"connection {conn_id!r}: extras timeout, retry_backoff, max_retry_seconds must be numbers "
-            f"and max_retries an integer ({exc})"
-        ) from exc
-    if settings.timeout <= 0 or settings.max_retries < 0 or settings.retry_backoff < 0:
-        raise YarnError(f"connection {conn_id!r}: timeout must be > 0, max_retries and retry_backoff >= 0")
-    return settings
-
-
-def app_state_from_json(payload: Any, *, source: str = "the ResourceManager") -> AppState:
-    """Read one application (``{"app": {...}}`` or the inner object) into an :class:`AppState`.
-
-    :param payload: the decoded JSON.
-    :param source: who sent it, named in errors.
-    """
-    app = payload.get("app", payload) if isinstance(payload, dict) else None
-    if not isinstance(app, dict) or not app.get("id") or not app.get("state"):
-        raise YarnProtocolError(f"{source} sent an application without id or state: {str(payload)[:200]!r}")
-    state = str(app["state"]).upper()
-    final_status = str(app.get("finalStatus") or "UNDEFINED").upper()
-    if state not in YARN_STATES or final_status not in FINAL_STATUSES:
-        raise YarnProtocolError(f"{source} sent unknown state {state!r} / final status {final_status!r}")
-    raw_tags = app.get("applicationTags") or ""
-    tags = raw_tags.split(",") if isinstance(raw_tags, str) else list(raw_tags)
-    return AppState(
-        app_id=str(app["id"]),
-        state=state,
-        final_status=final_status,
-        diagnostics=str(app.get("diagnostics") or ""),
-        tracking_url=app.get("trackingUrl") or None,
-        tags=tuple(t.strip() for t in tags if t and t.strip()),
-        name=str(app.get("name") or ""),
-    )
-
-
-def app_states_from_json(payload: Any, *, source: str = "the ResourceManager") -> list[AppState]:
-    """Read ``{"apps": {"app": [...]}}`` (or ``{"apps": null}``, YARN's empty answer).
-
-    :param payload: the decoded JSON.
-    :param source: who sent it, named in errors.
-    """
-    if not isinstance(payload, dict) or "apps" not in payload:
-        raise YarnProtocolError(f"{source} sent no 'apps' object: {str(payload)[:200]!r}")
-    apps = payload["apps"]
-    if apps is None:
-        return []
-    items = apps.get("app") if isinstance(apps, dict) else None
-    if items is None:
-        return []
-    if isinstance(items, dict):  # old Jettison JSON renders a one-element list as an object
-        items = [items]
-    return [app_state_from_json(item, source=source) for item in items]
-
-
-def conf_value(payload: Any, key: str) -> str | None:
-    """The value of ``key`` in an answer of the ``/conf`` servlet (one property, or all of them).
-
-    :param payload: the decoded JSON.
-    :param key: the configuration key.
-    """
-    if not isinstance(payload, dict):
-        return None
-    entries = payload.get("properties") or []
-    if isinstance(payload.get("property"), dict):
-        entries = [payload["property"]]
-    for entry in entries:
-        if isinstance(entry, dict) and entry.get("key") == key:
-            return str(entry.get("value"))
-    return None
-
-
-def container_limit_from_new_application(payload: Any, *, source: str = "the ResourceManager") -> ContainerLimit:
-    """Read ``maximum-resource-capability`` from a ``new-application`` answer.
-
-    :param payload: the decoded JSON.
-    :param source: who sent it, named in errors.
-    """
-    capability = payload.get("maximum-resource-capability") if isinstance(payload, dict) else None
-    try:
-        return ContainerLimit(memory_mb=int(capability["memory"]), vcores=int(capability["vCores"]))
-    except (TypeError, KeyError, ValueError) as exc:
-        raise YarnProtocolError(f"{source} sent no maximum-resource-capability: {str(payload)[:200]!r}") from exc
-
-
-# --------------------------------------------------------------------------- replies
-
-
-@dataclass(frozen=True)
-class Reply:
-    """One HTTP answer.
-
-    :param address: base URL of the RM that answered.
-    :param status: HTTP status.
-    :param headers: headers, lower-cased names.
-    :param text: the body.
-    """
-
-    address: str
-    status: int
-    headers: Mapping[str, str]
-    text: str
-
-
-def classify_reply(reply: Reply) -> tuple[str, str]:
-    """Say what to do with an answer: ``("redirect", base_url)``, ``("next", reason)`` or ``("done", "")``.
-
-    :param reply: the answer.
-    """
-    if reply.status in (301, 302, 303, 307, 308):
-        location = urlsplit(reply.headers.get("location", ""))
-        if location.scheme in DEFAULT_PORTS and location.netloc:
-            return "redirect", f"{location.scheme}://{location.netloc}"
-        return "next", f"HTTP {reply.status} without an absolute Location"
-    if "standby rm" in reply.text[:300].lower() and not reply.text.lstrip().startswith("{"):
-        return "next", "standby ResourceManager (it named no active one)"
-    if reply.status >= 500:
-        return "next", f"HTTP {reply.status}"
-    return "done", ""
-
-
-def decode_reply(reply: Reply, *, conn_id: str, what: str, app_id: str | None = None) -> dict[str, Any]:
-    """Turn a final answer into its JSON, or the error it stands for.
-
-    :param reply: the answer.
-    :param conn_id: the Airflow connection, named in errors.
-    :param what: what was asked, named in errors.
-    :param app_id: the application asked about, for a 404.
-    """
-    address = reply.address
-    try:
-        payload = json.loads(reply.text)
-    except ValueError:
-        payload = None
-    remote = payload.get("RemoteException") if isinstance(payload, dict) else None
-    message = (remote or {}).get("message") or reply.text[:200].strip()
-    if reply.status in (401, 403):
-        raise YarnAuthError(
-            f"ResourceManager {address} refused {what} with HTTP {reply.status} ({message}): check the login "
-            f"(user.name) and extra 'auth' of Airflow connection {conn_id!r}, and the application's ACLs"
-        )
-    if reply.status == 404 and app_id is not None and remote is not None:
-        raise YarnApplicationNotFound(app_id, address)
-    if not isinstance(payload, dict):
-        raise YarnProtocolError(
-            f"{address} answered {what} with HTTP {reply.status} and a body that is not the ResourceManager's "
-            f"JSON ({reply.text[:80]!r}): a proxy answered instead of the ResourceManager, or the address is not "
-            f"an RM web address. Check the host/port of Airflow connection {conn_id!r}"
-        )
-    if reply.status >= 400:
-        exception = (remote or {}).get("exception", "error")
-        raise YarnError(f"ResourceManager {address} rejected {what}: HTTP {reply.status} {exception}: {message}")
-    return payload
-
-
-def negotiate_header(hostname: str) -> str:
-    """A SPNEGO ``Authorization`` header for ``HTTP/<hostname>``, from the worker's Kerberos ticket.
-
-    :param hostname: the RM's host name.
-    """
-    import spnego
-
-    try:
-        token = spnego.client(hostname=hostname, service="HTTP", protocol="negotiate").step()
-    except Exception as exc:
-        raise YarnAuthError(
-            f"could not get a Kerberos ticket for HTTP/{hostname} ({type(exc).__name__}: {exc}): run kinit or "
-            "provide a keytab for the Airflow worker, or set extra 'auth' to 'simple'"
-        ) from exc
-    return "Negotiate " + base64.b64encode(token or b"").decode()
 
 
 @dataclass(frozen=True)
