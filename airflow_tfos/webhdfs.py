@@ -73,7 +73,8 @@ class WebHDFSConfig:
     """How to reach HDFS over WebHDFS.
 
     :param namenodes: the namenodes' WebHDFS addresses, ``http(s)://host:port`` (several for HA: the
-        standby answers ``StandbyException`` and the next one is tried).
+        standby answers ``StandbyException`` and the next one is tried), optionally with the path of a
+        gateway in front of ``/webhdfs/v1`` (``https://knox:8443/gateway/default``).
     :param user: the HDFS user (simple auth: ``user.name``; Kerberos: the user to impersonate with
         ``doas``, if any). Default for simple auth: ``HADOOP_USER_NAME``, else the OS user.
     :param auth: ``"simple"`` or ``"kerberos"`` (SPNEGO with the process's Kerberos ticket).
@@ -100,7 +101,7 @@ class WebHDFSConfig:
         object.__setattr__(self, "namenodes", tuple(n.rstrip("/") for n in namenodes))
         for url in self.namenodes:
             scheme, _, rest = url.partition("://")
-            if scheme not in ("http", "https") or not rest or "/" in rest:
+            if scheme not in ("http", "https") or not rest.split("/", 1)[0]:
                 raise WebHDFSConfigError(
                     f"namenode {url!r} must look like http://host:port or https://host:port (the WebHDFS "
                     "address, dfs.namenode.http-address, not the RPC port 8020)"
