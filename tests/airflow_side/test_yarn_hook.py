@@ -136,16 +136,17 @@ class TestKill:
 class TestHighAvailability:
     def test_follows_the_standby_redirect(self, ha_rm, connect):
         app_id = ha_rm.add_application("a")
-        hook = connect([ha_rm.addresses[1], ha_rm.addresses[0]])  # standby first
+        hook = connect([ha_rm.addresses[1]])  # only the standby: the active RM is reached by its redirect
         assert hook.get_application(app_id).state == "RUNNING"
         assert [r.rm for r in ha_rm.requests] == [1, 0]
         assert ha_rm.requests[-1].query["user.name"] == ["alice"]
         hook.get_application(app_id)  # the active RM is remembered
         assert [r.rm for r in ha_rm.requests] == [1, 0, 0]
+        assert asyncio.run(connect([ha_rm.addresses[1]]).aget_application(app_id)).app_id == app_id
 
     def test_kill_through_the_standby_redirect(self, ha_rm, connect):
         app_id = ha_rm.add_application("a")
-        hook = connect(list(reversed(ha_rm.addresses)))
+        hook = connect([ha_rm.addresses[1]])
         assert hook.kill_application(app_id, timeout=10, poll_interval=0.05).state == "KILLED"
 
     def test_failover_between_calls(self, ha_rm, connect):
