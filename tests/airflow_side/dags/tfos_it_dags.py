@@ -1,0 +1,105 @@
+"""DAGs run by tests/airflow_side/test_dag_runs.py with real Airflow (``airflow dags test``).
+
+Everything that varies between tests comes from environment variables the test sets.
+"""
+
+from __future__ import annotations
+
+import os
+from datetime import datetime
+
+from airflow.sdk import DAG
+
+from airflow_tfos.operators import (
+    TFoSFeedOperator,
+    TFoSLaunchClusterOperator,
+    TFoSShutdownClusterOperator,
+    TFoSTrainOperator,
+)
+from airflow_tfos.sensors import TFoSCheckpointSensor, YarnApplicationSensor
+
+RUN_DIR = os.environ.get("TFOS_IT_RUN_DIR", "/tmp/tfos-it-run")
+DATA = {"format": "parquet", "path": os.environ.get("TFOS_IT_DATA", "/tmp/tfos-it-data")}
+FEED = {"features": ["x"], "label": "y", "batch_size": 30}
+SPARK_CONF = {
+    "spark.driver.host": "127.0.0.1",
+    "spark.ui.enabled": "false",
+    "spark.ui.showConsoleProgress": "false",
+    "spark.executorEnv.PYTHONPATH": os.environ.get("PYTHONPATH", ""),
+}
+COMMON = {
+    "spark_conn_id": "spark_tfos_it",
+    "yarn_conn_id": os.environ.get("TFOS_IT_YARN_CONN", "yarn_default"),
+    "webhdfs_conn_id": os.environ.get("TFOS_IT_WEBHDFS_CONN") or None,
+    "conf": SPARK_CONF,
+    "executor_memory": "768m",
+    "poll_interval": 1.0,
+}
+START = datetime(2026, 11, 1)
+
+with DAG("tfos_it_train", schedule=None, start_date=START, catchup=False):
+    train = TFoSTrainOperator(
+        task_id="train",
+        train_fn="tests.runtime.programs:spec_training",
+        args={
+            "epochs": int(os.environ.get("TFOS_IT_EPOCHS", "2")),
+            "every": 5,
+            "sleep": float(os.environ.get("TFOS_IT_SLEEP", "0")),
+        },
+        num_nodes=2,
+        data=DATA,
+        feed=FEED,
+        run_dir=RUN_DIR,
+        deferrable=os.environ.get("TFOS_IT_DEFERRABLE") == "1",
+        **COMMON,
+    )
+    exported = TFoSCheckpointSensor(
+        task_id="exported",
+        run_dir=RUN_DIR,
+        export=True,
+        poke_interval=1,
+        timeout=60,
+        webhdfs_conn_id=COMMON["webhdfs_conn_id"],
+    )
+    train >> exported
+
+with DAG("tfos_it_lifecycle", schedule=None, start_date=START, catchup=False):
+    launch = TFoSLaunchClusterOperator(
+        task_id="launch",
+        train_fn="tests.runtime.programs:spec_training",
+        args={"epochs": 1, "every": 5},
+        num_nodes=2,
+        feed=FEED,
+        run_dir=RUN_DIR,
+        **COMMON,
+    )
+    feed = TFoSFeedOperator(
+        task_id="feed",
+        run_dir=RUN_DIR,
+        data=DATA,
+        args={"epochs": 1, "every": 5},
+        spark_conn_id="spark_tfos_it",
+        poll_interval=1.0,
+        feed_timeout=300,
+    )
+    shutdown = TFoSShutdownClusterOperator(
+        task_id="shutdown",
+        run_dir=RUN_DIR,
+        spark_conn_id="spark_tfos_it",
+        grace_secs=60,
+        poll_interval=1.0,
+        trigger_rule="all_done",
+    )
+    shutdown_again = TFoSShutdownClusterOperator(
+        task_id="shutdown_again", run_dir=RUN_DIR, spark_conn_id="spark_tfos_it", grace_secs=60, trigger_rule="all_done"
+    )
+    launch >> feed >> shutdown >> shutdown_again
+
+with DAG("tfos_it_yarn_sensor", schedule=None, start_date=START, catchup=False):
+    YarnApplicationSensor(
+        task_id="watch",
+        application_id=os.environ.get("TFOS_IT_APP_ID", "application_0_0001"),
+        yarn_conn_id="yarn_tfos_it",
+        poke_interval=1,
+        timeout=60,
+    )

@@ -1,0 +1,165 @@
+"""Real DAG runs (``airflow dags test`` on SQLite) against the local backend: a real local Spark cluster
+training a real model, watched, retried, fed and stopped by the operators.
+
+The DAGs are in tests/airflow_side/dags/tfos_it_dags.py.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import psutil
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from airflow_tfos.rundir import RunDir
+from tests.conftest import REPO
+
+pytestmark = pytest.mark.integration
+
+DAGS = Path(__file__).parent / "dags"
+
+
+@pytest.fixture(scope="module")
+def data_path(tmp_path_factory) -> str:
+    """600 rows of y = 3 x0 - 2 x1 + 1, as Parquet files written without Spark."""
+    path = tmp_path_factory.mktemp("data") / "linear"
+    path.mkdir()
+    rng = np.random.default_rng(7)
+    for part in range(3):
+        x = rng.random((200, 2))
+        table = pa.table({"x": pa.array(list(x), type=pa.list_(pa.float64())), "y": 3 * x[:, 0] - 2 * x[:, 1] + 1})
+        pq.write_table(table, path / f"part-{part}.parquet")
+    return str(path)
+
+
+@pytest.fixture(scope="module")
+def airflow_env(tmp_path_factory, data_path) -> dict[str, str]:
+    home = tmp_path_factory.mktemp("airflow")
+    env = {
+        **os.environ,
+        "AIRFLOW_HOME": str(home),
+        "AIRFLOW__CORE__DAGS_FOLDER": str(DAGS),
+        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+        "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{home}/airflow.db",
+        "AIRFLOW_CONN_SPARK_TFOS_IT": json.dumps({"conn_type": "spark", "host": "local-cluster[2,1,1024]"}),
+        "AIRFLOW_TFOS_LOCAL_DIR": str(home / "tfos-local"),
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
+        "SPARK_LOCAL_IP": "127.0.0.1",
+        "TFOS_IT_DATA": data_path,
+    }
+    done = subprocess.run(
+        [sys.executable, "-m", "airflow", "db", "migrate"], env=env, capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    return env
+
+
+_DATES = iter(f"2026-11-{day:02d}" for day in range(1, 29))
+
+
+def dags_test(env: dict[str, str], dag_id: str, timeout: float = 600, **extra: str) -> subprocess.CompletedProcess:
+    """Run one DAG run to its end; each call uses a new logical date."""
+    return subprocess.run(
+        [sys.executable, "-m", "airflow", "dags", "test", dag_id, next(_DATES)],
+        env={**env, **extra},
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def succeeded(done: subprocess.CompletedProcess) -> bool:
+    return done.returncode == 0 and "state=failed" not in done.stdout + done.stderr
+
+
+def tail(done: subprocess.CompletedProcess) -> str:
+    return (done.stdout + done.stderr)[-6000:]
+
+
+def applications(env: dict[str, str]) -> list[dict]:
+    apps = Path(env["AIRFLOW_TFOS_LOCAL_DIR"]) / "apps"
+    names = sorted(p for p in apps.glob("*.json") if p.name.count(".") == 1) if apps.exists() else []
+    return [json.loads(p.read_text()) for p in names]
+
+
+def test_fresh_run_then_rerun_submits_nothing_new(airflow_env, tmp_path):
+    run_dir = str(tmp_path / "run")
+    first = dags_test(airflow_env, "tfos_it_train", TFOS_IT_RUN_DIR=run_dir, TFOS_IT_DEFERRABLE="1")
+    assert succeeded(first), tail(first)
+    rundir = RunDir(run_dir)
+    export = rundir.export_success()
+    assert export is not None and export["step"] > 0
+    mine = [a for a in applications(airflow_env) if a.get("run_dir") == run_dir]
+    assert len(mine) == 1
+
+    again = dags_test(airflow_env, "tfos_it_train", TFOS_IT_RUN_DIR=run_dir)
+    assert succeeded(again), tail(again)
+    assert "nothing to do" in again.stdout + again.stderr
+    assert len([a for a in applications(airflow_env) if a.get("run_dir") == run_dir]) == 1
+    assert rundir.export_success() == export
+
+
+def _kill_driver_after_first_checkpoint(run_dir: str, env: dict[str, str], killed: list, deadline: float) -> None:
+    rundir = RunDir(run_dir)
+    while time.monotonic() < deadline:
+        latest = rundir.latest_checkpoint()
+        apps = [a for a in applications(env) if a.get("run_dir") == run_dir]
+        if latest is not None and apps:
+            root = psutil.Process(apps[-1]["pid"])
+            for proc in root.children(recursive=True):
+                if "org.apache.spark.deploy.SparkSubmit" in " ".join(proc.cmdline()):
+                    os.kill(proc.pid, signal.SIGKILL)
+                    killed.append(latest.step)
+                    return
+        time.sleep(0.2)
+
+
+def test_retry_after_the_driver_is_killed_resumes_from_the_checkpoint(airflow_env, tmp_path):
+    run_dir = str(tmp_path / "run")
+    killed: list[int] = []
+    killer = threading.Thread(
+        target=_kill_driver_after_first_checkpoint,
+        args=(run_dir, airflow_env, killed, time.monotonic() + 300),
+        daemon=True,
+    )
+    killer.start()
+    first = dags_test(airflow_env, "tfos_it_train", TFOS_IT_RUN_DIR=run_dir, TFOS_IT_EPOCHS="6", TFOS_IT_SLEEP="0.2")
+    killer.join(timeout=10)
+    assert killed, "the driver was never killed: " + tail(first)
+    assert not succeeded(first), "the task should fail when its driver dies"
+    assert "resumes from checkpoint step" in first.stdout + first.stderr
+
+    retry = dags_test(airflow_env, "tfos_it_train", TFOS_IT_RUN_DIR=run_dir, TFOS_IT_EPOCHS="6")
+    assert succeeded(retry), tail(retry)
+    rundir = RunDir(run_dir)
+    submits = rundir.events("submit")
+    assert [e["resume_step"] for e in submits][0] == 0
+    assert submits[-1]["resume_step"] >= killed[0] > 0
+    assert rundir.events("restore"), "the new application did not restore the checkpoint"
+    assert rundir.export_success()["step"] == 6 * 10  # 300 rows per node / batch 30 = 10 steps per epoch
+
+
+def test_launch_feed_shutdown_and_shutdown_twice(airflow_env, tmp_path):
+    run_dir = str(tmp_path / "run")
+    done = dags_test(airflow_env, "tfos_it_lifecycle", TFOS_IT_RUN_DIR=run_dir)
+    assert succeeded(done), tail(done)
+    rundir = RunDir(run_dir)
+    assert rundir.read_spec()["serve"] is True
+    fed = [n for n in rundir.storage.listdir(rundir.path("feeds")) if n.endswith(".done.json")]
+    assert len(fed) == 1
+    assert rundir.latest_checkpoint().step == 10
+    assert rundir.stop_requested() is not None
+    assert "nothing to stop" in done.stdout + done.stderr  # the second shutdown
+    (app,) = [a for a in applications(airflow_env) if a.get("run_dir") == run_dir]
+    assert not psutil.pid_exists(app["pid"]) or psutil.Process(app["pid"]).status() == psutil.STATUS_ZOMBIE
