@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from importlib.metadata import PackageNotFoundError, version
 
+from airflow_tfos.hooks.yarn_rest import YARN_CONNECTION_TYPE
+
 
 def _version() -> str:
     try:
@@ -25,6 +27,50 @@ def get_provider_info() -> dict:
                 "tags": ["software"],
             }
         ],
-        # Hooks, operators, sensors, triggers, connection types and extra links are listed here as
-        # they are added.
+        "operators": [
+            {
+                "integration-name": "TensorFlow on Spark",
+                "python-modules": [
+                    "airflow_tfos.operators.train",
+                    "airflow_tfos.operators.lifecycle",
+                    "airflow_tfos.operators.inference",
+                ],
+            }
+        ],
+        "sensors": [{"integration-name": "TensorFlow on Spark", "python-modules": ["airflow_tfos.sensors.tfos"]}],
+        "hooks": [
+            {
+                "integration-name": "TensorFlow on Spark",
+                "python-modules": [
+                    "airflow_tfos.hooks.tfos",
+                    "airflow_tfos.hooks.yarn",
+                    "airflow_tfos.hooks.local",
+                    "airflow_tfos.hooks.run_dir",
+                    "airflow_tfos.hooks.webhdfs",
+                ],
+            }
+        ],
+        "triggers": [{"integration-name": "TensorFlow on Spark", "python-modules": ["airflow_tfos.triggers.tfos"]}],
+        # The spark and webhdfs connection types come from the Spark and HDFS providers.
+        "connection-types": [YARN_CONNECTION_TYPE],
+        "extra-links": [
+            "airflow_tfos.links.tfos.SparkApplicationLink",
+            "airflow_tfos.links.tfos.TensorBoardLink",
+            "airflow_tfos.links.tfos.TrainingReportLink",
+        ],
+        "config": {
+            "tfos": {
+                "description": "airflow-tfos settings.",
+                "options": {
+                    "run_dir_base": {
+                        "description": "Where default run directories go (a path or URI); "
+                        "default $AIRFLOW_HOME/tfos-runs.",
+                        "version_added": "0.1.0",
+                        "type": "string",
+                        "example": "hdfs://nameservice1/user/airflow/tfos-runs",
+                        "default": None,
+                    }
+                },
+            }
+        },
     }

@@ -31,6 +31,7 @@ from airflow.sdk import BaseHook
 
 from airflow_tfos.hooks.state import TERMINAL_STATES, YARN_STATES, AppState
 from airflow_tfos.hooks.yarn_rest import (
+    YARN_CONNECTION_TYPE,
     ContainerLimit,
     Reply,
     RmSettings,
@@ -85,41 +86,6 @@ MAX_REDIRECTS = 3
 APP_ID_RE = re.compile(r"^application_\d+_\d+$")
 
 #: The provider-info entry for this connection type (``connection-types`` in get_provider_info).
-YARN_CONNECTION_TYPE: dict[str, Any] = {
-    "hook-class-name": "airflow_tfos.hooks.yarn.YarnHook",
-    "hook-name": "YARN ResourceManager",
-    "connection-type": "yarn",
-    "ui-field-behaviour": {
-        "hidden-fields": ["password"],
-        "relabeling": {
-            "host": "ResourceManager address(es)",
-            "schema": "Scheme (http or https)",
-            "login": "User (user.name, simple auth)",
-        },
-        "placeholders": {"host": "rm1.example.com,rm2.example.com", "port": "8088", "schema": "http"},
-    },
-    "conn-fields": {
-        "auth": {
-            "label": "Authentication",
-            "description": "simple (user.name from Login) or kerberos (SPNEGO)",
-            "schema": {"type": ["string", "null"], "default": "simple"},
-        },
-        "verify": {
-            "label": "Verify TLS",
-            "description": "true, false, or the path of a CA bundle",
-            "schema": {"type": ["string", "boolean", "null"], "default": True},
-        },
-        "timeout": {"label": "Timeout (s)", "schema": {"type": ["number", "null"], "default": 10}},
-        "rm_addresses": {
-            "label": "ResourceManager addresses",
-            "description": "comma-separated host:port list, instead of Host",
-            "schema": {"type": ["string", "null"]},
-        },
-        "max_retries": {"label": "Retry rounds", "schema": {"type": ["integer", "null"], "default": 3}},
-        "retry_backoff": {"label": "First retry wait (s)", "schema": {"type": ["number", "null"], "default": 1}},
-        "max_retry_seconds": {"label": "Give up after (s)", "schema": {"type": ["number", "null"], "default": 60}},
-    },
-}
 
 
 @dataclass(frozen=True)

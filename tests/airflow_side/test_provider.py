@@ -39,9 +39,32 @@ def test_runtime_never_imports_airflow():
 
 def test_the_shared_modules_import_neither_tensorflow_nor_pyspark():
     code = (
-        "import sys, airflow_tfos.get_provider_info, airflow_tfos.rundir, airflow_tfos.storage; "
+        "import sys, airflow_tfos.get_provider_info, airflow_tfos.rundir, airflow_tfos.storage, airflow_tfos.spec, "
+        "airflow_tfos.runs, airflow_tfos.hooks.state; "
         "bad = [m for m in sys.modules if m.split('.')[0] in ('tensorflow', 'pyspark', 'keras')]; "
         "print(bad); sys.exit(1 if bad else 0)"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_every_listed_class_and_module_imports_without_tensorflow():
+    from airflow_tfos.get_provider_info import get_provider_info
+
+    info = get_provider_info()
+    modules = [
+        m for kind in ("operators", "sensors", "hooks", "triggers") for e in info[kind] for m in e["python-modules"]
+    ]
+    classes = [c["hook-class-name"] for c in info["connection-types"]] + info["extra-links"]
+    assert any(m.endswith("operators.train") for m in modules) and "airflow_tfos.hooks.yarn.YarnHook" in classes
+    code = (
+        "import importlib, sys\n"
+        f"for m in {modules!r}: importlib.import_module(m)\n"
+        f"for c in {classes!r}:\n"
+        "    mod, name = c.rsplit('.', 1); getattr(importlib.import_module(mod), name)\n"
+        "from airflow_tfos.operators import *\nfrom airflow_tfos.sensors import *\n"
+        "bad = [m for m in sys.modules if m.split('.')[0] in ('tensorflow', 'keras')]\n"
+        "print(bad); sys.exit(1 if bad else 0)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=180)
+    assert done.returncode == 0, done.stdout + done.stderr[-3000:]
