@@ -163,3 +163,21 @@ def test_launch_feed_shutdown_and_shutdown_twice(airflow_env, tmp_path):
     assert "nothing to stop" in done.stdout + done.stderr  # the second shutdown
     (app,) = [a for a in applications(airflow_env) if a.get("run_dir") == run_dir]
     assert not psutil.pid_exists(app["pid"]) or psutil.Process(app["pid"]).status() == psutil.STATUS_ZOMBIE
+
+
+def test_sensor_fails_at_once_on_a_failed_yarn_application(airflow_env):
+    """The YARN side is the ResourceManager emulator (no YARN can run here)."""
+    from airflow_tfos.testing.yarn import ResourceManagerEmulator
+
+    with ResourceManagerEmulator() as rm:
+        app_id = rm.add_application("tfos nightly.train", tags=["tfos-x"], state="RUNNING")
+        rm.set_state(app_id, "FAILED", "FAILED", "Container killed by YARN for exceeding physical memory limits")
+        conn = json.dumps({"conn_type": "yarn", "host": ",".join(rm.addresses), "login": "airflow"})
+        started = time.monotonic()
+        done = dags_test(
+            airflow_env, "tfos_it_yarn_sensor", timeout=300, TFOS_IT_APP_ID=app_id, AIRFLOW_CONN_YARN_TFOS_IT=conn
+        )
+        elapsed = time.monotonic() - started
+    assert not succeeded(done)
+    assert "exceeding physical memory limits" in done.stdout + done.stderr
+    assert elapsed < 55, f"the sensor waited {elapsed:.0f} s instead of failing at once"
