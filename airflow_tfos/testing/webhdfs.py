@@ -30,70 +30,30 @@ Not emulated: Kerberos/SPNEGO, delegation tokens, ACLs, xattrs, snapshots, quota
 from __future__ import annotations
 
 import collections
-import json
 import os
 import posixpath
 import shutil
-import socket
 import tempfile
 import threading
 from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
-from urllib.parse import parse_qs, quote, unquote, urlsplit
+from urllib.parse import quote
 
-PREFIX = "/webhdfs/v1"
-HOST = "127.0.0.1"
+from airflow_tfos.testing.webhdfs_http import (
+    HOST,
+    PREFIX,
+    READ_OPS,
+    RemoteError,
+    RequestRecord,
+    Server,
+    normalize,
+    shut,
+)
+
+__all__ = ["HOST", "PREFIX", "RemoteError", "RequestRecord", "WebHDFSEmulator"]
+
 SUPERGROUP = "supergroup"
 BLOCK_SIZE = 134217728
-
-_JAVA_CLASSES = {
-    "FileNotFoundException": ("java.io.FileNotFoundException", 404),
-    "AccessControlException": ("org.apache.hadoop.security.AccessControlException", 403),
-    "FileAlreadyExistsException": ("org.apache.hadoop.fs.FileAlreadyExistsException", 403),
-    "ParentNotDirectoryException": ("org.apache.hadoop.fs.ParentNotDirectoryException", 403),
-    "PathIsNotEmptyDirectoryException": ("org.apache.hadoop.fs.PathIsNotEmptyDirectoryException", 403),
-    "IOException": ("java.io.IOException", 403),
-    "StandbyException": ("org.apache.hadoop.ipc.StandbyException", 403),
-    "IllegalArgumentException": ("java.lang.IllegalArgumentException", 400),
-    "UnsupportedOperationException": ("java.lang.UnsupportedOperationException", 400),
-    "RuntimeException": ("java.lang.RuntimeException", 500),
-}
-_OPS = {
-    "GET": {"GETFILESTATUS", "LISTSTATUS", "OPEN", "GETCONTENTSUMMARY", "GETHOMEDIRECTORY"},
-    "PUT": {"MKDIRS", "CREATE", "RENAME"},
-    "POST": {"APPEND"},
-    "DELETE": {"DELETE"},
-}
-_READ_OPS = _OPS["GET"]
-
-
-class RemoteError(Exception):
-    """An error the emulator answers as ``{"RemoteException": ...}`` with the exception's HTTP code."""
-
-    def __init__(self, exception: str, message: str):
-        super().__init__(message)
-        self.exception, self.message = exception, message
-
-    def body(self) -> dict[str, Any]:
-        java_class, _ = _JAVA_CLASSES[self.exception]
-        return {"RemoteException": {"exception": self.exception, "javaClassName": java_class, "message": self.message}}
-
-    @property
-    def status(self) -> int:
-        return _JAVA_CLASSES[self.exception][1]
-
-
-@dataclass(frozen=True)
-class RequestRecord:
-    """One request the emulator received (for tests to check what a client did)."""
-
-    server: str  # "namenode0", "namenode1" or "datanode"
-    method: str
-    op: str
-    path: str
-    user: str
-    query: dict[str, str]
 
 
 @dataclass
@@ -108,20 +68,6 @@ class _Fault:
     def matches(self, server: str, op: str) -> bool:
         where = self.server == "any" or server.startswith(self.server)
         return self.count > 0 and where and self.op in (None, op)
-
-
-class _Server(ThreadingHTTPServer):
-    daemon_threads = True
-    allow_reuse_address = True
-
-    def __init__(self, emulator: WebHDFSEmulator, name: str):
-        super().__init__((HOST, 0), _Handler)
-        self.emulator, self.name = emulator, name
-        self.sockets: set[socket.socket] = set()
-
-    @property
-    def url(self) -> str:
-        return f"http://{HOST}:{self.server_address[1]}"
 
 
 class WebHDFSEmulator:
@@ -152,7 +98,7 @@ class WebHDFSEmulator:
         self._owners: dict[str, str] = {}
         self._read_only: list[tuple[str, str | None, bool]] = []
         self._stopping = threading.Event()
-        self._servers: list[_Server] = []
+        self._servers: list[Server] = []
         self._threads: list[threading.Thread] = []
 
     # --- lifecycle -----------------------------------------------------------------------------------
@@ -164,7 +110,7 @@ class WebHDFSEmulator:
         self._stopping.clear()
         os.makedirs(self.root, exist_ok=True)
         names = [f"namenode{i}" for i in range(self.num_namenodes)] + ["datanode"]
-        self._servers = [_Server(self, name) for name in names]
+        self._servers = [Server(self, name) for name in names]
         for server in self._servers:
             thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.1}, daemon=True)
             thread.name = f"webhdfs-emulator-{server.name}"
@@ -178,7 +124,7 @@ class WebHDFSEmulator:
         for server in self._servers:
             server.shutdown()
             for sock in list(server.sockets):
-                _shut(sock)
+                shut(sock)
             server.server_close()
         for thread in self._threads:
             thread.join(timeout=5)
@@ -222,7 +168,7 @@ class WebHDFSEmulator:
 
     def local_path(self, path: str) -> str:
         """Where the HDFS path's content lies on this machine (for tests to look behind the protocol)."""
-        return os.path.join(self.root, _normalize(path).lstrip("/"))
+        return os.path.join(self.root, normalize(path).lstrip("/"))
 
     def _require_started(self) -> None:
         if not self._servers:
@@ -267,7 +213,7 @@ class WebHDFSEmulator:
     def make_read_only(self, path: str, user: str | None = None, *, unreadable: bool = False) -> None:
         """Refuse writes (and reads too when ``unreadable``) under ``path`` to ``user`` (None: everyone)."""
         with self._lock:
-            self._read_only.append((_normalize(path), user, unreadable))
+            self._read_only.append((normalize(path), user, unreadable))
 
     def _add(self, fault: _Fault) -> None:
         if fault.count < 1:
@@ -389,17 +335,17 @@ class WebHDFSEmulator:
         summary = {"directoryCount": dirs, "fileCount": files, "length": length, "quota": -1}
         return {"ContentSummary": {**summary, "spaceConsumed": length, "spaceQuota": -1, "typeQuota": {}}}
 
-    def namenode_op(self, method: str, op: str, path: str, user: str, query: dict[str, str], server: _Server):
+    def namenode_op(self, method: str, op: str, path: str, user: str, query: dict[str, str], server: Server):
         """Answer one namenode request: ``(status, body_or_None, headers)``; raises :class:`RemoteError`."""
         if server.name != f"namenode{self.active}":
-            category = "READ" if op in _READ_OPS else "WRITE"
+            category = "READ" if op in READ_OPS else "WRITE"
             raise RemoteError(
                 "StandbyException",
                 f"Operation category {category} is not supported in state standby. Visit https://s.apache.org/sbnn-error",
             )
         with self._lock:
             if op not in ("CREATE", "APPEND"):  # as in Hadoop, the datanode's step finds out about those
-                self._check_access(path, user, write=op not in _READ_OPS)
+                self._check_access(path, user, write=op not in READ_OPS)
             if op == "GETFILESTATUS":
                 self._require(path, f"File does not exist: {path}")
                 return 200, {"FileStatus": self._status(path)}, {}
@@ -438,7 +384,7 @@ class WebHDFSEmulator:
             if op == "RENAME":
                 if "destination" not in query:
                     raise RemoteError("IllegalArgumentException", 'Required param "destination" for op: RENAME is null')
-                dst = _normalize(query["destination"])
+                dst = normalize(query["destination"])
                 self._check_access(dst, user, write=True)
                 options = {o.strip().upper() for o in query.get("renameoptions", "").split(",") if o.strip()}
                 return 200, self._rename(path, dst, options), {}
@@ -476,136 +422,16 @@ class WebHDFSEmulator:
         with stream:
             stream.write(data[: len(data) // 2] if drop_half else data)
 
-
-def _shut(sock: socket.socket) -> None:
-    try:
-        sock.shutdown(socket.SHUT_RDWR)
-    except OSError:
-        pass
-    sock.close()
-
-
-def _normalize(path: str) -> str:
-    return posixpath.normpath("/" + unquote(path).lstrip("/")) if path else "/"
-
-
-class _Handler(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
-    server_version = "Jetty(9.4.emulated)"
-    timeout = 60
-    server: _Server
-
-    def log_message(self, format: str, *args: Any) -> None:
-        """Quiet: tests read :attr:`WebHDFSEmulator.requests` instead."""
-
-    def setup(self) -> None:
-        super().setup()
-        self.server.sockets.add(self.connection)
-
-    def finish(self) -> None:
-        try:
-            super().finish()
-        finally:
-            self.server.sockets.discard(self.connection)
-
-    def do_GET(self) -> None:
-        self._handle(self.command)
-
-    do_PUT = do_POST = do_DELETE = do_GET
-
-    def _read_body(self) -> bytes:
-        if self.headers.get("Transfer-Encoding", "").lower() == "chunked":
-            chunks = []
-            while True:
-                size = int(self.rfile.readline().split(b";")[0].strip() or b"0", 16)
-                if size == 0:
-                    self.rfile.readline()
-                    return b"".join(chunks)
-                chunks.append(self.rfile.read(size))
-                self.rfile.readline()
-        length = int(self.headers.get("Content-Length") or 0)
-        return self.rfile.read(length) if length else b""
-
-    def _send(self, status: int, body: bytes = b"", content_type: str = "application/json", headers=None) -> None:
-        self.send_response(status)
-        for key, value in (headers or {}).items():
-            self.send_header(key, value)
-        self.send_header("Content-Type", content_type)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def _send_json(self, status: int, value: Any, headers=None) -> None:
-        body = b"" if value is None else json.dumps(value).encode()
-        self._send(status, body, "application/json" if value is not None else "application/octet-stream", headers)
-
-    def _drop(self) -> None:
-        self.close_connection = True
-        _shut(self.connection)
-
-    def _handle(self, method: str) -> None:
-        emulator, name = self.server.emulator, self.server.name
-        split = urlsplit(self.path)
-        query = {k: v[-1] for k, v in parse_qs(split.query, keep_blank_values=True).items()}
-        op = query.get("op", "").upper()
-        user = query.get("doas") or query.get("user.name") or "dr.who"
-        if not split.path.startswith(PREFIX):
-            self.close_connection = True
-            self._send(404, b"<html><body>Not Found</body></html>", "text/html")
-            return
-        path = _normalize(split.path[len(PREFIX) :])
-        emulator.requests.append(RequestRecord(name, method, op, path, user, query))
-        fault = emulator._take_fault(name, op)
-        if fault is not None and fault.kind == "slow":
-            emulator._stopping.wait(fault.delay)
-        elif fault is not None and fault.kind == "drop":
-            if name == "datanode" and op == "CREATE":
-                try:
-                    emulator.datanode_write(op, path, user, query, self._read_body(), drop_half=True)
-                except RemoteError:
-                    pass
-            self._drop()
-            return
-        elif fault is not None:
-            self._read_body()
-            if fault.kind == "malformed":
-                self._send(200, b'{"FileStatus": {"length": 1, ')
-            elif fault.status == 500:
-                self._send_json(500, RemoteError("RuntimeException", "emulated server error").body())
-            else:
-                page = f"<html><body><h2>HTTP ERROR {fault.status}</h2></body></html>".encode()
-                self._send(fault.status, page, "text/html")
-            return
-        try:
-            if op not in _OPS.get(method, ()):
-                raise RemoteError(
-                    "IllegalArgumentException",
-                    f'Invalid value for webhdfs parameter "op": No enum constant for {method} op {op or "(none)"}',
-                )
-            data = self._read_body() if method in ("PUT", "POST") else b""
-            if name.startswith("namenode"):  # a client may send data along with the first step: ignored
-                status, value, headers = emulator.namenode_op(method, op, path, user, query, self.server)
-                self._send_json(status, value, headers)
-            elif op == "OPEN":
-                self._open(emulator, path, user, query)
-            else:
-                emulator.datanode_write(op, path, user, query, data, drop_half=False)
-                location = {"Location": f"hdfs://{emulator.url.split('://', 1)[1]}{quote(path)}"}
-                self._send(201 if op == "CREATE" else 200, b"", "application/octet-stream", location)
-        except RemoteError as exc:
-            self._send_json(exc.status, exc.body())
-
-    def _open(self, emulator: WebHDFSEmulator, path: str, user: str, query: dict[str, str]) -> None:
-        local = emulator.local_path(path)
-        with emulator._lock:
-            emulator._check_access(path, user, write=False)
+    def datanode_read(self, path: str, user: str, query: dict[str, str]) -> bytes:
+        """The bytes an OPEN asks for (``offset``, ``length``); raises :class:`RemoteError`."""
+        with self._lock:
+            self._check_access(path, user, write=False)
+            local = self.local_path(path)
             if not os.path.isfile(local):
                 raise RemoteError("FileNotFoundException", f"File does not exist: {path}")
+            offset, length = int(query.get("offset") or 0), query.get("length")
+            if offset < 0 or (length is not None and int(length) < 0):
+                raise RemoteError("IllegalArgumentException", "offset and length must not be negative")
             with open(local, "rb") as f:
-                offset = int(query.get("offset") or 0)
-                length = query.get("length")
-                if offset < 0 or (length is not None and int(length) < 0):
-                    raise RemoteError("IllegalArgumentException", "offset and length must not be negative")
                 f.seek(offset)
-                data = f.read() if length is None else f.read(int(length))
-        self._send(200, data, "application/octet-stream")
+                return f.read() if length is None else f.read(int(length))

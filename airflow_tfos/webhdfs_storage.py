@@ -1,0 +1,470 @@
+"""WebHDFSStorage: the :class:`airflow_tfos.storage.Storage` protocol over WebHDFS (see :mod:`airflow_tfos.webhdfs`).
+
+Built on the ``hdfs`` package (HdfsCLI), one client per namenode, each with its own ``requests``
+session; retries, failover and error mapping are ours, so that every failure is bounded and says
+what to fix.
+"""
+
+from __future__ import annotations
+
+import errno
+import fnmatch
+import io
+import logging
+import os
+import posixpath
+import tempfile
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from typing import Any, BinaryIO, TypeVar
+
+from airflow_tfos.storage import FileInfo
+from airflow_tfos.webhdfs import (
+    WebHDFSConfig,
+    WebHDFSConfigError,
+    WebHDFSError,
+    WebHDFSUnavailableError,
+    split_uri,
+)
+
+log = logging.getLogger(__name__)
+
+_TRANSIENT_REMOTE = {"StandbyException", "RetriableException", "SafeModeException"}
+_DENIED_REMOTE = {"AccessControlException", "SecurityException", "AuthorizationException"}
+_GLOB = set("*?[")
+_T = TypeVar("_T")
+
+
+class _ServerError(Exception):
+    """An HTTP 5xx answer (raised from the session's response hook, before the hdfs package sees it)."""
+
+    def __init__(self, status: int, url: str):
+        super().__init__(f"HTTP {status}")
+        self.status, self.url = status, url
+
+
+def _raise_for_server_error(response, *args, **kwargs):
+    if response.status_code >= 500:
+        response.close()
+        raise _ServerError(response.status_code, response.url.split("?", 1)[0])
+    return response
+
+
+class WebHDFSStorage:
+    """The :class:`airflow_tfos.storage.Storage` protocol over WebHDFS, with HA failover and bounded retries.
+
+    Paths are URIs (``webhdfs://host:port/p``, ``hdfs://ns/p``) or absolute paths; listings come back in
+    the form they were asked in. :meth:`local_path` is None: TensorFlow writes locally and
+    :meth:`put_dir`/:meth:`get_dir` move whole trees.
+
+    :param config: the settings (namenodes, user, auth, TLS, retries).
+    """
+
+    def __init__(self, config: WebHDFSConfig):
+        if not config.namenodes:
+            raise WebHDFSConfigError("WebHDFSConfig.namenodes is empty: give at least one http(s)://host:port")
+        self.config = config
+        self._clients: list[Any] | None = None
+        self._active = 0
+        self._lock = threading.Lock()
+
+    def __repr__(self) -> str:
+        return f"WebHDFSStorage(namenodes={list(self.config.namenodes)}, user={self.config.effective_user()!r})"
+
+    # --- requests, retries, errors ---------------------------------------------------------------------
+
+    def _make_clients(self) -> list[Any]:
+        import requests
+        from hdfs import InsecureClient
+
+        clients = []
+        for url in self.config.namenodes:
+            session = requests.Session()
+            session.verify = self.config.verify
+            session.hooks["response"].append(_raise_for_server_error)
+            if self.config.auth == "kerberos":
+                from hdfs.ext.kerberos import KerberosClient
+
+                client = KerberosClient(url, proxy=self.config.user, timeout=self.config.timeout, session=session)
+            else:
+                client = InsecureClient(
+                    url, user=self.config.effective_user(), timeout=self.config.timeout, session=session
+                )
+            clients.append(client)
+        return clients
+
+    def _call(self, what: str, path: str, fn: Callable[[Any], _T]) -> _T:
+        """Run ``fn(client)`` on the active namenode; fail over and back off on transient failures."""
+        with self._lock:
+            if self._clients is None:
+                self._clients = self._make_clients()
+            clients, start = self._clients, self._active
+        config, count = self.config, len(clients)
+        deadline = time.monotonic() + config.deadline
+        failures: list[tuple[str, str]] = []
+        delay = config.backoff
+        for attempt in range((config.retries + 1) * count):
+            index = (start + attempt) % count
+            url = config.namenodes[index]
+            try:
+                result = fn(clients[index])
+            except Exception as exc:
+                reason = self._transient_reason(exc)
+                if reason is None:
+                    raise self._translate(exc, what, path, url) from exc
+                failures.append((url, reason))
+                level = logging.INFO if reason in _TRANSIENT_REMOTE else logging.WARNING  # a standby is normal
+                log.log(level, "WebHDFS %s %s on %s failed (%s); trying again", what, path, url, reason)
+            else:
+                if index != self._active:
+                    log.info("WebHDFS: namenode %s answers; using it from now on", url)
+                    self._active = index
+                return result
+            last_of_round = (attempt + 1) % count == 0
+            if last_of_round and attempt + 1 < (config.retries + 1) * count:
+                if time.monotonic() + delay >= deadline:
+                    break
+                time.sleep(delay)
+                delay = min(delay * 2, 30.0)
+            if time.monotonic() >= deadline:
+                break
+        raise self._unavailable(what, path, failures)
+
+    @staticmethod
+    def _transient_reason(exc: BaseException) -> str | None:
+        import requests
+        import urllib3
+        from hdfs import HdfsError
+
+        if isinstance(exc, _ServerError):
+            return f"HTTP {exc.status}"
+        if isinstance(exc, requests.exceptions.Timeout | urllib3.exceptions.TimeoutError):
+            return "timed out"
+        if isinstance(exc, requests.exceptions.SSLError):
+            return None
+        if isinstance(exc, urllib3.exceptions.HTTPError | requests.exceptions.ChunkedEncodingError):
+            return "connection dropped"
+        if isinstance(exc, requests.exceptions.ConnectionError | ConnectionError):
+            text = str(exc)
+            if "refused" in text.lower():
+                return "connection refused"
+            return "connection dropped" if "abort" in text.lower() or "reset" in text.lower() else "connection failed"
+        if isinstance(exc, HdfsError) and getattr(exc, "exception", None) in _TRANSIENT_REMOTE:
+            return exc.exception
+        if isinstance(exc, ValueError | KeyError):
+            return f"an answer that is not WebHDFS JSON ({type(exc).__name__})"
+        return None
+
+    def _translate(self, exc: Exception, what: str, path: str, url: str) -> Exception:
+        import requests
+        from hdfs import HdfsError
+
+        if isinstance(exc, requests.exceptions.SSLError):
+            return WebHDFSError(
+                f"WebHDFS {what} {path}: TLS with {url} failed ({exc}); set WebHDFSConfig.verify (the connection's "
+                "'verify' extra) to the CA bundle that signed the namenode's certificate"
+            )
+        if isinstance(exc, OSError):
+            return exc
+        if not isinstance(exc, HdfsError):
+            return WebHDFSError(f"WebHDFS {what} {path} at {url} failed: {type(exc).__name__}: {exc}")
+        remote, message = getattr(exc, "exception", None), str(exc).strip()
+        user = self.config.effective_user() or "(the Kerberos principal)"
+        if remote == "FileNotFoundException":
+            return FileNotFoundError(errno.ENOENT, f"no such file or directory on HDFS ({message})", path)
+        if remote == "FileAlreadyExistsException":
+            return FileExistsError(errno.EEXIST, f"already exists on HDFS ({message})", path)
+        if remote in _DENIED_REMOTE or "Authentication failure" in message:
+            fix = (
+                "get a Kerberos ticket (kinit) or fix the principal"
+                if self.config.auth == "kerberos" or remote is None
+                else "grant the user access (hdfs dfs -chmod/-chown/-setfacl) or run as another user "
+                "(WebHDFSConfig.user / the webhdfs connection's login)"
+            )
+            return PermissionError(
+                errno.EACCES, f"HDFS refused {what} to user {user} at namenode {url}: {message}; {fix}", path
+            )
+        return WebHDFSError(f"WebHDFS {what} {path} at {url} failed: {remote or 'error'}: {message}")
+
+    def _unavailable(self, what: str, path: str, failures: list[tuple[str, str]]) -> WebHDFSUnavailableError:
+        seen: dict[str, str] = {}
+        for url, reason in failures:
+            seen[url] = reason
+        tried = "; ".join(f"{url}: {reason}" for url, reason in seen.items())
+        if all(r.startswith("connection") or r == "timed out" for r in seen.values()):
+            fix = (
+                "check the namenodes' WebHDFS addresses (AIRFLOW_TFOS_WEBHDFS 'namenodes', the webhdfs:// URI, or "
+                "the webhdfs connection's host and port; WebHDFS listens on dfs.namenode.http-address, 9870 by "
+                "default) and that the namenodes are up"
+            )
+        elif all(r in _TRANSIENT_REMOTE for r in seen.values()):
+            fix = "no namenode is active: list every namenode of the HA pair, or wait for the failover to finish"
+        else:
+            fix = "check that these addresses are WebHDFS endpoints and that the namenodes are healthy"
+        return WebHDFSUnavailableError(
+            f"WebHDFS {what} {path}: no namenode answered after {len(failures)} attempt(s) "
+            f"(retries={self.config.retries}, deadline={self.config.deadline:g}s); tried {tried}. To fix: {fix}"
+        )
+
+    # --- the Storage protocol --------------------------------------------------------------------------
+
+    def local_path(self, path: str) -> str | None:
+        """None: HDFS is not on this machine's file system."""
+        return None
+
+    def exists(self, path: str) -> bool:
+        return self._status(path) is not None
+
+    def _status(self, path: str) -> dict[str, Any] | None:
+        _, _, hpath = split_uri(path)
+        try:
+            return self._call("GETFILESTATUS", hpath, lambda c: c.status(hpath))
+        except FileNotFoundError:
+            return None
+
+    def _statuses(self, hpath: str) -> list[dict[str, Any]] | None:
+        """LISTSTATUS of a directory (None if missing; a file lists as one entry with an empty suffix)."""
+        try:
+            return self._call("LISTSTATUS", hpath, lambda c: c._list_status(hpath).json()["FileStatuses"]["FileStatus"])
+        except FileNotFoundError:
+            return None
+
+    def listdir(self, path: str) -> list[str]:
+        """Names in a directory (empty if it does not exist or is a file)."""
+        _, _, hpath = split_uri(path)
+        statuses = self._statuses(hpath) or []
+        return sorted(s["pathSuffix"] for s in statuses if s["pathSuffix"])
+
+    def list(self, pattern: str) -> list[FileInfo]:
+        """Files matching a path, a directory's files (not ``.``/``_`` ones), or a glob, sorted by path."""
+        scheme, authority, hpath = split_uri(pattern)
+        prefix = f"{scheme}://{authority}" if scheme else ""
+        found: list[tuple[str, dict[str, Any]]] = []
+        if not _GLOB & set(hpath):
+            status = self._status(hpath)
+            if status is not None and status["type"] == "DIRECTORY":
+                for entry in self._statuses(hpath) or []:
+                    name = entry["pathSuffix"]
+                    if entry["type"] == "FILE" and name and not name.startswith((".", "_")):
+                        found.append((posixpath.join(hpath, name), entry))
+            elif status is not None:
+                found.append((hpath, status))
+        else:
+            found = [(p, s) for p, s in self._glob(hpath) if s["type"] == "FILE"]
+        return sorted((FileInfo(prefix + p, int(s["length"])) for p, s in found), key=lambda f: f.path)
+
+    def _glob(self, hpath: str) -> list[tuple[str, dict[str, Any]]]:
+        parts = [p for p in hpath.split("/") if p]
+        current: list[tuple[str, dict[str, Any] | None]] = [("/", None)]
+        for i, part in enumerate(parts):
+            last, following = i == len(parts) - 1, []
+            for base, _ in current:
+                if _GLOB & set(part):
+                    for entry in self._statuses(base) or []:
+                        name = entry["pathSuffix"]
+                        if name and fnmatch.fnmatchcase(name, part) and (last or entry["type"] == "DIRECTORY"):
+                            following.append((posixpath.join(base, name), entry))
+                else:
+                    child = posixpath.join(base, part)
+                    status = self._status(child) if last else {}
+                    if status is not None:
+                        following.append((child, status))
+            current = following
+        return [(p, s) for p, s in current if s]
+
+    def read_bytes(self, path: str) -> bytes:
+        _, _, hpath = split_uri(path)
+
+        def read(client) -> bytes:
+            with client.read(hpath) as reader:
+                return reader.read()
+
+        return self._call("OPEN", hpath, read)
+
+    def open(self, path: str, mode: str = "rb") -> BinaryIO:
+        """``rb``: the file, downloaded to a local temporary file (seekable, removed on close).
+        ``wb``: a local temporary file uploaded atomically (:meth:`write_bytes` rules) when closed."""
+        if mode == "rb":
+            local = tempfile.TemporaryFile(prefix="airflow-tfos-hdfs-")  # noqa: SIM115 - the caller closes it
+            try:
+                self.download(path, local)
+            except BaseException:
+                local.close()
+                raise
+            local.seek(0)
+            return local
+        if mode == "wb":
+            return _UploadOnClose(self, path)
+        raise ValueError(f"mode must be 'rb' or 'wb', got {mode!r}")
+
+    def download(self, path: str, local: BinaryIO) -> None:
+        """Copy the file at ``path`` into the open local file ``local`` (from its current position)."""
+        _, _, hpath = split_uri(path)
+        start = local.tell()
+
+        def copy(client) -> None:
+            local.seek(start)
+            local.truncate()
+            with client.read(hpath, chunk_size=1 << 20) as chunks:
+                for chunk in chunks:
+                    local.write(chunk)
+
+        self._call("OPEN", hpath, copy)
+
+    def _create(self, hpath: str, data: bytes | None = None, *, local_file: str | None = None) -> None:
+        """CREATE (overwrite) ``hpath`` from ``data`` or a local file, re-sent whole on every retry."""
+
+        def create(client) -> None:
+            if local_file is None:
+                client.write(hpath, data=data, overwrite=True)
+                return
+            with open(local_file, "rb") as stream:
+                client.write(hpath, data=stream, overwrite=True)
+
+        self._call("CREATE", hpath, create)
+
+    def write_bytes(self, path: str, data: bytes) -> None:
+        """Replace the file's content atomically: CREATE a temporary name, then RENAME it over the target."""
+        _, _, hpath = split_uri(path)
+        self._publish(hpath, bytes(data))
+
+    def _publish(self, hpath: str, data: bytes | None = None, *, local_file: str | None = None) -> None:
+        parent, name = posixpath.split(hpath)
+        tmp = posixpath.join(parent, f".{name}.tmp-{uuid.uuid4().hex[:8]}")
+        try:
+            self._create(tmp, data, local_file=local_file)
+            self._replace(tmp, hpath)
+        except BaseException as exc:
+            self._discard(tmp)
+            if isinstance(exc, OSError) and exc.filename == tmp:  # name the file the caller wrote
+                raise type(exc)(exc.errno, exc.strerror, hpath) from exc
+            raise
+
+    def _discard(self, hpath: str) -> None:
+        try:
+            self._call("DELETE", hpath, lambda c: c.delete(hpath, recursive=True))
+        except Exception as exc:  # the original error matters more
+            log.debug("could not remove the temporary file %s: %s", hpath, exc)
+
+    def _replace(self, tmp: str, hpath: str) -> None:
+        tries = [0]
+
+        def rename(client) -> bool:
+            tries[0] += 1
+            try:
+                answer = client._rename(tmp, destination=hpath, renameoptions="OVERWRITE")
+            except Exception as exc:
+                if tries[0] > 1 and getattr(exc, "exception", None) == "FileNotFoundException":
+                    return True  # an earlier try renamed it, and its answer was lost
+                raise
+            return not answer.content.strip() or bool(answer.json()["boolean"])
+
+        if self._call("RENAME", tmp, rename):
+            return
+        # The server ignored renameoptions and its plain rename refuses an existing target: delete it
+        # first (the one window in which readers see no file), then rename.
+        log.debug("WebHDFS server ignores renameoptions: replacing %s by delete and rename", hpath)
+        self._call("DELETE", hpath, lambda c: c.delete(hpath, recursive=False))
+        if not self._call("RENAME", tmp, lambda c: c._rename(tmp, destination=hpath).json()["boolean"]):
+            raise WebHDFSError(f"WebHDFS RENAME {tmp} to {hpath} was refused after deleting the old {hpath}")
+
+    def makedirs(self, path: str) -> None:
+        _, _, hpath = split_uri(path)
+        self._call("MKDIRS", hpath, lambda c: c.makedirs(hpath))
+
+    def rename(self, src: str, dst: str) -> None:
+        """Move ``src`` to ``dst`` in one step; FileExistsError if ``dst`` exists (never into it)."""
+        (_, _, hsrc), (_, _, hdst) = split_uri(src), split_uri(dst)
+        if self._status(hdst) is not None:
+            raise FileExistsError(errno.EEXIST, f"cannot rename {src} to {dst}: the target exists", dst)
+        self.makedirs(posixpath.dirname(hdst))
+        tries = [0]
+
+        def rename(client) -> bool:
+            tries[0] += 1
+            try:
+                answer = client._rename(hsrc, destination=hdst, renameoptions="NONE")
+            except Exception as exc:
+                if tries[0] > 1 and getattr(exc, "exception", None) == "FileNotFoundException":
+                    return True  # an earlier try renamed it, and its answer was lost
+                raise
+            return not answer.content.strip() or bool(answer.json()["boolean"])
+
+        try:
+            done = self._call("RENAME", hsrc, rename)
+        except FileExistsError:
+            raise FileExistsError(errno.EEXIST, f"cannot rename {src} to {dst}: the target exists", dst) from None
+        if not done:  # a plain rename's false: say why
+            if self._status(hsrc) is None:
+                raise FileNotFoundError(errno.ENOENT, f"cannot rename {src}: it does not exist", src)
+            raise FileExistsError(errno.EEXIST, f"cannot rename {src} to {dst}: the target exists", dst)
+
+    def delete(self, path: str) -> None:
+        """Remove a file or a directory tree; nothing if it is not there."""
+        _, _, hpath = split_uri(path)
+        if hpath == "/":
+            raise WebHDFSError("refusing to delete the HDFS root '/'")
+        self._call("DELETE", hpath, lambda c: c.delete(hpath, recursive=True))
+
+    def put_dir(self, local_dir: str, path: str) -> None:
+        """Upload the local directory tree ``local_dir`` into ``path`` (created; files there are replaced)."""
+        _, _, hpath = split_uri(path)
+        if not os.path.isdir(local_dir):
+            raise FileNotFoundError(errno.ENOENT, "no such local directory to upload", local_dir)
+        for folder, dirs, files in os.walk(local_dir):
+            rel = os.path.relpath(folder, local_dir)
+            target = hpath if rel == "." else posixpath.join(hpath, *rel.split(os.sep))
+            if not files and not dirs:  # CREATE makes the parents of files; empty folders need MKDIRS
+                self.makedirs(target)
+            for name in files:
+                source = os.path.join(folder, name)
+                self._create(posixpath.join(target, name), local_file=source)
+
+    def get_dir(self, path: str, local_dir: str) -> None:
+        """Download the tree at ``path`` into ``local_dir`` (created); FileNotFoundError if there is none."""
+        _, _, hpath = split_uri(path)
+        if self._status(hpath) is None:
+            raise FileNotFoundError(errno.ENOENT, "no such directory on HDFS", path)
+        for rel, entry in self._walk(hpath, ""):
+            local = os.path.join(local_dir, *rel.split("/")) if rel else local_dir
+            if entry["type"] == "DIRECTORY":
+                os.makedirs(local, exist_ok=True)
+                continue
+            os.makedirs(os.path.dirname(local), exist_ok=True)
+            with open(local, "wb") as out:
+                self.download(posixpath.join(hpath, rel), out)
+
+    def _walk(self, hpath: str, rel: str) -> Iterator[tuple[str, dict[str, Any]]]:
+        yield rel, {"type": "DIRECTORY"}
+        for entry in self._statuses(posixpath.join(hpath, rel) if rel else hpath) or []:
+            child = posixpath.join(rel, entry["pathSuffix"]) if rel else entry["pathSuffix"]
+            if entry["type"] == "DIRECTORY":
+                yield from self._walk(hpath, child)
+            else:
+                yield child, entry
+
+
+class _UploadOnClose(io.FileIO):
+    """A local temporary file, published to HDFS (atomically) when closed without an error."""
+
+    def __init__(self, storage: WebHDFSStorage, path: str):
+        fd, self._local = tempfile.mkstemp(prefix="airflow-tfos-hdfs-")
+        super().__init__(fd, "wb")
+        self._storage, self._path, self._failed = storage, path, False
+
+    def __exit__(self, exc_type, *rest):
+        self._failed = exc_type is not None
+        return super().__exit__(exc_type, *rest)
+
+    def close(self) -> None:
+        if self.closed:
+            return
+        super().close()
+        try:
+            if not self._failed:
+                _, _, hpath = split_uri(self._path)
+                self._storage._publish(hpath, local_file=self._local)
+        finally:
+            os.remove(self._local)
