@@ -7,20 +7,29 @@ in the manifest (:mod:`airflow_tfos.rundir`), so a crash mid-save leaves the pre
 charge. On every start of a TF cluster, :meth:`RunCheckpointer.restore` loads the latest one: weights,
 optimizer state, and the global step (hence the epoch and the position within it).
 
+TensorFlow writes only to local disk here (TF 2.21 has no HDFS file system), so with a remote run
+directory (``webhdfs://``, ``hdfs://``) the chief writes each checkpoint and export into a local
+temporary directory and uploads it to the staging path (``Storage.put_dir``) before publishing it;
+a restore downloads the latest checkpoint into a local temporary directory first.
+
     ckpt = RunCheckpointer(ctx, model=model, every_steps=50)
     fit_resumable(model, ctx.dataset(), epochs=10, steps_per_epoch=ctx.steps_per_epoch, checkpointer=ckpt)
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import shutil
 import tempfile
 import time
+import weakref
+from collections.abc import Iterator
 from typing import Any
 
 from airflow_tfos.rundir import RunDir
+from airflow_tfos.storage import Storage
 
 log = logging.getLogger(__name__)
 
@@ -89,6 +98,10 @@ class RunCheckpointer:
         if latest is None:
             return 0
         local = self.rundir.storage.local_path(latest.path)
+        if local is None:  # remote: download it; kept until this checkpointer goes (restores may be deferred)
+            local = tempfile.mkdtemp(prefix="airflow-tfos-restore-")
+            weakref.finalize(self, shutil.rmtree, local, True)
+            self.rundir.storage.get_dir(latest.path, local)
         self._checkpoint.read(os.path.join(local, "ckpt")).assert_existing_objects_matched()
         self.last_saved = latest.step
         if self.ctx.is_chief:
@@ -104,7 +117,8 @@ class RunCheckpointer:
         started = time.monotonic()
         if self.ctx.is_chief:
             staging = self.rundir.checkpoint_staging(step)
-            self._checkpoint.write(os.path.join(self.rundir.storage.local_path(staging), "ckpt"))
+            with local_dir_for(self.rundir.storage, staging) as local:
+                self._checkpoint.write(os.path.join(local, "ckpt"))
             published = self.rundir.publish_checkpoint(staging, step, epoch=epoch, keep=self.keep)
             self.rundir.add_event(
                 "checkpoint", step=step, epoch=epoch, seconds=round(time.monotonic() - started, 3), path=published.path
@@ -205,12 +219,34 @@ def export_model(ctx, model, *, metrics: dict[str, Any] | None = None, step: int
             shutil.rmtree(scratch, ignore_errors=True)
         return None
     staging = rundir.export_staging()
-    _save_model(model, rundir.storage.local_path(staging))
+    with local_dir_for(rundir.storage, staging) as local:
+        _save_model(model, local)
     path = rundir.publish_export(
         staging, spec_hash=os.environ.get("AIRFLOW_TFOS_SPEC_HASH", ""), step=step, metrics=dict(metrics or {})
     )
     rundir.add_event("export", step=step, path=path, metrics=dict(metrics or {}))
     return path
+
+
+@contextlib.contextmanager
+def local_dir_for(storage: Storage, path: str) -> Iterator[str]:
+    """A local directory for TensorFlow to write what belongs at ``path``.
+
+    The path itself when the storage is local; otherwise a temporary directory, uploaded to ``path``
+    (``Storage.put_dir``) when the block ends without an error, and removed in any case.
+    """
+    local = storage.local_path(path)
+    if local is not None:
+        yield local
+        return
+    scratch = tempfile.mkdtemp(prefix="airflow-tfos-upload-")
+    try:
+        yield scratch
+        started = time.monotonic()
+        storage.put_dir(scratch, path)
+        log.info("uploaded %s in %.2f s", path, time.monotonic() - started)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
 
 
 def _save_model(model, path: str) -> None:

@@ -62,7 +62,8 @@ class TFClusterRun:
         ``"keras3"``.
     :param tensorboard: start TensorBoard beside the chief (or worker 0), reading ``log_dir``.
     :param log_dir: TensorBoard's log directory.
-    :param env: extra environment variables for the node processes.
+    :param env: extra environment variables for the node processes. The driver's own ``AIRFLOW_TFOS_*``
+        variables (e.g. ``AIRFLOW_TFOS_WEBHDFS``, the HDFS settings) are passed on too, unless overridden here.
     :param slot_wait_secs: how long to wait for executors to register before deciding that the cluster
         is too small.
     :param data: InputMode.SPARK: a DataFrame whose rows are fed to the training nodes (with ``feed``),
@@ -119,7 +120,7 @@ class TFClusterRun:
         self.keras = keras
         self.tensorboard = tensorboard
         self.log_dir = log_dir
-        self.env = dict(env or {})
+        self.env = {**{k: v for k, v in os.environ.items() if k.startswith("AIRFLOW_TFOS_")}, **dict(env or {})}
         self.slot_wait_secs = slot_wait_secs
         self.set_tf_config = set_tf_config
         if max_attempts < 1:

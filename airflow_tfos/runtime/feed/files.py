@@ -3,10 +3,21 @@
 :func:`shard_files` is pure: a deterministic, size-balanced split of a file list. The readers take the
 files this node got (``ctx.shard_files(...)``) and return ``tf.data.Dataset`` pipelines; files are
 reached through :mod:`airflow_tfos.storage`, so every scheme registered there works.
+
+Remote files (``hdfs://``, ``webhdfs://``) are not streamed from the network into TensorFlow: Parquet
+and CSV files are downloaded one at a time, as the reader reaches them, to a local temporary file
+(seekable, which Parquet needs; removed once read). TFRecord files, which TensorFlow's reader opens
+by name, are all downloaded when :func:`tfrecord_dataset` is called, into a cache directory of this
+process that is removed when it exits. Local disk must hold them (TFRecord) or the largest (others).
 """
 
 from __future__ import annotations
 
+import atexit
+import hashlib
+import os
+import shutil
+import tempfile
 from collections.abc import Iterable, Iterator, Sequence
 
 from airflow_tfos.runtime.feed.plan import Feed, FeedConfigError
@@ -51,10 +62,28 @@ def tfrecord_dataset(files: Sequence[str | FileInfo], compression_type: str | No
     import tensorflow as tf
 
     paths = [f.path if isinstance(f, FileInfo) else f for f in files]
-    local = [storage_for(p).local_path(p) for p in paths]
-    if any(p is None for p in local):
-        raise FeedConfigError("TFRecord files must be on a local or TF-readable file system")
-    return tf.data.TFRecordDataset(local, compression_type=compression_type)
+    return tf.data.TFRecordDataset([local_copy(p) for p in paths], compression_type=compression_type)
+
+
+_CACHE: list[str] = []
+
+
+def local_copy(path: str) -> str:
+    """A local path holding the file at ``path``: itself when local, else a download cached in this process."""
+    storage = storage_for(path)
+    local = storage.local_path(path)
+    if local is not None:
+        return local
+    if not _CACHE:
+        _CACHE.append(tempfile.mkdtemp(prefix="airflow-tfos-files-"))
+        atexit.register(shutil.rmtree, _CACHE[0], True)
+    digest = hashlib.sha256(path.encode()).hexdigest()[:16]
+    target = os.path.join(_CACHE[0], f"{digest}-{os.path.basename(path.rstrip('/'))}")
+    if not os.path.exists(target):
+        with storage.open(path, "rb") as source, open(f"{target}.part", "wb") as out:
+            shutil.copyfileobj(source, out, 1 << 20)
+        os.replace(f"{target}.part", target)
+    return target
 
 
 def _arrow_batches(files: Sequence[str | FileInfo], fmt: str, columns: Sequence[str]) -> Iterator:
