@@ -27,6 +27,7 @@ from airflow.sdk import BaseOperator
 from airflow.sdk.configuration import conf
 from airflow.sdk.exceptions import AirflowException
 
+from airflow_tfos.hooks.local import ApplicationAlreadyRunningError
 from airflow_tfos.hooks.run_dir import RunDirHook
 from airflow_tfos.hooks.state import AppState
 from airflow_tfos.links.tfos import (
@@ -283,17 +284,15 @@ class _TFoSRunOperator(BaseOperator):
         tag = run_tag(self.run_dir)
         ti = context["ti"]
         rundir.add_event("submit", try_number=ti.try_number, resume_step=latest.step if latest else 0)
-        app_id = self.hook.submit(
-            self.run_dir,
-            tag=tag,
-            name=f"tfos {ti.dag_id}.{ti.task_id} {os.path.basename(self.run_dir)}",
-            num_nodes=self.num_executors(),
-            executor_cores=self.executor_cores,
-            executor_memory=self.executor_memory,
-            tf_memory_mb=self.tf_memory_mb,
-            gpus_per_node=self.gpus_per_node,
-            conf=self.conf,
-        )
+        try:
+            app_id = self._submit_application(tag, ti)
+        except ApplicationAlreadyRunningError as exc:
+            # another try of this task submitted first (the local backend's per-tag lock said so)
+            self.log.warning("%s: attaching to the application already running", exc)
+            live = self.hook.find_live(tag)
+            if not live:
+                raise
+            return live[0]
         self.log.info("submitted application %s for %s (tag %s)", app_id, self.run_dir, tag)
         store = context.get("task_state_store")
         if store is not None:
@@ -307,6 +306,19 @@ class _TFoSRunOperator(BaseOperator):
             self.hook.kill(app_id)
             app_id = winner
         return self.hook.get_state(app_id)
+
+    def _submit_application(self, tag: str, ti: Any) -> str:
+        return self.hook.submit(
+            self.run_dir,
+            tag=tag,
+            name=f"tfos {ti.dag_id}.{ti.task_id} {os.path.basename(self.run_dir)}",
+            num_nodes=self.num_executors(),
+            executor_cores=self.executor_cores,
+            executor_memory=self.executor_memory,
+            tf_memory_mb=self.tf_memory_mb,
+            gpus_per_node=self.gpus_per_node,
+            conf=self.conf,
+        )
 
     # --- waiting ----------------------------------------------------------------------------------------
 

@@ -166,6 +166,21 @@ class TestTrainIdempotency:
         assert backend.killed == ["application_1700000000000_0100"]
         assert result["application_id"] == "application_1700000000000_0001"
 
+    def test_a_submission_refused_for_a_live_tag_attaches_to_that_application(self, tmp_path):
+        from airflow_tfos.hooks.local import ApplicationAlreadyRunningError
+
+        op, backend = train_op(tmp_path), FakeBackend()
+        use_backend(op, backend)
+        tag = run_tag(str(tmp_path))
+
+        def refuse(run_dir, **kwargs):
+            backend.add("application_1_0002", "RUNNING", tags=[tag])
+            backend.script["application_1_0002"] = [AppStateFactory.finished("application_1_0002", tag)]
+            raise ApplicationAlreadyRunningError(tag, ["application_1_0002"])
+
+        backend.submit = refuse
+        assert op.execute(make_context())["application_id"] == "application_1_0002"
+
     def test_changed_spec_is_written_and_warned_about(self, tmp_path, capsys):
         rundir = RunDir(str(tmp_path))
         rundir.write_spec({"train_fn": "pkg.mod:main_fun", "num_nodes": 2, "args": {"epochs": 1}})
