@@ -20,10 +20,9 @@ import pytest
 
 from airflow_tfos.hooks import tfos
 from airflow_tfos.hooks.local import ApplicationAlreadyRunningError
-from airflow_tfos.hooks.tfos import (
+from airflow_tfos.hooks.spark_conf import (
     PYSPARK_WORKER_MB,
     TFoSConfigError,
-    TFoSHook,
     TFoSSubmitError,
     cached_file,
     check_container_fits,
@@ -38,6 +37,7 @@ from airflow_tfos.hooks.tfos import (
     runtime_zip,
     training_conf,
 )
+from airflow_tfos.hooks.tfos import TFoSHook
 from tests.airflow_side.tfos_hook_fakes import SubmissionBroker, read_records, write_fake_spark_submit
 
 SECRET = "s3cr3t-Pa55"
