@@ -13,11 +13,10 @@ from airflow_tfos.testing.webhdfs import WebHDFSEmulator
 from airflow_tfos.webhdfs import ENV_VAR, clear_cached_storages
 from tests.runtime import remote_programs
 
-pytestmark = pytest.mark.integration
-
 ARGS = {"steps_per_epoch": 10, "every": 5}
 
 
+@pytest.mark.integration
 def test_checkpoints_and_export_go_to_hdfs_and_a_second_run_resumes(sc, monkeypatch):
     with WebHDFSEmulator() as emu:
         first_uri = emu.uri("/runs/x")  # the URI names the namenode: no settings needed
@@ -50,3 +49,15 @@ def test_checkpoints_and_export_go_to_hdfs_and_a_second_run_resumes(sc, monkeypa
         assert [e["step"] for e in restores] == [10]  # the chief resumed from the first run's latest checkpoint
         assert rundir.latest_checkpoint().step == 20
         assert rundir.export_success()["step"] == 20
+
+
+def test_the_driver_takes_hdfs_settings_from_its_option(monkeypatch):
+    from airflow_tfos.runtime import driver
+
+    monkeypatch.setenv(ENV_VAR, "")  # restored after the test: the option sets it for the TF nodes
+    assert driver.main(["--run-dir", "hdfs://ns/runs/y", "--webhdfs-config", '{"namenodes": "nn:8020"}']) == 2
+    with WebHDFSEmulator() as emu:
+        clear_cached_storages()
+        assert driver.main(["--run-dir", "hdfs://ns/runs/y", "--webhdfs-config", emu.config().to_json()]) == 2
+        status = RunDir(emu.uri("/runs/y")).read_status()
+    assert status["state"] == "FAILED" and "no spec.json in hdfs://ns/runs/y" in status["error"]
