@@ -8,6 +8,7 @@ codes. Servers listen on 127.0.0.1 only.
 from __future__ import annotations
 
 import json
+import logging
 import posixpath
 import socket
 from dataclasses import dataclass
@@ -17,6 +18,8 @@ from urllib.parse import parse_qs, quote, unquote, urlsplit
 
 if TYPE_CHECKING:
     from airflow_tfos.testing.webhdfs import WebHDFSEmulator
+
+log = logging.getLogger(__name__)
 
 PREFIX = "/webhdfs/v1"
 HOST = "127.0.0.1"
@@ -81,6 +84,10 @@ class Server(ThreadingHTTPServer):
         super().__init__((HOST, 0), _Handler)
         self.emulator, self.name = emulator, name
         self.sockets: set[socket.socket] = set()
+
+    def handle_error(self, request, client_address) -> None:
+        """Log at debug level: clients that give up (timeouts, dropped connections) are part of the tests."""
+        log.debug("WebHDFS emulator %s: request from %s ended with an error", self.name, client_address, exc_info=True)
 
     @property
     def url(self) -> str:
