@@ -144,7 +144,7 @@ def test_retry_after_the_driver_is_killed_resumes_from_the_checkpoint(airflow_en
     assert succeeded(retry), tail(retry)
     rundir = RunDir(run_dir)
     submits = rundir.events("submit")
-    assert [e["resume_step"] for e in submits][0] == 0
+    assert submits[0]["resume_step"] == 0
     assert submits[-1]["resume_step"] >= killed[0] > 0
     assert rundir.events("restore"), "the new application did not restore the checkpoint"
     assert rundir.export_success()["step"] == 6 * 10  # 300 rows per node / batch 30 = 10 steps per epoch
