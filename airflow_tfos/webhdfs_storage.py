@@ -349,19 +349,7 @@ class WebHDFSStorage:
             log.debug("could not remove the temporary file %s: %s", hpath, exc)
 
     def _replace(self, tmp: str, hpath: str) -> None:
-        tries = [0]
-
-        def rename(client) -> bool:
-            tries[0] += 1
-            try:
-                answer = client._rename(tmp, destination=hpath, renameoptions="OVERWRITE")
-            except Exception as exc:
-                if tries[0] > 1 and getattr(exc, "exception", None) == "FileNotFoundException":
-                    return True  # an earlier try renamed it, and its answer was lost
-                raise
-            return not answer.content.strip() or bool(answer.json()["boolean"])
-
-        if self._call("RENAME", tmp, rename):
+        if self._call("RENAME", tmp, _renamer(tmp, hpath, "OVERWRITE")):
             return
         # The server ignored renameoptions and its plain rename refuses an existing target: delete it
         # first (the one window in which readers see no file), then rename.
@@ -380,20 +368,8 @@ class WebHDFSStorage:
         if self._status(hdst) is not None:
             raise FileExistsError(errno.EEXIST, f"cannot rename {src} to {dst}: the target exists", dst)
         self.makedirs(posixpath.dirname(hdst))
-        tries = [0]
-
-        def rename(client) -> bool:
-            tries[0] += 1
-            try:
-                answer = client._rename(hsrc, destination=hdst, renameoptions="NONE")
-            except Exception as exc:
-                if tries[0] > 1 and getattr(exc, "exception", None) == "FileNotFoundException":
-                    return True  # an earlier try renamed it, and its answer was lost
-                raise
-            return not answer.content.strip() or bool(answer.json()["boolean"])
-
         try:
-            done = self._call("RENAME", hsrc, rename)
+            done = self._call("RENAME", hsrc, _renamer(hsrc, hdst, "NONE"))
         except FileExistsError:
             raise FileExistsError(errno.EEXIST, f"cannot rename {src} to {dst}: the target exists", dst) from None
         if not done:  # a plain rename's false: say why
@@ -468,3 +444,20 @@ class _UploadOnClose(io.FileIO):
                 self._storage._publish(hpath, local_file=self._local)
         finally:
             os.remove(self._local)
+
+
+def _renamer(src: str, dst: str, options: str):
+    """One RENAME call for ``_call``'s retries; True if done (also when a lost answer hid an earlier success)."""
+    tries = [0]
+
+    def rename(client) -> bool:
+        tries[0] += 1
+        try:
+            answer = client._rename(src, destination=dst, renameoptions=options)
+        except Exception as exc:
+            if tries[0] > 1 and getattr(exc, "exception", None) == "FileNotFoundException":
+                return True  # an earlier try renamed it, and its answer was lost
+            raise
+        return not answer.content.strip() or bool(answer.json()["boolean"])
+
+    return rename

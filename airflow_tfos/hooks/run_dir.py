@@ -43,9 +43,13 @@ class RunDirHook(BaseHook):
     def rundir(self) -> RunDir:
         return RunDir(self.run_dir, storage=self.storage)
 
-    async def arun(self, method: str, *args: Any, **kwargs: Any) -> Any:
-        """Call a :class:`RunDir` method without blocking the event loop (for triggers)."""
-        return await asyncio.to_thread(getattr(self.rundir, method), *args, **kwargs)
+    async def aread_status(self) -> dict[str, Any] | None:
+        """status.json, without blocking the event loop (for triggers)."""
+        return await asyncio.to_thread(self.rundir.read_status)
+
+    async def acheck(self, condition: dict[str, Any]) -> dict[str, Any] | None:
+        """:meth:`check`, without blocking the event loop (for triggers)."""
+        return await asyncio.to_thread(self.check, condition)
 
     # --- conditions that sensors and triggers wait for -------------------------------------------------
 

@@ -33,7 +33,29 @@ def application_failure(state: AppState) -> str | None:
     return f"application {state.app_id} ended {state.state}/{state.final_status}: {diagnostics}"
 
 
-class YarnApplicationSensor(BaseSensorOperator):
+class _DeferrableSensor(BaseSensorOperator):
+    """Poke once; if not done and ``deferrable``, wait in the triggerer on :meth:`trigger`."""
+
+    deferrable = False
+
+    def trigger(self):
+        raise NotImplementedError
+
+    def execute(self, context: Context) -> Any:
+        if not self.deferrable:
+            return super().execute(context)
+        result = self.poke(context)
+        if result.is_done:
+            return result.xcom_value
+        self.defer(
+            trigger=self.trigger(),
+            method_name="execute_complete",
+            timeout=timedelta(seconds=self.timeout) if self.timeout else None,
+        )
+        return None
+
+
+class YarnApplicationSensor(_DeferrableSensor):
     """Wait for an application to reach a state; fail at once, with its diagnostics, if it fails or is killed.
 
     Failing fast lets the DAG's retry (of the training or launch task) resume from the last checkpoint
@@ -100,25 +122,15 @@ class YarnApplicationSensor(BaseSensorOperator):
             return self._check(self.client.get(self.application_id))
         return self._check(latest(self.client.find(self.tag)))
 
-    def execute(self, context: Context) -> Any:
-        if not self.deferrable:
-            return super().execute(context)
-        result = self.poke(context)
-        if result.is_done:
-            return result.xcom_value
-        self.defer(
-            trigger=TFoSApplicationTrigger(
-                application_id=self.application_id,
-                tag=self.tag,
-                target_states=self.target_states,
-                spark_conn_id=self.spark_conn_id,
-                yarn_conn_id=self.yarn_conn_id,
-                poll_interval=self.poke_interval,
-            ),
-            method_name="execute_complete",
-            timeout=timedelta(seconds=self.timeout) if self.timeout else None,
+    def trigger(self) -> TFoSApplicationTrigger:
+        return TFoSApplicationTrigger(
+            application_id=self.application_id,
+            tag=self.tag,
+            target_states=self.target_states,
+            spark_conn_id=self.spark_conn_id,
+            yarn_conn_id=self.yarn_conn_id,
+            poll_interval=self.poke_interval,
         )
-        return None
 
     def execute_complete(self, context: Context, event: dict[str, Any]) -> Any:
         if event.get("status") != "done":
@@ -129,7 +141,7 @@ class YarnApplicationSensor(BaseSensorOperator):
         return result.xcom_value
 
 
-class TFoSCheckpointSensor(BaseSensorOperator):
+class TFoSCheckpointSensor(_DeferrableSensor):
     """Wait for a published checkpoint (or the export) in a run directory; return its path and step.
 
     Only checkpoints the manifest names are seen, and the manifest names a checkpoint only once it has
@@ -189,23 +201,14 @@ class TFoSCheckpointSensor(BaseSensorOperator):
         self.log.info("found %s at step %s", result.get("path"), result.get("step"))
         return PokeReturnValue(True, result)
 
-    def execute(self, context: Context) -> Any:
-        if not self.deferrable:
-            return super().execute(context)
-        result = self.poke(context)
-        if result.is_done:
-            return result.xcom_value
-        self.defer(
-            trigger=TFoSRunDirTrigger(
-                run_dir=self.run_dir,
-                condition=self._condition(),
-                webhdfs_conn_id=self.webhdfs_conn_id,
-                poll_interval=self.poke_interval,
-                timeout=self.timeout,
-            ),
-            method_name="execute_complete",
+    def trigger(self) -> TFoSRunDirTrigger:
+        return TFoSRunDirTrigger(
+            run_dir=self.run_dir,
+            condition=self._condition(),
+            webhdfs_conn_id=self.webhdfs_conn_id,
+            poll_interval=self.poke_interval,
+            timeout=self.timeout,
         )
-        return None
 
     def execute_complete(self, context: Context, event: dict[str, Any]) -> Any:
         if event.get("status") != "done":

@@ -132,7 +132,7 @@ class TFoSApplicationTrigger(BaseTrigger):
                 return
             if rundir is not None:
                 try:
-                    line = progress_line(await rundir.arun("read_status"))
+                    line = progress_line(await rundir.aread_status())
                 except Exception as exc:
                     line = f"cannot read status.json: {exc}"
                 if line and line != last_line:
@@ -210,7 +210,7 @@ class TFoSRunDirTrigger(BaseTrigger):
         errors = 0
         while True:
             try:
-                result = await _acheck(rundir, self.condition)
+                result = await rundir.acheck(self.condition)
                 if result is not None:
                     yield TriggerEvent({"status": "done", "result": result})
                     return
@@ -218,7 +218,7 @@ class TFoSRunDirTrigger(BaseTrigger):
                     state = await client.aget(self.application_id)
                     if state.is_terminal:
                         # the condition may have been met just before the application ended
-                        result = await _acheck(rundir, self.condition)
+                        result = await rundir.acheck(self.condition)
                         if result is not None:
                             yield TriggerEvent({"status": "done", "result": result})
                         else:
@@ -235,7 +235,3 @@ class TFoSRunDirTrigger(BaseTrigger):
                 yield TriggerEvent({"status": "timeout", "message": f"not met within {self.timeout:.0f} s"})
                 return
             await asyncio.sleep(self.poll_interval)
-
-
-async def _acheck(rundir: RunDirHook, condition: dict[str, Any]) -> dict[str, Any] | None:
-    return await asyncio.to_thread(rundir.check, condition)

@@ -298,6 +298,7 @@ def recoverable_training(args, ctx):
         model.compile(optimizer=tf.keras.optimizers.SGD(0.01), loss="mse")
     checkpointer = RunCheckpointer(ctx, model=model, every_steps=args["every"])
     progress = Path(ctx.run_dir) / f"progress-{ctx.job_name}-{ctx.task_index}.json"
+    record_progress = args.get("progress", True)  # False for remote run directories (not a local path)
 
     class Progress(tf.keras.callbacks.Callback):
         def on_train_batch_end(self, batch_index, logs=None):
@@ -313,7 +314,7 @@ def recoverable_training(args, ctx):
         epochs=args["epochs"],
         steps_per_epoch=steps,
         checkpointer=checkpointer,
-        callbacks=[Progress()],
+        callbacks=[Progress()] if record_progress else [],
         verbose=0,
     )
     loss = histories[-1].history["loss"][-1] if histories else None

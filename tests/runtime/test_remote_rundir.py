@@ -11,16 +11,16 @@ from airflow_tfos.rundir import RunDir
 from airflow_tfos.runtime import run
 from airflow_tfos.testing.webhdfs import WebHDFSEmulator
 from airflow_tfos.webhdfs import ENV_VAR, clear_cached_storages
-from tests.runtime import remote_programs
+from tests.runtime import programs
 
-ARGS = {"steps_per_epoch": 10, "every": 5}
+ARGS = {"steps_per_epoch": 10, "every": 5, "progress": False}
 
 
 @pytest.mark.integration
 def test_checkpoints_and_export_go_to_hdfs_and_a_second_run_resumes(sc, monkeypatch):
     with WebHDFSEmulator() as emu:
         first_uri = emu.uri("/runs/x")  # the URI names the namenode: no settings needed
-        result = run(sc, remote_programs.checkpointed_training, {**ARGS, "epochs": 1}, num_nodes=2, run_dir=first_uri)
+        result = run(sc, programs.recoverable_training, {**ARGS, "epochs": 1}, num_nodes=2, run_dir=first_uri)
         assert result["step"] == 10
         rundir = RunDir(first_uri)
         latest = rundir.latest_checkpoint()
@@ -40,9 +40,7 @@ def test_checkpoints_and_export_go_to_hdfs_and_a_second_run_resumes(sc, monkeypa
         monkeypatch.setenv(ENV_VAR, emu.config(user="trainer").to_json())
         clear_cached_storages()
         emu.requests.clear()
-        result = run(
-            sc, remote_programs.checkpointed_training, {**ARGS, "epochs": 2}, num_nodes=2, run_dir="hdfs://ns/runs/x"
-        )
+        result = run(sc, programs.recoverable_training, {**ARGS, "epochs": 2}, num_nodes=2, run_dir="hdfs://ns/runs/x")
         assert result["step"] == 20
         assert {r.user for r in emu.requests if r.op in ("CREATE", "OPEN")} == {"trainer"}
         restores = RunDir("hdfs://ns/runs/x").events("restore")
