@@ -3,19 +3,23 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 from airflow.sdk.exceptions import AirflowException
 
+from airflow_tfos.hooks.run_dir import RunDirHook
 from airflow_tfos.operators.train import _TFoSRunOperator
 from airflow_tfos.rundir import spec_hash
 from airflow_tfos.runs import RunConfigError
 from airflow_tfos.storage import join
 
 if TYPE_CHECKING:
+    from airflow.providers.openlineage.extractors import OperatorLineage
     from airflow.sdk import Context
 
     from airflow_tfos.hooks.state import AppState
+    from airflow_tfos.storage import Storage
 
 #: Spark's commit marker in a written output directory.
 SUCCESS_MARKER = "_SUCCESS"
@@ -88,26 +92,32 @@ class TFoSInferenceOperator(_TFoSRunOperator):
     def num_executors(self) -> int:
         return self.num_nodes
 
+    @cached_property
+    def output_storage(self) -> Storage:
+        """Where the predictions are: the storage of ``output_path``'s scheme (not the run directory's)."""
+        return RunDirHook(self.output_path, webhdfs_conn_id=self.webhdfs_conn_id).storage
+
     def _marker(self) -> str:
         return join(self.output_path, SUCCESS_MARKER)
 
     def already_done(self, digest: str) -> dict[str, Any] | None:
-        if self.run_dir_hook.storage.exists(self._marker()):
+        if self.output_storage.exists(self._marker()):
             self.log.info("%s holds predictions already (%s): nothing to do", self.output_path, SUCCESS_MARKER)
             return self.result(None, digest)
         return None
 
     def result(self, app: AppState | None, digest: str) -> dict[str, Any]:
         status = self.rundir.read_status() or {}
-        return {
+        self._tfos_result = {
             "application_id": app.app_id if app else status.get("application_id"),
             "run_dir": self.run_dir,
             "output_path": self.output_path,
             "rows": (status.get("result") or {}).get("rows") if isinstance(status.get("result"), dict) else None,
         }
+        return self._tfos_result
 
     def finish(self, app: AppState) -> dict[str, Any]:
-        if app.is_successful and self.run_dir_hook.storage.exists(self._marker()):
+        if app.is_successful and self.output_storage.exists(self._marker()):
             return self.result(app, spec_hash(self.build_spec()))
         status = self.rundir.read_status() or {}
         raise AirflowException(
@@ -116,9 +126,16 @@ class TFoSInferenceOperator(_TFoSRunOperator):
         )
 
     def execute(self, context: Context) -> Any:
-        app, done = self.launch(context)
-        if done is not None:
-            return done
-        if self.deferrable:
-            self.defer_until_end(app)
-        return self.finish(self.wait_for_end(app))
+        return self.launch_and_wait(context)
+
+    def get_openlineage_facets_on_start(self) -> OperatorLineage:
+        """The data and the model this task scores with, and where the predictions go."""
+        from airflow_tfos.operators.lineage import inference_operator_lineage
+
+        return inference_operator_lineage(self, None)
+
+    def get_openlineage_facets_on_complete(self, task_instance: Any) -> OperatorLineage:
+        """The data and the model this task scored with, and the predictions with their row count."""
+        from airflow_tfos.operators.lineage import inference_operator_lineage
+
+        return inference_operator_lineage(self, self._tfos_result)

@@ -28,6 +28,7 @@ from airflow_tfos.spec import SpecError, check_data
 from airflow_tfos.triggers.tfos import TFoSRunDirTrigger
 
 if TYPE_CHECKING:
+    from airflow.providers.openlineage.extractors import OperatorLineage
     from airflow.sdk import Context
 
 
@@ -115,8 +116,14 @@ class TFoSFeedOperator(_RunTaskOperator):
         self.feed_id = feed_id
         self.feed_timeout = feed_timeout
         self.deferrable = deferrable
+        #: the feed's done record, once known (for lineage)
+        self._feed_result: dict[str, Any] | None = None
 
     def execute(self, context: Context) -> Any:
+        self._feed_result = self._feed(context)
+        return self._feed_result
+
+    def _feed(self, context: Context) -> dict[str, Any]:
         feed_id = self.feed_id or safe_name(
             f"{self.task_id}-{run_key(context['dag_run'].logical_date, context['dag_run'].run_id)}"
         )
@@ -172,11 +179,26 @@ class TFoSFeedOperator(_RunTaskOperator):
 
     def execute_complete(self, context: Context, event: dict[str, Any]) -> Any:
         if event.get("status") == "done":
-            return event["result"]
+            self._feed_result = event["result"]
+            return self._feed_result
         if event.get("status") == "app_ended":
             state = AppState.from_json(event["app"])
             raise AirflowException(f"the feed was not done: {application_failure(state) or str(state) + ' ended'}")
         raise AirflowException(f"the feed was not done: {event.get('message') or event}")
+
+    # --- OpenLineage (asked for by the OpenLineage provider; its classes are imported only then) ------------
+
+    def get_openlineage_facets_on_start(self) -> OperatorLineage:
+        """The data this feed trains on, and the run's checkpoints it will write."""
+        from airflow_tfos.operators.lineage import feed_operator_lineage
+
+        return feed_operator_lineage(self, None)
+
+    def get_openlineage_facets_on_complete(self, task_instance: Any) -> OperatorLineage:
+        """The data this feed trained on, and the run's checkpoints with the step it reached."""
+        from airflow_tfos.operators.lineage import feed_operator_lineage
+
+        return feed_operator_lineage(self, self._feed_result)
 
 
 class TFoSShutdownClusterOperator(_RunTaskOperator):

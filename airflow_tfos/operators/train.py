@@ -8,9 +8,19 @@ it with :class:`~airflow_tfos.operators.lifecycle.TFoSShutdownClusterOperator`.
 Both are idempotent:
 
 1. the run directory holds an export for the same spec hash: succeed at once, with the same result;
-2. a live application carries the run's tag (or the task's durable state names one): reattach to it;
+2. the task's durable state names a live application (kept by an earlier try), or a live application
+   carries the run's tag: reattach to it;
 3. otherwise write the spec and submit a new application, which resumes from the latest checkpoint.
    Two attempts that race both keep the earliest application and kill the other.
+
+Steps 2 and 3 run through Airflow's :class:`~airflow.sdk.ResumableJobMixin` (the id kept in
+``task_state_store`` under ``tfos_application_id``, its metrics and spans; ``durable=False`` turns it off),
+with three differences on purpose: ``submit_job`` first looks for a live application with the run's tag
+(which closes the mixin's known window between submitting and storing the id, and finds the application of
+a cleared task or of a racing try); ``is_job_succeeded`` is always false, because done means an export of
+this spec, checked before the mixin runs (a stored application that succeeded without one, e.g. for an
+older spec, is resubmitted and resumes from the latest checkpoint); and ``poll_until_complete`` returns the
+task's result, which the mixin returns as is when it reconnects.
 """
 
 from __future__ import annotations
@@ -23,13 +33,13 @@ from datetime import timedelta
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
-from airflow.sdk import BaseOperator
+from airflow.sdk import BaseOperator, ResumableJobMixin
 from airflow.sdk.configuration import conf
 from airflow.sdk.exceptions import AirflowException
 
 from airflow_tfos.hooks.local import ApplicationAlreadyRunningError
 from airflow_tfos.hooks.run_dir import RunDirHook
-from airflow_tfos.hooks.state import AppState
+from airflow_tfos.hooks.state import TERMINAL_STATES, YARN_STATES, AppState
 from airflow_tfos.links.tfos import (
     REPORT_URL_KEY,
     TRACKING_URL_KEY,
@@ -43,6 +53,7 @@ from airflow_tfos.spec import INPUT_MODES, SpecError, parse_spec, split_import_p
 from airflow_tfos.triggers.tfos import TFoSApplicationTrigger, TFoSRunDirTrigger, progress_line
 
 if TYPE_CHECKING:
+    from airflow.providers.openlineage.extractors import OperatorLineage
     from airflow.sdk import Context
 
     from airflow_tfos.hooks.tfos import TFoSHook
@@ -55,6 +66,8 @@ RUN_DIR_KEY = "run_dir"
 STATE_APPLICATION_ID = "tfos_application_id"
 #: Where the training report is written in a run directory.
 REPORT_PATH = "report/report.html"
+#: What :meth:`_TFoSRunOperator.get_job_status` answers for an application the cluster no longer knows.
+UNKNOWN_STATUS = "UNKNOWN"
 
 
 def templated(value: Any) -> bool:
@@ -81,8 +94,8 @@ def resolve_run_dir(run_dir: str | None, context: Context) -> str:
     return default_run_dir(run_dir_base(), ti.dag_id, ti.task_id, dag_run.logical_date, dag_run.run_id)
 
 
-class _TFoSRunOperator(BaseOperator):
-    """What training and launch share: the spec, the idempotent submit, waiting, the result."""
+class _TFoSRunOperator(ResumableJobMixin, BaseOperator):
+    """What training and launch share: the spec, the idempotent submit, waiting, the result, lineage."""
 
     template_fields: Sequence[str] = ("run_dir", "args", "data", "validation_data", "feed", "env", "conf", "warm_start")
     template_fields_renderers = {"args": "json", "data": "json", "feed": "json", "conf": "json"}
@@ -93,6 +106,8 @@ class _TFoSRunOperator(BaseOperator):
     serve = False
     #: What the application does (spec.json ``kind``).
     kind = "train"
+    #: Key of the application id in the task's durable state (ResumableJobMixin).
+    external_id_key = STATE_APPLICATION_ID
 
     def __init__(
         self,
@@ -124,9 +139,10 @@ class _TFoSRunOperator(BaseOperator):
         tf_memory_mb: int | None = None,
         poll_interval: float = 15.0,
         deferrable: bool = conf.getboolean("operators", "default_deferrable", fallback=False),
+        durable: bool = True,
         **kwargs: Any,
     ) -> None:
-        super().__init__(**kwargs)
+        super().__init__(durable=durable, **kwargs)
         self.train_fn = train_fn
         self.args = args
         self.num_nodes = num_nodes
@@ -154,6 +170,10 @@ class _TFoSRunOperator(BaseOperator):
         self.tf_memory_mb = tf_memory_mb
         self.poll_interval = poll_interval
         self.deferrable = deferrable
+        #: the application this try works with, and the task's result once known (for lineage)
+        self._app: AppState | None = None
+        self._tfos_result: dict[str, Any] | None = None
+        self._export_record: dict[str, Any] | None = None
         self._check_parameters()
 
     # --- checks at DAG parse time (no I/O) ---------------------------------------------------------------
@@ -227,43 +247,67 @@ class _TFoSRunOperator(BaseOperator):
     def rundir(self) -> RunDir:
         return self.run_dir_hook.rundir
 
-    # --- launch -----------------------------------------------------------------------------------------
+    # --- launch (ResumableJobMixin) ------------------------------------------------------------------------
 
-    def launch(self, context: Context) -> tuple[AppState | None, dict[str, Any] | None]:
-        """Find or submit the application for this run; or, if the run was exported already, its result."""
+    def prepare(self, context: Context) -> dict[str, Any] | None:
+        """Resolve the run directory and check the spec; return the result if this request is done already."""
         self.run_dir = resolve_run_dir(self.run_dir, context)
         context["ti"].xcom_push(key=RUN_DIR_KEY, value=self.run_dir)
         context["ti"].xcom_push(key=REPORT_URL_KEY, value=self.rundir.path(REPORT_PATH))
         spec = self.build_spec()
         parse_spec(spec)
-        digest = spec_hash(spec)
-        done = self.already_done(digest)
-        if done is not None:
-            return None, done
-        app = self._reattach(context)
-        if app is None:
-            app = self._submit(context, spec, digest)
-        context["ti"].xcom_push(key=APPLICATION_ID_KEY, value=app.app_id)
-        if app.tracking_url:
-            context["ti"].xcom_push(key=TRACKING_URL_KEY, value=app.tracking_url)
-        return app, None
+        return self.already_done(spec_hash(spec))
 
-    def _reattach(self, context: Context) -> AppState | None:
-        store = context.get("task_state_store")
-        stored = store.get(STATE_APPLICATION_ID) if store is not None else None
-        if stored:
-            state = self.hook.get_state(stored)
-            if not state.is_terminal:
-                self.log.info(
-                    "reattaching to application %s (kept from an earlier try), which is %s", stored, state.state
-                )
-                return state
+    def launch_and_wait(self, context: Context) -> Any:
+        """Return the result at once if the run is done; else reattach or submit, then wait (or defer)."""
+        done = self.prepare(context)
+        return done if done is not None else self.execute_resumable(context)
+
+    def submit_job(self, context: Context) -> str:
+        """Reattach to a live application carrying the run's tag, else write the spec and submit one."""
         live = self.hook.find_live(run_tag(self.run_dir))
         if live:
             winner = pick_winner([a.app_id for a in live])
             self.log.info("reattaching to application %s, which already works on %s", winner, self.run_dir)
-            return next(a for a in live if a.app_id == winner)
-        return None
+            self._app = next(a for a in live if a.app_id == winner)
+        else:
+            spec = self.build_spec()
+            self._app = self._submit(context, spec, spec_hash(spec))
+        return self._app.app_id
+
+    def get_job_status(self, external_id: Any, context: Context) -> str:
+        """``RUNNING``, ``FINISHED/FAILED``...; :data:`UNKNOWN_STATUS` when the cluster forgot the application."""
+        try:
+            app = self.hook.get_state(str(external_id))
+        except Exception as exc:
+            self.log.warning("cannot look up application %s kept from an earlier try: %s", external_id, exc)
+            return UNKNOWN_STATUS
+        self._app = app
+        return f"{app.state}/{app.final_status}" if app.is_terminal else app.state
+
+    def is_job_active(self, status: str) -> bool:
+        state = status.split("/")[0]
+        return state in YARN_STATES and state not in TERMINAL_STATES
+
+    def is_job_succeeded(self, status: str) -> bool:
+        return False  # done means an export of this spec (see prepare), never an application that succeeded
+
+    def poll_until_complete(self, external_id: Any, context: Context) -> dict[str, Any]:
+        """Wait for the application (or defer); return the task's result."""
+        app = self._app if self._app and self._app.app_id == external_id else self.hook.get_state(str(external_id))
+        context["ti"].xcom_push(key=APPLICATION_ID_KEY, value=app.app_id)
+        if app.tracking_url:
+            context["ti"].xcom_push(key=TRACKING_URL_KEY, value=app.tracking_url)
+        return self.wait(app)
+
+    def wait(self, app: AppState) -> dict[str, Any]:
+        """Wait until the application has done this task's work (or defer); return the result."""
+        if self.deferrable:
+            self.defer_until_end(app)
+        return self.finish(self.wait_for_end(app))
+
+    def get_job_result(self, external_id: Any, context: Context) -> dict[str, Any] | None:
+        return self._tfos_result
 
     def _submit(self, context: Context, spec: dict[str, Any], digest: str) -> AppState:
         rundir = self.rundir
@@ -294,9 +338,6 @@ class _TFoSRunOperator(BaseOperator):
                 raise
             return live[0]
         self.log.info("submitted application %s for %s (tag %s)", app_id, self.run_dir, tag)
-        store = context.get("task_state_store")
-        if store is not None:
-            store.set(STATE_APPLICATION_ID, app_id)
         live = {a.app_id for a in self.hook.find_live(tag)} | {app_id}
         winner = pick_winner(sorted(live))
         if winner != app_id:
@@ -379,7 +420,7 @@ class _TFoSRunOperator(BaseOperator):
         status = rundir.read_status() or {}
         exported = bool(done and done.get("spec_hash") == digest)
         latest = rundir.latest_checkpoint()
-        return {
+        self._tfos_result = {
             "application_id": app.app_id if app else status.get("application_id"),
             "run_dir": self.run_dir,
             "spec_hash": digest,
@@ -388,6 +429,8 @@ class _TFoSRunOperator(BaseOperator):
             "metrics": (done or {}).get("metrics", {}) if exported else {},
             "report": rundir.path(REPORT_PATH),
         }
+        self._export_record = done if exported else None
+        return self._tfos_result
 
     def finish(self, app: AppState) -> dict[str, Any]:
         """The result of a successful application, or an error that says what failed and where a retry resumes."""
@@ -431,6 +474,20 @@ class _TFoSRunOperator(BaseOperator):
         live = self.hook.find_live(run_tag(self.run_dir))
         return live[0].app_id if live else None
 
+    # --- OpenLineage (asked for by the OpenLineage provider; its classes are imported only then) ------------
+
+    def get_openlineage_facets_on_start(self) -> OperatorLineage:
+        """The data this task trains on, and where the model will be exported (when the run directory is known)."""
+        from airflow_tfos.operators.lineage import run_operator_lineage
+
+        return run_operator_lineage(self, None)
+
+    def get_openlineage_facets_on_complete(self, task_instance: Any) -> OperatorLineage:
+        """The data this task trained on, and the exported model with its spec hash, step and metrics."""
+        from airflow_tfos.operators.lineage import run_operator_lineage
+
+        return run_operator_lineage(self, self._export_record)
+
 
 class TFoSTrainOperator(_TFoSRunOperator):
     """Train a TensorFlow model on the Spark cluster: launch, feed, recover, export, shut down; one task.
@@ -467,15 +524,12 @@ class TFoSTrainOperator(_TFoSRunOperator):
     :param poll_interval: seconds between state polls.
     :param deferrable: wait in the triggerer, freeing the worker slot (default
         ``[operators] default_deferrable``).
+    :param durable: keep the application id in the task's durable state, so that a retry reattaches to
+        it (ResumableJobMixin); the run's tag is looked for either way.
     """
 
     def execute(self, context: Context) -> Any:
-        app, done = self.launch(context)
-        if done is not None:
-            return done
-        if self.deferrable:
-            self.defer_until_end(app)
-        return self.finish(self.wait_for_end(app))
+        return self.launch_and_wait(context)
 
 
 class TFoSLaunchClusterOperator(_TFoSRunOperator):
@@ -496,9 +550,10 @@ class TFoSLaunchClusterOperator(_TFoSRunOperator):
         self.ready_timeout = ready_timeout
 
     def execute(self, context: Context) -> Any:
-        app, done = self.launch(context)
-        if done is not None:
-            return done
+        return self.launch_and_wait(context)
+
+    def wait(self, app: AppState) -> dict[str, Any]:
+        """Wait until the application serves feeds (or defer); a launch that ended instead is finished."""
         if self.deferrable:
             self.defer(
                 trigger=TFoSRunDirTrigger(
@@ -518,7 +573,8 @@ class TFoSLaunchClusterOperator(_TFoSRunOperator):
             ready = self.run_dir_hook.check({"ready": {}})
             if ready is not None:
                 self.log.info("application %s serves feeds for %s", app.app_id, self.run_dir)
-                return {"application_id": app.app_id, "run_dir": self.run_dir}
+                self._tfos_result = {"application_id": app.app_id, "run_dir": self.run_dir}
+                return self._tfos_result
             app = self.hook.get_state(app.app_id)
             if app.is_terminal:
                 self.finish(app)  # raises if it failed

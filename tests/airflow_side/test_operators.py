@@ -17,10 +17,16 @@ from airflow_tfos.operators.train import STATE_APPLICATION_ID
 from airflow_tfos.rundir import RunDir, spec_hash
 from airflow_tfos.runs import RunConfigError, run_tag
 from airflow_tfos.triggers.tfos import TFoSApplicationTrigger, TFoSRunDirTrigger
-from tests.airflow_side.fakes import FakeBackend, FakeStateStore, make_context, use_backend
+from tests.airflow_side.fakes import FakeBackend, FakeStateStore, FakeTI, make_context, use_backend
 
 DATA = {"format": "parquet", "path": "/data/day"}
 FEED = {"features": ["x"], "label": "y", "batch_size": 32}
+
+
+@pytest.fixture(autouse=True)
+def _task_instances_have_stats_tags(monkeypatch):
+    """ResumableJobMixin reads ``ti.stats_tags`` (Airflow's task instance has them; the fake lacks them)."""
+    monkeypatch.setattr(FakeTI, "stats_tags", {}, raising=False)
 
 
 def train_op(run_dir, **kwargs) -> TFoSTrainOperator:
@@ -190,6 +196,105 @@ class TestTrainIdempotency:
         assert rundir.read_spec()["args"] == {"epochs": 2}
         out = capsys.readouterr().out
         assert "spec in" in out and "changed" in out
+
+
+class TestDurableState:
+    """The application id kept in the task's durable state (ResumableJobMixin), beside the tag-based reattach."""
+
+    def test_the_mixin_runs_the_train_operator_under_our_key(self):
+        from airflow.sdk import ResumableJobMixin
+
+        assert issubclass(TFoSTrainOperator, ResumableJobMixin)
+        assert TFoSTrainOperator.external_id_key == STATE_APPLICATION_ID == "tfos_application_id"
+
+    def test_reattaching_through_the_durable_state_returns_the_full_result(self, tmp_path):
+        op, backend = train_op(tmp_path), FakeBackend()
+        use_backend(op, backend)
+        rundir = RunDir(str(tmp_path))
+        backend.add("application_1_0003", "RUNNING")  # no tag: found only through the durable state
+        backend.script["application_1_0003"] = [
+            backend.apps["application_1_0003"],
+            AppStateFactory.finished("application_1_0003", "other-tag"),
+        ]
+        store = FakeStateStore()
+        store.set(STATE_APPLICATION_ID, "application_1_0003")
+        digest, original = spec_hash(op.build_spec()), backend.get_state
+
+        def exporting_when_finished(app_id):
+            state = original(app_id)
+            if state.is_terminal and rundir.export_success() is None:
+                export(rundir, digest, step=12)
+            return state
+
+        backend.get_state = exporting_when_finished
+        context = make_context(store=store)
+        result = op.execute(context)
+        assert backend.submitted == []
+        assert result["application_id"] == "application_1_0003"
+        assert result["step"] == 12 and result["export_path"] == rundir.path("export")
+        assert context["ti"].xcoms["application_id"] == "application_1_0003"
+
+    def test_an_application_the_cluster_forgot_leads_to_the_tag_then_a_submission(self, tmp_path):
+        op, backend = train_op(tmp_path), FakeBackend()
+        use_backend(op, backend)
+        store = FakeStateStore()
+        store.set(STATE_APPLICATION_ID, "application_1_0042")  # unknown to the backend: get_state raises
+        op.execute(make_context(store=store))
+        assert len(backend.submitted) == 1
+        assert store.get(STATE_APPLICATION_ID) == "application_1700000000000_0100"
+
+    def test_a_stored_application_that_succeeded_without_this_export_is_not_done(self, tmp_path):
+        op, backend = train_op(tmp_path), FakeBackend()
+        use_backend(op, backend)
+        backend.add("application_1_0005", "FINISHED", "SUCCEEDED", tags=[run_tag(str(tmp_path))])
+        store = FakeStateStore()
+        store.set(STATE_APPLICATION_ID, "application_1_0005")
+        rundir = RunDir(str(tmp_path))
+        export(rundir, "an-older-spec")
+        exporting(backend, rundir, spec_hash(op.build_spec()))
+        result = op.execute(make_context(store=store))
+        assert len(backend.submitted) == 1
+        assert result["application_id"] == store.get(STATE_APPLICATION_ID) == "application_1700000000000_0100"
+        assert rundir.export_success()["spec_hash"] == spec_hash(op.build_spec())
+
+    def test_the_durable_state_keeps_the_winner_of_a_race(self, tmp_path):
+        op, backend = train_op(tmp_path), FakeBackend()
+        use_backend(op, backend)
+        tag = run_tag(str(tmp_path))
+        backend.on_submit = lambda app_id: setattr(
+            backend, "racer", AppStateFactory.running("application_1700000000000_0001", tag)
+        )
+        backend.script["application_1700000000000_0001"] = [
+            AppStateFactory.finished("application_1700000000000_0001", tag)
+        ]
+        context = make_context()
+        op.execute(context)
+        assert context["task_state_store"].get(STATE_APPLICATION_ID) == "application_1700000000000_0001"
+
+    def test_durable_false_neither_reads_nor_writes_the_state(self, tmp_path):
+        op, backend = train_op(tmp_path, durable=False), FakeBackend()
+        use_backend(op, backend)
+        backend.add("application_1_0003", "RUNNING")  # untagged: only the durable state could name it
+        store = FakeStateStore()
+        store.set(STATE_APPLICATION_ID, "application_1_0003")
+        op.execute(make_context(store=store))
+        assert len(backend.submitted) == 1
+        assert store.get(STATE_APPLICATION_ID) == "application_1_0003"
+        assert backend.polls.get("application_1_0003") is None
+
+    def test_launch_reattaches_through_the_durable_state(self, tmp_path):
+        op = TFoSLaunchClusterOperator(
+            task_id="launch", train_fn="pkg.mod:main_fun", num_nodes=2, run_dir=str(tmp_path), poll_interval=0.01
+        )
+        backend = FakeBackend()
+        backend.add("application_1_0008", "RUNNING")
+        RunDir(str(tmp_path)).write_status("RUNNING", application_id="application_1_0008", serving=True)
+        use_backend(op, backend)
+        store = FakeStateStore()
+        store.set(STATE_APPLICATION_ID, "application_1_0008")
+        result = op.execute(make_context("launch", store=store))
+        assert result == {"application_id": "application_1_0008", "run_dir": str(tmp_path)}
+        assert backend.submitted == []
 
 
 class AppStateFactory:
