@@ -11,6 +11,8 @@ atomically, so a sensor never sees half of anything::
     <run_dir>/control/stop.json    a graceful stop request
     <run_dir>/export/              the final SavedModel, with _SUCCESS (spec hash, step, metrics) inside
     <run_dir>/events/              one JSON file per event, in time order
+    <run_dir>/progress.json        the chief's training progress (step, epoch, loss, rate, ETA), kept current
+    <run_dir>/report/              the training report: report.html and the PNGs it shows
 
 A checkpoint or export is written under a temporary name inside the run directory, then renamed into
 place; only then does the manifest (or ``_SUCCESS``) name it.
@@ -38,6 +40,9 @@ STOP = "control/stop.json"
 EXPORT = "export"
 SUCCESS = "_SUCCESS"
 EVENTS = "events"
+PROGRESS = "progress.json"
+REPORT_DIR = "report"
+REPORT_HTML = "report/report.html"
 
 #: Run states written to status.json by the driver.
 STATES = ("SUBMITTED", "STARTING", "RUNNING", "STOPPING", "SUCCEEDED", "FAILED", "STOPPED")
@@ -163,6 +168,11 @@ class RunDir:
                 return Checkpoint(path, record["step"], record.get("epoch"), record.get("time"))
         return None
 
+    def checkpoint_history(self) -> list[dict[str, Any]]:
+        """The manifest's records (``name``, ``step``, ``epoch``, ``time``) of the kept checkpoints, oldest first."""
+        manifest = self._read_json(CHECKPOINTS, MANIFEST)
+        return list((manifest or {}).get("history", []))
+
     def discard_staging(self) -> int:
         """Remove checkpoints left half-written by a crash; return how many there were."""
         names = [n for n in self.storage.listdir(self.path(CHECKPOINTS)) if n.startswith(".staging-")]
@@ -227,6 +237,15 @@ class RunDir:
     def export_success(self) -> dict[str, Any] | None:
         """The ``_SUCCESS`` record of a complete export, or None."""
         return self._read_json(EXPORT, SUCCESS)
+
+    # --- progress ------------------------------------------------------------------------------------
+
+    def write_progress(self, record: dict[str, Any]) -> None:
+        """Replace progress.json (written by the chief while it trains, atomically)."""
+        self._write_json(record, PROGRESS)
+
+    def read_progress(self) -> dict[str, Any] | None:
+        return self._read_json(PROGRESS)
 
     # --- events --------------------------------------------------------------------------------------
 

@@ -4,6 +4,13 @@ The Spark task writes ``payload.pkl`` (the user's function and its arguments) an
 (the node's context) into a private directory and starts this module there. It runs
 ``main_fun(args, ctx)`` and leaves either ``result.pkl`` (the return value) or ``error.json`` (the
 exception and its traceback) behind for the task to read. These files never leave the executor's local disk.
+
+With a run directory, the node also records there (as events, best effort): ``feed`` before ``main_fun``
+when data was fed from Spark (``worker``, ``job_name``, ``task_index``, ``executor_id``, ``attempt``,
+``rows`` of all splits, ``splits`` (rows by split), ``bytes``, ``seconds`` its Spark task took to read
+them, ``rows_per_sec``, ``peak_rss_mb`` of the Spark task while it read), and ``node_memory`` when
+``main_fun`` has returned or raised (``worker``, ``job_name``, ``task_index``, ``executor_id``,
+``attempt``, ``host``, ``peak_rss_mb`` of this process, ``ok``).
 """
 
 from __future__ import annotations
@@ -12,6 +19,7 @@ import json
 import logging
 import os
 import pickle
+import resource
 import sys
 import threading
 import time
@@ -59,6 +67,64 @@ def _write_error(node_dir: Path, exc: BaseException, reason: str | None = None) 
     tmp.replace(node_dir / ERROR)
 
 
+def peak_rss_mb() -> float:
+    """This process's peak resident memory in MiB."""
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return round(peak / 2**20 if sys.platform == "darwin" else peak / 1024, 1)  # bytes on macOS, KiB on Linux
+
+
+def _node_fields(ctx) -> dict:
+    fields = {
+        "worker": f"{ctx.job_name}:{ctx.task_index}",
+        "job_name": ctx.job_name,
+        "task_index": ctx.task_index,
+        "executor_id": ctx.executor_id,
+        "attempt": ctx.attempt,
+    }
+    run_id = os.environ.get("AIRFLOW_TFOS_RUN_ID")
+    return {**fields, "run_id": run_id} if run_id else fields
+
+
+def _record_feed(ctx) -> None:
+    """Record how many rows reached this node from Spark, and how fast (all splits were read together)."""
+    if not ctx.run_dir or not ctx.feed_shares:
+        return
+    from airflow_tfos.rundir import RunDir
+
+    try:
+        shares = list(ctx.feed_shares.values())
+        rows = sum(int(share.rows) for share in shares)
+        seconds = max(float(share.spill_seconds) for share in shares)
+        RunDir(ctx.run_dir).add_event(
+            "feed",
+            **_node_fields(ctx),
+            rows=rows,
+            splits={name: int(share.rows) for name, share in sorted(ctx.feed_shares.items())},
+            bytes=sum(os.path.getsize(share.path) for share in shares if os.path.exists(share.path)),
+            seconds=round(seconds, 3),
+            rows_per_sec=round(rows / seconds, 1) if seconds > 0 else None,
+            peak_rss_mb=round(max(float(share.spill_peak_rss_mb) for share in shares), 1),
+        )
+    except Exception as exc:  # statistics only: never fail a node for them
+        log.warning("cannot record the feed statistics in %s: %s", ctx.run_dir, exc)
+
+
+def _record_end(ctx, ok: bool) -> None:
+    """Wait for pending progress writes, then record this process's peak memory."""
+    if ctx is None or not ctx.run_dir:
+        return
+    try:
+        from airflow_tfos.rundir import RunDir
+        from airflow_tfos.runtime.progress import flush_all
+
+        flush_all(timeout=30.0 if ok else 10.0)
+        RunDir(ctx.run_dir).add_event(
+            "node_memory", **_node_fields(ctx), host=ctx.host, peak_rss_mb=peak_rss_mb(), ok=ok
+        )
+    except Exception as exc:
+        log.warning("cannot record the node's memory in %s: %s", ctx.run_dir, exc)
+
+
 def _load_payload(node_dir: Path):
     try:
         with open(node_dir / PAYLOAD, "rb") as f:
@@ -83,10 +149,12 @@ def main(argv: list[str]) -> int:
         format="%(asctime)s %(levelname)s [%(name)s] %(message)s",
         stream=sys.stderr,
     )
+    ctx = None
     try:
         main_fun, args, ctx = _load_payload(node_dir)
         if isinstance(args, list):
             sys.argv = list(args)  # as TFoS did, for programs that parse sys.argv
+        _record_feed(ctx)
         log.info("node %s:%d starting main_fun", ctx.job_name, ctx.task_index)
         result = main_fun(args, ctx)
     except SystemExit as exc:
@@ -94,10 +162,13 @@ def main(argv: list[str]) -> int:
             result = None
         else:
             _write_error(node_dir, exc, reason=f"main_fun called sys.exit({exc.code!r})")
+            _record_end(ctx, ok=False)
             return 1
     except BaseException as exc:
         _write_error(node_dir, exc)
+        _record_end(ctx, ok=False)
         return 1
+    _record_end(ctx, ok=True)
     try:
         from pyspark import cloudpickle
 
