@@ -14,11 +14,28 @@ a restore downloads the latest checkpoint into a local temporary directory first
 
     ckpt = RunCheckpointer(ctx, model=model, every_steps=50)
     fit_resumable(model, ctx.dataset(), epochs=10, steps_per_epoch=ctx.steps_per_epoch, checkpointer=ckpt)
+
+Warm start: when the run has no checkpoint yet and ``ctx.warm_start`` names an exported model (the
+spec's ``warm_start``), :meth:`RunCheckpointer.restore` starts from that model's weights instead of
+from scratch. A published checkpoint always wins, so a retry resumes where it stopped. ``warm_start``
+is either a SavedModel directory written by :func:`export_model` or a run directory whose ``export/``
+holds one (``<path>/export/saved_model.pb`` is looked for first), as a local path, ``file://``,
+``hdfs://`` or ``webhdfs://`` URI; remote models are downloaded to a local temporary directory first.
+A path without a model there (the first night of a nightly DAG) trains from scratch.
+
+To know before training whether it resumes or starts from a warm start, call ``restore()`` first:
+it loads once per checkpointer and sets :attr:`RunCheckpointer.restored_step` and
+:attr:`RunCheckpointer.warm_started`; :func:`fit_resumable` calls it again, which then does nothing::
+
+    ckpt = RunCheckpointer(ctx, model=model, every_steps=50)
+    start = ckpt.restore()          # 0: from scratch or from ckpt.warm_started; > 0: a resume
+    fit_resumable(model, ctx.dataset(), epochs=10, steps_per_epoch=ctx.steps_per_epoch, checkpointer=ckpt)
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import os
 import shutil
@@ -28,10 +45,17 @@ import weakref
 from collections.abc import Iterator
 from typing import Any
 
-from airflow_tfos.rundir import RunDir
-from airflow_tfos.storage import Storage
+from airflow_tfos.rundir import EXPORT, SUCCESS, RunDir
+from airflow_tfos.storage import Storage, join, storage_for
 
 log = logging.getLogger(__name__)
+
+#: The file that marks a directory as a SavedModel.
+SAVED_MODEL_FILE = "saved_model.pb"
+
+
+class WarmStartError(ValueError):
+    """The warm-start model cannot be used for this model; the message says what to change."""
 
 
 class RunCheckpointer:
@@ -47,6 +71,10 @@ class RunCheckpointer:
     :param keep: how many checkpoints to keep.
     :param strategy: the distribution strategy (default: the model's).
     :param trackables: more objects to save with the model (e.g. a custom loop's optimizer).
+
+    After :meth:`restore`, ``restored_step`` is the global step training starts at (0 from scratch or
+    from a warm start) and ``warm_started`` the path of the model whose weights it starts from (None
+    when it resumes from a checkpoint or starts from scratch).
     """
 
     def __init__(
@@ -82,6 +110,8 @@ class RunCheckpointer:
         self.rundir = RunDir(ctx.run_dir)
         self._checkpoint = tf.train.Checkpoint(model=model, optimizer=model.optimizer, **trackables)
         self.last_saved = -1
+        self.restored_step: int | None = None
+        self.warm_started: str | None = None
 
     @property
     def step(self) -> int:
@@ -89,13 +119,24 @@ class RunCheckpointer:
         return int(self.model.optimizer.iterations.numpy())
 
     def restore(self) -> int:
-        """Load the latest published checkpoint, if any; return the step it was taken at (0 if none)."""
+        """Load the latest published checkpoint, or else the warm-start model; return the step training
+        starts at (0 without a checkpoint).
+
+        Every training node must call it (a warm start is agreed on collectively). It loads once per
+        checkpointer: later calls return the same step and leave the model alone, so a program may call
+        it before :func:`fit_resumable` to learn how training starts.
+        """
+        if self.restored_step is not None:
+            return self.restored_step
         if self.ctx.is_chief:
             dropped = self.rundir.discard_staging()
             if dropped:
                 log.warning("dropped %d checkpoint(s) left half-written by a crash", dropped)
         latest = self.rundir.latest_checkpoint()
         if latest is None:
+            if getattr(self.ctx, "warm_start", None):
+                self._warm_start(self.ctx.warm_start)
+            self.restored_step = 0
             return 0
         local = self.rundir.storage.local_path(latest.path)
         if local is None:  # remote: download it; kept until this checkpointer goes (restores may be deferred)
@@ -107,7 +148,38 @@ class RunCheckpointer:
         if self.ctx.is_chief:
             self.rundir.add_event("restore", step=latest.step, attempt=self.ctx.attempt, checkpoint=latest.path)
         log.info("restored checkpoint of step %d from %s", latest.step, latest.path)
+        self.restored_step = latest.step
         return latest.step
+
+    def _warm_start(self, requested: str) -> None:
+        found = find_warm_start(requested)
+        agreed = self._count_workers(found is not None)
+        if agreed not in (0, max(1, self.ctx.num_workers)):
+            raise WarmStartError(
+                f"warm_start {requested} has a model for {agreed} of {self.ctx.num_workers} training nodes only: "
+                "put it where every node reads the same files (HDFS, or a shared file system)"
+            )
+        if found is None:
+            log.warning("no model at %s: training from scratch", requested)
+            if self.ctx.is_chief:
+                self.rundir.add_event("warm_start_missing", path=requested, attempt=self.ctx.attempt)
+            return
+        path, success = found
+        started = time.monotonic()
+        load_weights_from(self.model, path)
+        self.warm_started = path
+        source_step = (success or {}).get("step")
+        log.info("warm start: weights of %s (step %s) loaded in %.2f s", path, source_step, time.monotonic() - started)
+        if self.ctx.is_chief:
+            self.rundir.add_event(
+                "warm_start",
+                path=path,
+                requested=requested,
+                source_step=source_step,
+                source_spec_hash=(success or {}).get("spec_hash"),
+                source_metrics=(success or {}).get("metrics"),
+                attempt=self.ctx.attempt,
+            )
 
     def save(self, epoch: int | None = None) -> None:
         """Save now (every worker must call this at the same step); the chief publishes its copy."""
@@ -142,14 +214,18 @@ class RunCheckpointer:
             self.save(epoch)
 
     def _any_worker(self, flag: bool) -> bool:
+        return self._count_workers(flag) > 0
+
+    def _count_workers(self, flag: bool) -> int:
+        """How many training nodes pass ``flag`` true (a small all-reduce that every node must join)."""
         import tensorflow as tf
 
         if self.ctx.num_workers <= 1:
-            return flag
+            return int(flag)
         value = self.strategy.experimental_distribute_values_from_function(
             lambda _: tf.constant(1 if flag else 0, tf.int32)
         )
-        return bool(self.strategy.reduce(tf.distribute.ReduceOp.SUM, value, axis=None).numpy() > 0)
+        return int(self.strategy.reduce(tf.distribute.ReduceOp.SUM, value, axis=None).numpy())
 
     def keras_callback(self, steps_per_epoch: int):
         """A Keras callback saving every ``every_steps`` steps and at the end of training."""
@@ -167,16 +243,36 @@ class RunCheckpointer:
         return _Save()
 
 
-def fit_resumable(model, dataset, *, epochs: int, steps_per_epoch: int, checkpointer: RunCheckpointer, **fit_kwargs):
+def fit_resumable(
+    model,
+    dataset,
+    *,
+    epochs: int,
+    steps_per_epoch: int,
+    checkpointer: RunCheckpointer,
+    progress: bool = True,
+    **fit_kwargs,
+):
     """``model.fit`` that restores the latest checkpoint first and carries on from its exact step.
 
     ``dataset`` must yield one epoch of ``steps_per_epoch`` batches per iteration (``ctx.dataset()``
     does). A run restored mid-epoch first finishes that epoch, skipping the batches already trained
-    on, then runs the remaining epochs. Returns the histories of the fits it ran.
+    on, then runs the remaining epochs. Without a checkpoint it starts from the warm-start model when
+    the run has one (:meth:`RunCheckpointer.restore`, which it calls; calling it first is harmless).
+    With ``progress`` (default) it reports progress to the run directory
+    (:func:`airflow_tfos.runtime.progress.progress_callback`). Returns the histories of the fits it ran.
     """
     start = checkpointer.restore()
     epoch, done_in_epoch = divmod(start, steps_per_epoch)
-    callbacks = [*fit_kwargs.pop("callbacks", []), checkpointer.keras_callback(steps_per_epoch)]
+    ours = [checkpointer.keras_callback(steps_per_epoch)]
+    if progress:
+        from airflow_tfos.runtime.progress import progress_callback
+
+        # First, so that a step's time does not include the other callbacks' work (e.g. saving).
+        tracker = progress_callback(checkpointer.ctx, steps_per_epoch=steps_per_epoch, epochs=epochs)
+        callbacks = [tracker, *fit_kwargs.pop("callbacks", []), *ours]
+    else:
+        callbacks = [*fit_kwargs.pop("callbacks", []), *ours]
     histories = []
     if epoch < epochs and done_in_epoch:
         rest = steps_per_epoch - done_in_epoch
@@ -254,3 +350,70 @@ def _save_model(model, path: str) -> None:
         model.save(path, save_format="tf")
     else:
         model.export(path)
+
+
+def find_warm_start(uri: str) -> tuple[str, dict[str, Any] | None] | None:
+    """Find the exported model that ``warm_start`` names: ``(model path, its _SUCCESS record or None)``.
+
+    ``uri`` is a SavedModel directory, or a run directory whose ``export/`` holds one (looked for first).
+    None when neither has a ``saved_model.pb``.
+    """
+    try:
+        storage = storage_for(uri)
+    except ValueError as exc:
+        raise WarmStartError(f"warm_start {uri!r}: {exc}") from None
+    base = uri.rstrip("/")
+    for candidate in (join(base, EXPORT), base):
+        if storage.exists(join(candidate, SAVED_MODEL_FILE)):
+            try:
+                success = json.loads(storage.read_bytes(join(candidate, SUCCESS)))
+            except (FileNotFoundError, ValueError):
+                success = None
+            return candidate, success
+    return None
+
+
+def load_weights_from(model, path: str) -> None:
+    """Set ``model``'s weights to those of the SavedModel at ``path`` (local or remote).
+
+    Raises :class:`WarmStartError`, naming both models' weight shapes by layer, when they differ.
+    """
+    import tensorflow as tf
+
+    storage = storage_for(path)
+    local = storage.local_path(path)
+    scratch = None
+    if local is None:
+        scratch = tempfile.mkdtemp(prefix="airflow-tfos-warm-start-")
+        storage.get_dir(path, scratch)
+        local = scratch
+    try:
+        try:
+            source = tf.keras.models.load_model(local, compile=False)
+        except (OSError, ValueError, TypeError) as exc:
+            raise WarmStartError(
+                f"cannot load the warm_start model at {path} as a Keras model ({str(exc).splitlines()[0]}): "
+                "warm_start needs a model written by export_model (Keras 2 SavedModel), or warm_start=None"
+            ) from exc
+        weights = source.get_weights()
+        wanted = [tuple(w.shape) for w in model.weights]
+        if [tuple(w.shape) for w in weights] != wanted:
+            raise WarmStartError(
+                f"the warm_start model at {path} does not fit this model: its weights are "
+                f"{describe_weights(source)}; this model's are {describe_weights(model)}. Build the same "
+                "architecture, or train from scratch (warm_start=None)"
+            )
+        model.set_weights(weights)
+    finally:
+        if scratch is not None:
+            shutil.rmtree(scratch, ignore_errors=True)
+
+
+def describe_weights(model) -> str:
+    """The weight shapes of a Keras model, layer by layer: ``dense: (4, 1) (1,); dense_1: ...``."""
+    parts = []
+    for layer in getattr(model, "layers", []):
+        shapes = " ".join(str(tuple(w.shape)) for w in layer.weights)
+        if shapes:
+            parts.append(f"{layer.name}: {shapes}")
+    return "; ".join(parts) or "(no weights)"

@@ -37,6 +37,9 @@ class NodeContext:
     :param feed_shares: InputMode.SPARK: this node's share of the training (``train``) and validation
         (``validation``) data, spilled on its executor.
     :param mgr: TFoS programs' feed handle (``DataFeed(ctx.mgr)``), for RDDs fed by ``TFCluster.train``.
+    :param warm_start: an exported model to start training from when the run has no checkpoint (the
+        spec's ``warm_start``): a SavedModel directory, or a run directory whose ``export/`` to use.
+        :meth:`~airflow_tfos.runtime.checkpoint.RunCheckpointer.restore` loads it. None: none.
     """
 
     executor_id: int
@@ -56,6 +59,7 @@ class NodeContext:
     log_dir: str | None = None
     feed_shares: dict[str, FeedShare] = field(default_factory=dict)
     mgr: Any = None
+    warm_start: str | None = None
 
     # --- InputMode.SPARK -------------------------------------------------------------------------
 

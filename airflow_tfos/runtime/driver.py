@@ -3,8 +3,11 @@
 What spark-submit runs (on YARN in cluster mode, or locally). It reads ``spec.json`` from the run
 directory, builds the input, runs the TF cluster (with automatic recovery), then serves the feed
 requests found in ``feeds/``, in order, each once. It keeps ``status.json`` current (state, application
-id, attempt, latest checkpoint step, heartbeat), honours a stop request (waits for the next checkpoint,
-at most ``stop_grace_secs``, then stops the cluster), and exits non-zero on failure:
+id, attempt, latest checkpoint step, heartbeat, and the chief's ``progress.json`` as ``progress``),
+honours a stop request (waits for the next checkpoint, at most ``stop_grace_secs``, then stops the
+cluster), records the events ``application`` (``application_id``, ``spec_hash``) and
+``application_end`` (``application_id``, ``state``, ``exit_code``, ``seconds``), writes the training
+report (``report/report.html``, :mod:`airflow_tfos.report`; best effort) and exits non-zero on failure:
 
 - 0: trained (or already exported for this spec, or stopped on request);
 - 1: training failed (the error is in status.json and on stderr; checkpoints are kept);
@@ -64,14 +67,27 @@ class _Watch(threading.Thread):
         super().__init__(name="airflow-tfos-status", daemon=True)
         self.rundir, self.spec, self.base, self.interval = rundir, spec, base, interval
         self.tf_run: TFClusterRun | None = None
+        self.run_ids: set[str] = set()
         self.stopping = threading.Event()
         self.finished = threading.Event()
         self.lock = threading.Lock()
         self._stop_seen: tuple[float, int] | None = None
 
+    def attach(self, tf_run: TFClusterRun) -> None:
+        """Watch this TF cluster (stop requests cancel it; its progress goes into status.json)."""
+        self.run_ids.add(tf_run.run_id)
+        self.tf_run = tf_run
+
     def step(self) -> int:
         latest = self.rundir.latest_checkpoint()
         return latest.step if latest else 0
+
+    def progress(self) -> dict[str, Any] | None:
+        """The chief's progress.json, when it was written by a TF cluster of this application."""
+        record = self.rundir.read_progress()
+        if record and record.get("run_id") in self.run_ids:
+            return record
+        return None
 
     def run(self) -> None:
         while not self.finished.wait(self.interval):
@@ -97,15 +113,19 @@ class _Watch(threading.Thread):
         self._write("RUNNING", step)
 
     def _write(self, state: str, step: int) -> None:
+        progress = self.progress()
+        extra = {"progress": progress} if progress is not None else {}
         with self.lock:
             if not self.finished.is_set():  # the final state, once written, is never overwritten
-                self.rundir.write_status(state, **self.base, step=step)
+                self.rundir.write_status(state, **self.base, step=step, **extra)
 
     def finish(self, state: str, **fields: Any) -> None:
         """Stop beating and write the final state."""
         with self.lock:
             self.finished.set()
-            self.rundir.write_status(state, **self.base, step=self.step(), **fields)
+            progress = self.progress()
+            extra = {"progress": progress} if progress is not None else {}
+            self.rundir.write_status(state, **self.base, step=self.step(), **extra, **fields)
 
 
 def _fail(rundir: RunDir | None, message: str, code: int, **fields: Any) -> int:
@@ -142,8 +162,9 @@ def _run_once(spark, spec: RunSpec, rundir: RunDir, train_fn, args, data, watch:
         feed=Feed(**spec.feed) if frame is not None else None,
         validation_data=validation,
         max_attempts=spec.max_attempts,
+        warm_start=spec.warm_start,
     )
-    watch.tf_run = tf_run
+    watch.attach(tf_run)
     return tf_run.start().wait()
 
 
@@ -225,10 +246,33 @@ def run_driver(
     for key, value in (conf or {}).items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
+    started = time.monotonic()
+    app_id = spark.sparkContext.applicationId
+    _record(rundir, "application", application_id=app_id, spec_hash=digest)
+    code = EXIT_FAILED
+    try:
+        code = _run_application(spark, spec, rundir, train_fn, digest, heartbeat_secs)
+        return code
+    finally:
+        spark.stop()
+        state = _read_state(rundir)
+        _record(
+            rundir,
+            "application_end",
+            application_id=app_id,
+            state=state,
+            exit_code=code,
+            seconds=round(time.monotonic() - started, 1),
+        )
+        if spec.kind == "train":
+            write_report_safely(rundir)
+
+
+def _run_application(spark, spec: RunSpec, rundir: RunDir, train_fn, digest: str, heartbeat_secs: float) -> int:
     base = {"application_id": spark.sparkContext.applicationId, "spec_hash": digest}
     watch = _Watch(rundir, spec, base, heartbeat_secs)
     try:
-        rundir.write_status("STARTING", **base, step=watch.step(), error=None)
+        rundir.write_status("STARTING", **base, step=watch.step(), error=None, progress=None)
         watch.start()
         if spec.kind == "inference":
             result = run_inference_job(spark, spec)
@@ -265,7 +309,34 @@ def run_driver(
         return _fail(rundir, str(exc), EXIT_FAILED, **base, step=watch.step())
     finally:
         watch.finished.set()
-        spark.stop()
+
+
+def _record(rundir: RunDir, kind: str, **fields: Any) -> None:
+    try:
+        rundir.add_event(kind, **fields)
+    except RunDirError as exc:
+        log.warning("cannot record %s in %s: %s", kind, rundir.uri, exc)
+
+
+def _read_state(rundir: RunDir) -> str | None:
+    try:
+        return (rundir.read_status() or {}).get("state")
+    except RunDirError:
+        return None
+
+
+def write_report_safely(rundir: RunDir) -> str | None:
+    """Write the training report; on any failure log a warning and return None (never fails the run)."""
+    started = time.monotonic()
+    try:
+        from airflow_tfos.report import write_report
+
+        path = write_report(rundir)
+    except Exception as exc:  # the report is a convenience: it must never change the run's outcome
+        log.warning("cannot write the training report to %s: %s", rundir.uri, exc, exc_info=True)
+        return None
+    log.info("training report written to %s in %.1f s", path, time.monotonic() - started)
+    return path
 
 
 def _jsonable(value: Any) -> Any:

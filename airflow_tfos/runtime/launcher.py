@@ -75,6 +75,8 @@ class TFClusterRun:
         or a node fails for a reason a fresh cluster may get past (a lost peer), the whole barrier stage
         runs again with fresh ports and TF_CONFIG, and the nodes resume from the latest checkpoint
         (:mod:`airflow_tfos.runtime.checkpoint`). An error in the program itself is not retried.
+    :param warm_start: an exported model (SavedModel directory, or a run directory with ``export/``)
+        to start from when the run has no checkpoint yet; the nodes find it as ``ctx.warm_start``.
     """
 
     def __init__(
@@ -101,6 +103,7 @@ class TFClusterRun:
         validation_data: Any = None,
         row_feed: RowFeed | None = None,
         max_attempts: int = 3,
+        warm_start: str | None = None,
     ):
         if not callable(main_fun):
             raise TypeError(f"main_fun must be callable, got {type(main_fun).__name__}")
@@ -126,6 +129,7 @@ class TFClusterRun:
         if max_attempts < 1:
             raise ClusterConfigError(f"max_attempts must be at least 1, got {max_attempts}")
         self.max_attempts = max_attempts
+        self.warm_start = warm_start or None
         self.data, self.feed, self.validation_data, self.row_feed = data, feed, validation_data, row_feed
         _check_data_args(data, feed, validation_data, row_feed)
         self.run_id = uuid.uuid4().hex[:12]
@@ -191,6 +195,7 @@ class TFClusterRun:
             feed=self.feed,
             with_validation=self.validation_data is not None,
             row_feed=self.row_feed,
+            warm_start=self.warm_start,
         )
 
     def _collect(self, job: NodeJob) -> None:

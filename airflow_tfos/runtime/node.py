@@ -67,6 +67,7 @@ class NodeJob:
     :param with_validation: the partition also holds validation rows (tagged by a split column).
     :param row_feed: InputMode.SPARK from an RDD (TFoS's DataFeed): the partition holds Python rows.
     :param attempt: which attempt of the run this is (0 first; a new barrier stage each time).
+    :param warm_start: the exported model to start from without a checkpoint (``ctx.warm_start``).
     """
 
     run_id: str
@@ -87,6 +88,7 @@ class NodeJob:
     with_validation: bool = False
     row_feed: RowFeed | None = None
     attempt: int = 0
+    warm_start: str | None = None
 
 
 class _Released(Exception):
@@ -176,6 +178,7 @@ def _run_node(job: NodeJob, task, role: NodeRole, host: str, node_dir: Path, par
         log_dir=job.log_dir,
         feed_shares=shares,
         mgr=mgr,
+        warm_start=job.warm_start,
     )
     proc = _node_process(job, node_dir, ctx, env, f"TF node {role.label}")
     tensorboard = _tensorboard(job, env, host, tb_port) if tb_port else None
