@@ -379,3 +379,69 @@ def timed_checkpoints(args, ctx):
     dataset = tf.data.Dataset.from_tensor_slices((x, x[:, :1])).batch(8).repeat().with_options(options)
     model.fit(dataset, epochs=1, steps_per_epoch=32, callbacks=[Slow(), checkpointer.keras_callback(32)], verbose=0)
     return checkpointer.step
+
+
+def tracked_training(args, ctx):
+    """fit_resumable with its progress reporting, warm start, checkpoints and export.
+
+    Trains on the data fed from Spark when there is some, else on synthetic linear data
+    (``steps_per_epoch`` batches of 8 rows of 4 columns). Records, per attempt, how training started
+    (``start<attempt>-<job>-<index>.json``: restored step, warm start, weights before the first update)
+    and at the end the final weights (``final-...``). ``fail_at``: on attempt 0 the worker raises a
+    retryable ConnectionError once the global step reaches it.
+    """
+    import numpy as np
+    import tensorflow as tf
+
+    from airflow_tfos.runtime.checkpoint import RunCheckpointer, export_model, fit_resumable
+
+    strategy = tf.distribute.MultiWorkerMirroredStrategy()
+    if ctx.feed_shares:
+        dataset, steps, width = ctx.dataset(), ctx.steps_per_epoch, args.get("width", 2)
+    else:
+        steps, batch, width = args["steps_per_epoch"], 8, 4
+        rng = np.random.default_rng(ctx.training_rank)
+        x = rng.normal(size=(steps * batch, 4)).astype("float32")
+        y = (x @ np.array([[1.0], [-2.0], [0.5], [3.0]], dtype="float32")).astype("float32")
+        options = tf.data.Options()
+        options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.OFF
+        dataset = tf.data.Dataset.from_tensor_slices((x, y)).batch(batch, drop_remainder=True).with_options(options)
+    with strategy.scope():
+        tf.keras.utils.set_random_seed(args.get("seed", 1))
+        model = tf.keras.Sequential([tf.keras.Input(shape=(width,)), tf.keras.layers.Dense(args.get("units", 1))])
+        model.compile(optimizer=tf.keras.optimizers.SGD(args.get("lr", 0.05)), loss="mse", metrics=["mae"])
+    checkpointer = RunCheckpointer(ctx, model=model, every_steps=args.get("every", 5))
+    start = checkpointer.restore()
+    _write(
+        ctx,
+        f"start{ctx.attempt}",
+        {
+            "start": start,
+            "restored_step": checkpointer.restored_step,
+            "warm_started": checkpointer.warm_started,
+            "weights": [w.tolist() for w in model.get_weights()],
+        },
+    )
+    fail_at, pause = args.get("fail_at"), args.get("sleep", 0)
+
+    class Pace(tf.keras.callbacks.Callback):
+        def on_train_batch_end(self, batch_index, logs=None):
+            if fail_at and ctx.attempt == 0 and ctx.job_name == "worker" and checkpointer.step >= fail_at:
+                raise ConnectionError(f"worker lost its peer at step {checkpointer.step} (planned)")
+            time.sleep(pause)
+
+    histories = fit_resumable(
+        model,
+        dataset,
+        epochs=args.get("epochs", 2),
+        steps_per_epoch=steps,
+        checkpointer=checkpointer,
+        callbacks=[Pace()],
+        validation_data=ctx.validation_dataset() if ctx.feed_shares else None,
+        verbose=0,
+    )
+    loss = histories[-1].history["loss"][-1] if histories else None
+    export_model(ctx, model, metrics={"loss": loss, "warm_started": checkpointer.warm_started})
+    weights = [w.tolist() for w in model.get_weights()]
+    _write(ctx, "final", {"step": checkpointer.step, "loss": loss, "weights": weights})
+    return {"step": checkpointer.step, "attempt": ctx.attempt, "warm_started": checkpointer.warm_started, "loss": loss}
