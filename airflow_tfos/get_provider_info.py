@@ -34,6 +34,7 @@ def get_provider_info() -> dict:
                     "airflow_tfos.operators.train",
                     "airflow_tfos.operators.lifecycle",
                     "airflow_tfos.operators.inference",
+                    "airflow_tfos.operators.publish",
                 ],
             }
         ],
@@ -47,6 +48,7 @@ def get_provider_info() -> dict:
                     "airflow_tfos.hooks.local",
                     "airflow_tfos.hooks.run_dir",
                     "airflow_tfos.hooks.webhdfs",
+                    "airflow_tfos.hooks.registry",
                 ],
             }
         ],

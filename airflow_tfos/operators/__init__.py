@@ -1,13 +1,15 @@
-"""Operators: training as one task, or as launch / feed / shutdown tasks; batch inference."""
+"""Operators: training as one task, or as launch / feed / shutdown tasks; publishing; batch inference."""
 
 from airflow_tfos.operators.inference import TFoSInferenceOperator
 from airflow_tfos.operators.lifecycle import TFoSFeedOperator, TFoSShutdownClusterOperator
+from airflow_tfos.operators.publish import TFoSPublishModelOperator
 from airflow_tfos.operators.train import TFoSLaunchClusterOperator, TFoSTrainOperator
 
 __all__ = [
     "TFoSFeedOperator",
     "TFoSInferenceOperator",
     "TFoSLaunchClusterOperator",
+    "TFoSPublishModelOperator",
     "TFoSShutdownClusterOperator",
     "TFoSTrainOperator",
 ]

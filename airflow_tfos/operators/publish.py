@@ -1,0 +1,138 @@
+"""Publish a trained model into a registry, only when it is not worse than the model in service."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from functools import cached_property
+from typing import TYPE_CHECKING, Any
+
+from airflow.sdk import BaseOperator
+from airflow.sdk.exceptions import AirflowException
+
+from airflow_tfos.hooks.registry import ModelRegistryHook
+from airflow_tfos.hooks.run_dir import RunDirHook
+from airflow_tfos.registry import RegistryError, decide
+
+if TYPE_CHECKING:
+    from airflow.sdk import Context
+
+
+class TFoSPublishModelOperator(BaseOperator):
+    """Copy a run's export into a model registry and put it in service if it is not worse.
+
+    The candidate's ``metric`` (from the export's ``_SUCCESS`` record) is compared with the model in
+    service: with ``baseline_<metric>`` from the candidate's own metrics when the training function
+    recorded it (the model in service scored on the same evaluation data), else with the score kept
+    when that model was published. Every candidate is copied in as a version; only one that is not
+    worse (within ``tolerance``) goes into service. A version older than the one in service (a rerun of
+    an old date) never replaces it. Idempotent: running it again for the same export changes nothing.
+
+    Returns ``published`` (bool), ``reason``, ``version``, ``model_path`` (the model in service after
+    the decision: use it for batch inference), ``candidate_path``, ``metric``, ``candidate`` and
+    ``baseline``.
+
+    :param run_dir: the training run's directory (templated), e.g. the training task's ``run_dir``.
+    :param registry: the registry's directory (templated): a local path or an HDFS URI.
+    :param version: the version's name (templated); by default the run's logical date, which sorts in time.
+    :param metric: the export metric to compare.
+    :param higher_is_better: False for losses and errors.
+    :param tolerance: how much worse than the baseline still counts as not worse.
+    :param fail_if_worse: fail the task (instead of succeeding with ``published: False``) when the
+        candidate is worse.
+    :param webhdfs_conn_id: the ``webhdfs`` connection for HDFS run directories and registries.
+    """
+
+    template_fields: Sequence[str] = ("run_dir", "registry", "version")
+    ui_color = "#fde6c4"
+
+    def __init__(
+        self,
+        *,
+        run_dir: str,
+        registry: str,
+        version: str = "{{ ts_nodash }}",
+        metric: str = "test_accuracy",
+        higher_is_better: bool = True,
+        tolerance: float = 0.0,
+        fail_if_worse: bool = False,
+        webhdfs_conn_id: str | None = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        if tolerance < 0:
+            raise ValueError(f"TFoSPublishModelOperator {self.task_id!r}: tolerance must be >= 0, got {tolerance}")
+        self.run_dir = run_dir
+        self.registry = registry
+        self.version = version
+        self.metric = metric
+        self.higher_is_better = higher_is_better
+        self.tolerance = tolerance
+        self.fail_if_worse = fail_if_worse
+        self.webhdfs_conn_id = webhdfs_conn_id
+
+    @cached_property
+    def run_dir_hook(self) -> RunDirHook:
+        return RunDirHook(self.run_dir, webhdfs_conn_id=self.webhdfs_conn_id)
+
+    @cached_property
+    def registry_hook(self) -> ModelRegistryHook:
+        return ModelRegistryHook(self.registry, webhdfs_conn_id=self.webhdfs_conn_id)
+
+    def execute(self, context: Context) -> dict[str, Any]:
+        rundir = self.run_dir_hook.rundir
+        export = rundir.export_success()
+        if export is None:
+            raise AirflowException(
+                f"{rundir.path('export')} holds no complete export (no _SUCCESS): run the training task first"
+            )
+        registry = self.registry_hook.registry
+        current = registry.current()
+        if current and current.get("version") == self.version and current.get("spec_hash") == export.get("spec_hash"):
+            self.log.info("version %s is already in service: nothing to do", self.version)
+            return self._result(True, "already in service", current, current, export)
+        metrics = export.get("metrics") or {}
+        try:
+            decision = decide(
+                metrics,
+                current,
+                metric=self.metric,
+                higher_is_better=self.higher_is_better,
+                tolerance=self.tolerance,
+                version=self.version,
+            )
+        except RegistryError as exc:
+            raise AirflowException(f"cannot judge {rundir.path('export')}: {exc}") from exc
+        record = {
+            "source_run_dir": self.run_dir,
+            "spec_hash": export.get("spec_hash"),
+            "step": export.get("step"),
+            "metrics": metrics,
+            "metric": self.metric,
+            "score": decision.candidate,
+        }
+        added = registry.add_version(self.version, rundir.path("export"), self.run_dir_hook.storage, record)
+        registry.record_decision(self.version, decision, model_path=added["model_path"])
+        if decision.publish:
+            registry.set_current(added)
+            self.log.info("published version %s: %s", self.version, decision.reason)
+            in_service = added
+        else:
+            self.log.warning("kept version %s in service: %s", (current or {}).get("version"), decision.reason)
+            in_service = current
+            if self.fail_if_worse:
+                raise AirflowException(f"version {self.version} was not published: {decision.reason}")
+        return self._result(decision.publish, decision.reason, in_service, added, export, decision)
+
+    def _result(self, published, reason, in_service, added, export, decision=None) -> dict[str, Any]:
+        metrics = export.get("metrics") or {}
+        return {
+            "published": published,
+            "reason": reason,
+            "version": self.version,
+            "model_path": in_service["model_path"],
+            "model_version": in_service.get("version"),
+            "candidate_path": added["model_path"],
+            "metric": self.metric,
+            "candidate": decision.candidate if decision else metrics.get(self.metric),
+            "baseline": decision.baseline if decision else None,
+        }

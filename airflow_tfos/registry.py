@@ -1,0 +1,206 @@
+"""A model registry on plain storage: published model versions and the one in service.
+
+Pure Python (no Airflow, no TensorFlow), on the same storages as run directories (local paths,
+``file://``, ``hdfs://``, ``webhdfs://``). Layout::
+
+    <registry>/current.json               the version in service: its path, metrics, source run
+    <registry>/versions/<version>/model/  a copy of the run's export (a SavedModel)
+    <registry>/versions/<version>/_SUCCESS  the version's record (written last)
+    <registry>/decisions/<time>-<version>.json  every publish decision, published or not
+
+A version is copied under a temporary name and renamed into place, and ``current.json`` is replaced
+atomically after it, so a reader (a warm start, a batch inference) sees the previous version or the
+new one, never a partial copy. Versions are named so that they sort in time (``20261121T000000``):
+a rerun of an old date never takes the place of a newer version in service.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+import tempfile
+import time
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+from airflow_tfos.storage import Storage, join, storage_for
+
+log = logging.getLogger(__name__)
+
+CURRENT = "current.json"
+VERSIONS = "versions"
+DECISIONS = "decisions"
+MODEL = "model"
+SUCCESS = "_SUCCESS"
+
+
+class RegistryError(ValueError):
+    """The registry or a candidate cannot be used as asked; the message says what to change."""
+
+
+@dataclass(frozen=True)
+class Decision:
+    """Whether a candidate model goes into service, and why."""
+
+    publish: bool
+    reason: str
+    candidate: float | None
+    baseline: float | None
+
+
+def decide(
+    metrics: dict[str, Any],
+    current: dict[str, Any] | None,
+    *,
+    metric: str,
+    higher_is_better: bool = True,
+    tolerance: float = 0.0,
+    version: str,
+) -> Decision:
+    """Decide whether a candidate with ``metrics`` replaces the ``current`` record.
+
+    The candidate is compared with ``baseline_<metric>`` from its own metrics when present: the model
+    in service scored on the same evaluation data as the candidate, which is the fair comparison
+    (the training example records it before warm-starting from that model). Otherwise with the
+    ``score`` recorded when the current version was published. "Not worse" means within
+    ``tolerance`` of the baseline. A version older than the one in service never replaces it.
+    """
+    if metric not in metrics:
+        raise RegistryError(
+            f"the candidate's metrics have no {metric!r} (they have: {', '.join(sorted(metrics)) or 'none'}): "
+            "return it from train_fn's export_model(metrics=...) or set metric= to one of them"
+        )
+    candidate = float(metrics[metric])
+    if current is None:
+        return Decision(True, "no model is in service yet", candidate, None)
+    if str(version) < str(current.get("version", "")):
+        return Decision(
+            False, f"version {version} is older than version {current['version']} in service", candidate, None
+        )
+    if metrics.get(f"baseline_{metric}") is not None:
+        baseline, source = float(metrics[f"baseline_{metric}"]), "the model in service on the same evaluation data"
+    elif current.get("score") is not None:
+        baseline, source = float(current["score"]), f"version {current.get('version')} when it was published"
+    else:
+        return Decision(True, "the model in service has no recorded score", candidate, None)
+    ok = candidate >= baseline - tolerance if higher_is_better else candidate <= baseline + tolerance
+    verdict = "not worse than" if ok else "worse than"
+    return Decision(ok, f"{metric} {candidate:.4f} is {verdict} {baseline:.4f} ({source})", candidate, baseline)
+
+
+class ModelRegistry:
+    """Publish exported models into a registry directory and read the version in service.
+
+    :param uri: the registry's directory (path or URI).
+    :param storage: its storage (default: from the URI's scheme).
+    """
+
+    def __init__(self, uri: str, storage: Storage | None = None):
+        self.uri = uri.rstrip("/")
+        self.storage = storage or storage_for(uri)
+
+    def path(self, *parts: str) -> str:
+        return join(self.uri, *parts)
+
+    def _read(self, path: str) -> dict[str, Any] | None:
+        try:
+            return json.loads(self.storage.read_bytes(path))
+        except FileNotFoundError:
+            return None
+        except ValueError as exc:
+            raise RegistryError(f"{path} is not valid JSON ({exc}): fix or remove it") from exc
+
+    def _write(self, path: str, record: dict[str, Any]) -> None:
+        self.storage.write_bytes(path, json.dumps(record, indent=2, sort_keys=True).encode())
+
+    def current(self) -> dict[str, Any] | None:
+        """The record of the version in service (``version``, ``model_path``, ``metrics``...), or None."""
+        return self._read(self.path(CURRENT))
+
+    def current_model_path(self) -> str | None:
+        """Where the model in service is, or None before the first publish."""
+        record = self.current()
+        return record["model_path"] if record else None
+
+    def in_service_before(self, version: str) -> str | None:
+        """The model that was put in service last among versions older than ``version``, or None.
+
+        What a run for ``version`` starts from: stable when the run is repeated after its own model was
+        published, and right for a rerun of an old date.
+        """
+        published = sorted(
+            {d["version"] for d in self.decisions() if d.get("published") and str(d["version"]) < str(version)}
+        )
+        for older in reversed(published):
+            record = self.version(older)
+            if record:
+                return record["model_path"]
+        return None
+
+    def version(self, version: str) -> dict[str, Any] | None:
+        """The record of a published version, or None when it was never (completely) copied."""
+        return self._read(self.path(VERSIONS, version, SUCCESS))
+
+    def add_version(self, version: str, export_path: str, source: Storage, record: dict[str, Any]) -> dict[str, Any]:
+        """Copy the export at ``export_path`` (on ``source``) in as ``version``; idempotent for the same spec."""
+        _check_version(version)
+        existing = self.version(version)
+        if existing and existing.get("spec_hash") == record.get("spec_hash"):
+            log.info("version %s is already in the registry (spec %s)", version, existing.get("spec_hash"))
+            return existing
+        final = self.path(VERSIONS, version)
+        staging = self.path(VERSIONS, f".{version}.tmp-{uuid.uuid4().hex[:8]}")
+        scratch = tempfile.mkdtemp(prefix="airflow-tfos-publish-")
+        started = time.monotonic()
+        try:
+            source.get_dir(export_path, scratch)
+            self.storage.put_dir(scratch, join(staging, MODEL))
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)
+        full = {**record, "version": version, "model_path": join(final, MODEL), "copied_at": time.time()}
+        self._write(join(staging, SUCCESS), full)
+        if self.storage.exists(final):  # an earlier copy for another spec (a changed DAG): replaced
+            log.warning(
+                "replacing version %s (spec %s) with spec %s",
+                version,
+                (existing or {}).get("spec_hash"),
+                record.get("spec_hash"),
+            )
+            self.storage.delete(final)
+        self.storage.rename(staging, final)
+        log.info("copied %s into %s in %.1f s", export_path, final, time.monotonic() - started)
+        return full
+
+    def set_current(self, record: dict[str, Any]) -> None:
+        """Put a published version in service (``current.json``, replaced atomically)."""
+        self._write(self.path(CURRENT), {**record, "in_service_since": time.time()})
+
+    def record_decision(self, version: str, decision: Decision, **fields: Any) -> None:
+        name = f"{time.time_ns():020d}-{version}.json"
+        self._write(
+            self.path(DECISIONS, name),
+            {
+                "version": version,
+                "published": decision.publish,
+                "reason": decision.reason,
+                "candidate": decision.candidate,
+                "baseline": decision.baseline,
+                "time": time.time(),
+                **fields,
+            },
+        )
+
+    def decisions(self) -> list[dict[str, Any]]:
+        """Every decision recorded, oldest first."""
+        names = [n for n in self.storage.listdir(self.path(DECISIONS)) if n.endswith(".json")]
+        return [r for r in (self._read(self.path(DECISIONS, n)) for n in sorted(names)) if r]
+
+
+def _check_version(version: str) -> None:
+    if not version or version.startswith(".") or any(c in version for c in "/\\ \t\n"):
+        raise RegistryError(
+            f"model version {version!r} cannot name a directory: use letters, digits, '-', '_', '.' or 'T' "
+            "(e.g. the logical date as {{ ts_nodash }})"
+        )
