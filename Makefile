@@ -1,13 +1,16 @@
 # The two commands a newcomer runs: `make demo` and `make test`. Each installs what it needs.
 PY := .venv/bin/python
 
-.PHONY: demo test bootstrap bench lint
+.PHONY: demo demo-ui test bootstrap bench lint
 
 bootstrap:
 	@bash scripts/bootstrap.sh
 
 demo: bootstrap
 	$(PY) scripts/demo.py
+
+demo-ui: bootstrap
+	$(PY) scripts/demo.py --ui
 
 test: bootstrap
 	$(PY) -m pytest
@@ -19,4 +22,4 @@ bench: bootstrap
 	$(PY) bench/recovery.py --target executor
 
 lint: bootstrap
-	$(PY) -m ruff check airflow_tfos tests bench scripts
+	$(PY) -m ruff check airflow_tfos tests bench scripts example_dags

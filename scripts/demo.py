@@ -1,56 +1,158 @@
-"""The demo: train a digit classifier with 2 TF workers on a local Spark cluster; print its accuracy.
+"""The demo: the nightly retraining DAG, run by Airflow for two consecutive days, on this machine.
 
-Run by ``make demo``. Spark runs as ``local-cluster[2,1,2048]``: a master, two workers and two executor
-JVMs on this machine, each executor hosting one TF node (chief and worker) in one barrier stage.
+Run by ``make demo``. Everything lives under ``.demo/`` in the repository (or ``$AIRFLOW_TFOS_DEMO_DIR``):
+Airflow's home (SQLite), the day's data, the run directories (checkpoints, exports, training reports),
+the model registry and the predictions. Spark runs as ``local-cluster[2,1,1024]``: a master, two
+workers and two executor JVMs on this machine, each executor hosting one TF node (chief and worker)
+in one barrier stage.
+
+    python scripts/demo.py                 # run the two days (again: finished tasks are not redone)
+    python scripts/demo.py --days 3        # three days
+    python scripts/demo.py --ui            # the Airflow UI on the demo's runs, at http://127.0.0.1:8080
 """
 
 from __future__ import annotations
 
-import logging
+import argparse
+import json
 import os
+import subprocess
 import sys
 import time
+from datetime import date, timedelta
+from pathlib import Path
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO = Path(__file__).resolve().parent.parent
+#: Where the demo keeps everything (``AIRFLOW_TFOS_DEMO_DIR`` moves it, e.g. for tests).
+DEMO = Path(os.environ.get("AIRFLOW_TFOS_DEMO_DIR") or REPO / ".demo").resolve()
+DAG_ID = "tfos_nightly_digits"
+FIRST_DAY = date(2026, 11, 20)
+UI_PORT = 8080
 
 
-def main() -> int:
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    from pyspark import SparkConf, SparkContext
+def demo_env() -> dict[str, str]:
+    """The environment of every Airflow command of the demo."""
+    venv_bin = str(Path(sys.executable).parent)
+    return {
+        **os.environ,
+        "AIRFLOW_HOME": str(DEMO / "airflow"),
+        "AIRFLOW__CORE__DAGS_FOLDER": str(REPO / "example_dags"),
+        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+        "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{DEMO / 'airflow' / 'airflow.db'}",
+        "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS": "True",
+        "AIRFLOW__TFOS__RUN_DIR_BASE": str(DEMO / "runs"),
+        "AIRFLOW_CONN_TFOS_SPARK": json.dumps({"conn_type": "spark", "host": "local-cluster[2,1,1024]"}),
+        "AIRFLOW_TFOS_LOCAL_DIR": str(DEMO / "spark-apps"),
+        "TFOS_EXAMPLE_BASE": str(DEMO),
+        "PATH": os.pathsep.join([venv_bin, os.environ.get("PATH", "")]),
+        "PYSPARK_PYTHON": sys.executable,
+        "PYSPARK_DRIVER_PYTHON": sys.executable,
+        "SPARK_LOCAL_IP": "127.0.0.1",
+        "TF_CPP_MIN_LOG_LEVEL": "2",
+    }
 
-    from airflow_tfos.runtime import run
-    from airflow_tfos.runtime.examples.digits import DigitsArgs, main_fun
 
-    conf = (
-        SparkConf()
-        .setMaster("local-cluster[2,1,2048]")
-        .setAppName("airflow-tfos-demo")
-        .set("spark.driver.host", "127.0.0.1")
-        .set("spark.executor.memory", "1g")
-        .set("spark.ui.enabled", "false")
-        .set("spark.ui.showConsoleProgress", "false")
-    )
-    print("Starting a local Spark cluster (2 executors) ...", flush=True)
-    sc = SparkContext(conf=conf)
-    sc.setLogLevel("ERROR")
+def airflow(env: dict[str, str], *args: str, log: Path | None = None, timeout: float = 900) -> int:
+    """Run an Airflow command; its output goes to ``log`` (or the terminal)."""
+    command = [sys.executable, "-m", "airflow", *args]
+    if log is None:
+        return subprocess.run(command, env=env, cwd=REPO, timeout=timeout).returncode
+    with open(log, "w") as out:
+        return subprocess.run(
+            command, env=env, cwd=REPO, stdout=out, stderr=subprocess.STDOUT, timeout=timeout
+        ).returncode
+
+
+def day_summary(day: date) -> dict:
+    """What the run of ``day`` produced, read from its run directory and the model registry."""
+    from airflow_tfos.registry import ModelRegistry
+    from airflow_tfos.rundir import RunDir
+    from airflow_tfos.runs import default_run_dir
+
+    key = f"{day:%Y%m%d}T000000"
+    run_dir = default_run_dir(str(DEMO / "runs"), DAG_ID, "train", None, key)
+    export = RunDir(run_dir).export_success() or {}
+    registry = ModelRegistry(str(DEMO / "models" / "digits"))
+    decisions = [d for d in registry.decisions() if d["version"] == key]
+    predictions = DEMO / "predictions" / DAG_ID / day.isoformat()
+    return {
+        "day": day.isoformat(),
+        "run_dir": run_dir,
+        "metrics": export.get("metrics") or {},
+        "step": export.get("step"),
+        "decision": decisions[-1] if decisions else None,
+        "report": os.path.join(run_dir, "report", "report.html"),
+        "predictions": str(predictions) if (predictions / "_SUCCESS").exists() else None,
+        "in_service": (registry.current() or {}).get("version"),
+    }
+
+
+def print_summary(days: list[date], seconds: float) -> None:
+    print("\n" + "=" * 78)
+    print(f"Nightly retraining, {len(days)} days, in {seconds / 60:.1f} min")
+    for day in days:
+        s = day_summary(day)
+        m, d = s["metrics"], s["decision"] or {}
+        baseline = m.get("baseline_test_accuracy")
+        start = "warm start from the model in service" if m.get("warm_start") else "from scratch"
+        print(f"\n{s['day']}: trained {start}, {s['step']} steps")
+        print(f"  test accuracy            {m.get('test_accuracy', float('nan')):.4f}")
+        if baseline is not None:
+            print(f"  model in service, same data  {baseline:.4f}")
+        print(f"  published                {'yes' if d.get('published') else 'no'} ({d.get('reason', 'not judged')})")
+        print(f"  training report          {s['report']}")
+        print(f"  predictions              {s['predictions'] or 'none'}")
+    registry = DEMO / "models" / "digits"
+    current = json.loads((registry / "current.json").read_text()) if (registry / "current.json").exists() else {}
+    print(f"\nModel in service: version {current.get('version')} at {current.get('model_path')}")
+    print(f"Everything is under {DEMO}")
+    print("To open the Airflow UI on these runs: make demo-ui, then http://127.0.0.1:8080 (no login)")
+    print("=" * 78)
+
+
+def run_days(count: int) -> int:
+    env = demo_env()
+    (DEMO / "logs").mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
-    try:
-        args = DigitsArgs()
-        print(f"Training on scikit-learn's digits with 2 TF workers, {args.epochs} epochs ...", flush=True)
-        result = run(sc, main_fun, args, num_nodes=2, timeout=900)
-    finally:
-        sc.stop()
-    print()
-    print(f"  workers:            {result['workers']} (MultiWorkerMirroredStrategy, Keras)")
-    steps = result["steps_per_epoch"]
-    print(f"  training examples:  {result['train_examples']} ({steps} steps/epoch per worker)")
-    print(f"  final training loss {result['final_loss']:.4f}")
-    print(f"  TEST ACCURACY:      {result['test_accuracy']:.4f}")
-    print(f"  wall time:          {time.monotonic() - started:.1f} s")
+    print(f"Setting up Airflow (SQLite) in {DEMO / 'airflow'} ...", flush=True)
+    if airflow(env, "db", "migrate", log=DEMO / "logs" / "db-migrate.log", timeout=300) != 0:
+        print(f"airflow db migrate failed: see {DEMO / 'logs' / 'db-migrate.log'}", file=sys.stderr)
+        return 1
+    days = [FIRST_DAY + timedelta(days=i) for i in range(count)]
+    for day in days:
+        log = DEMO / "logs" / f"{DAG_ID}-{day}.log"
+        print(f"\nRunning {DAG_ID} for {day} (prepare, train on 2 TF workers, evaluate, publish, score) ...")
+        print(f"  full log: {log}", flush=True)
+        t0 = time.monotonic()
+        code = airflow(env, "dags", "test", DAG_ID, day.isoformat(), log=log)
+        text = log.read_text(errors="replace")
+        if code != 0 or "state=failed" in text or "DagRunState.FAILED" in text:
+            print(text[-4000:], file=sys.stderr)
+            print(f"\nThe run for {day} failed: see {log}", file=sys.stderr)
+            return 1
+        s = day_summary(day)
+        print(f"  done in {time.monotonic() - t0:.0f} s: test accuracy {s['metrics'].get('test_accuracy', 0):.4f}")
+    print_summary(days, time.monotonic() - started)
     return 0
+
+
+def serve_ui() -> int:
+    env = demo_env()
+    if not (DEMO / "airflow" / "airflow.db").exists():
+        print("Run the demo first (make demo): there are no runs to look at.", file=sys.stderr)
+        return 1
+    print(f"The Airflow UI on the demo's runs: http://127.0.0.1:{UI_PORT}/dags/{DAG_ID} (Ctrl-C to stop)")
+    return airflow(env, "api-server", "--host", "127.0.0.1", "--port", str(UI_PORT), timeout=10**9)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--days", type=int, default=2, help="how many consecutive days to run (default 2)")
+    parser.add_argument("--ui", action="store_true", help="serve the Airflow UI on the demo's runs instead")
+    options = parser.parse_args(argv)
+    if options.days < 1:
+        parser.error("--days must be at least 1")
+    return serve_ui() if options.ui else run_days(options.days)
 
 
 if __name__ == "__main__":

@@ -10,7 +10,7 @@ from tests.conftest import REPO
 
 def test_ruff_check_passes():
     done = subprocess.run(
-        [sys.executable, "-m", "ruff", "check", "airflow_tfos", "tests", "bench", "scripts"],
+        [sys.executable, "-m", "ruff", "check", "airflow_tfos", "tests", "bench", "scripts", "example_dags"],
         cwd=REPO,
         capture_output=True,
         text=True,

@@ -1,8 +1,14 @@
 """Handwritten digits (scikit-learn's 8x8 digits, shipped inside the package) on N TF workers.
 
-Each training node takes its own shard of the training split; MultiWorkerMirroredStrategy keeps
-the replicas in step with a synchronous all-reduce; the chief evaluates on the held-out split and
-returns the test accuracy.
+Two training functions:
+
+- :func:`main_fun` (what ``make`` runs without Airflow): each training node loads the digits itself
+  and takes its own shard of the training split; MultiWorkerMirroredStrategy keeps the replicas in
+  step with a synchronous all-reduce; the chief evaluates on the held-out split.
+- :func:`train_fed` (what the example DAGs run): the data is fed from Spark (``InputMode.SPARK``),
+  training checkpoints to the run directory and resumes from it, starts from the model in service
+  when there is one (warm start), scores that model and the new one on the same held-out data, and
+  exports the new one with both accuracies.
 """
 
 from __future__ import annotations
@@ -24,6 +30,7 @@ class DigitsArgs:
     :param hidden_units: width of the hidden layer.
     :param test_fraction: share of the data held out for the test accuracy.
     :param seed: seeds the split and the initial weights.
+    :param checkpoint_every: (:func:`train_fed`) publish a checkpoint every this many steps.
     """
 
     epochs: int = 30
@@ -32,6 +39,7 @@ class DigitsArgs:
     hidden_units: int = 64
     test_fraction: float = 0.2
     seed: int = 42
+    checkpoint_every: int = 20
 
 
 def load_split(test_fraction: float, seed: int):
@@ -115,3 +123,61 @@ def train_single_process(args: DigitsArgs | None = None) -> float:
     dataset = tf.data.Dataset.from_tensor_slices((x_train, y_train)).shuffle(len(x_train), seed=args.seed)
     model.fit(dataset.batch(args.batch_size), epochs=args.epochs, verbose=0)
     return float(model.evaluate(x_test, y_test, verbose=0)[1])
+
+
+def train_fed(args: DigitsArgs | dict | None, ctx) -> dict:
+    """Train on the digits fed from Spark (``pixels``, ``label``); checkpoint, warm-start, evaluate, export.
+
+    The spec feeds the day's training data as ``data`` and the held-out split as ``validation_data``.
+    Metrics of the export: ``test_accuracy`` and ``test_loss`` of the new model on the held-out data,
+    and, after a warm start, ``baseline_test_accuracy``: the starting model (the one in service) on the
+    same data, measured before the first step. A retry that resumes from a checkpoint takes the
+    baseline recorded by the try that measured it.
+    """
+    import tensorflow as tf
+
+    from airflow_tfos.rundir import RunDir
+    from airflow_tfos.runtime.checkpoint import RunCheckpointer, export_model, fit_resumable
+
+    if not isinstance(args, DigitsArgs):
+        args = DigitsArgs(**(args or {}))
+    started = time.monotonic()
+    strategy = tf.distribute.MultiWorkerMirroredStrategy()
+    with strategy.scope():
+        model = build_model(args)
+    checkpointer = RunCheckpointer(ctx, model=model, every_steps=args.checkpoint_every)
+    start = checkpointer.restore()
+    validation = ctx.validation_dataset()
+    if validation is None:
+        raise ValueError("train_fed evaluates on the held-out split: feed it as validation_data")
+    rundir = RunDir(ctx.run_dir)
+    baseline = None
+    if start == 0 and checkpointer.warm_started:
+        _, baseline = model.evaluate(validation, steps=ctx.validation_steps, verbose=0)
+        if ctx.is_chief:
+            rundir.add_event("baseline", test_accuracy=float(baseline), model=checkpointer.warm_started)
+        log.info("the warm-start model scores %.4f on the held-out data", baseline)
+    elif start > 0:
+        recorded = rundir.events("baseline")
+        baseline = recorded[-1]["test_accuracy"] if recorded else None
+    fit_resumable(
+        model,
+        ctx.dataset(),
+        epochs=args.epochs,
+        steps_per_epoch=ctx.steps_per_epoch,
+        checkpointer=checkpointer,
+        verbose=0,
+    )
+    loss, accuracy = model.evaluate(validation, steps=ctx.validation_steps, verbose=0)
+    metrics = {
+        "test_accuracy": float(accuracy),
+        "test_loss": float(loss),
+        "train_rows_per_worker": int(ctx.feed_shares["train"].rows),
+        "warm_start": checkpointer.warm_started,
+        "seconds": round(time.monotonic() - started, 1),
+    }
+    if baseline is not None:
+        metrics["baseline_test_accuracy"] = float(baseline)
+    export_model(ctx, model, metrics=metrics)
+    log.info("node %s:%d test accuracy %.4f", ctx.job_name, ctx.task_index, accuracy)
+    return metrics

@@ -1,0 +1,90 @@
+"""The nightly training as separate lifecycle tasks, each visible and rerunnable on its own.
+
+    prepare_data   Spark job: the day's data (as in the nightly DAG)
+    launch         starts the training application; returns once its TF cluster takes feed requests
+    feed           one feed: the day's training data; waits until it is trained on
+    checkpointed   waits for a published checkpoint of at least 20 steps (never a half-written one)
+    shutdown       graceful stop, then kill after a grace; runs whatever happened before (all_done)
+    app_finished   the application ended FINISHED; fails at once with the diagnostics on FAILED/KILLED
+
+Settings as in example_tfos_nightly.py (``TFOS_EXAMPLE_BASE``, the ``tfos_spark`` connection).
+"""
+
+from __future__ import annotations
+
+import os
+from datetime import datetime
+from pathlib import Path
+
+from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
+from airflow.sdk import DAG
+
+from airflow_tfos.operators import TFoSFeedOperator, TFoSLaunchClusterOperator, TFoSShutdownClusterOperator
+from airflow_tfos.sensors import TFoSCheckpointSensor, YarnApplicationSensor
+
+BASE = os.environ.get("TFOS_EXAMPLE_BASE") or os.path.join(os.environ.get("AIRFLOW_HOME", "."), "tfos-example")
+DATA = f"{BASE}/data/tfos_lifecycle_digits/{{{{ ds }}}}"
+SPARK_CONN = "tfos_spark"
+LAUNCHED = "ti.xcom_pull(task_ids='launch')"
+
+with DAG(
+    dag_id="tfos_lifecycle_digits",
+    description="Launch, feed, watch checkpoints, shut down: the training as separate tasks",
+    schedule=None,
+    start_date=datetime(2026, 11, 1),
+    catchup=False,
+    tags=["airflow-tfos", "example"],
+) as dag:
+    prepare_data = SparkSubmitOperator(
+        task_id="prepare_data",
+        conn_id=SPARK_CONN,
+        application=str(Path(__file__).parent / "jobs" / "prepare_digits.py"),
+        application_args=["--day", "{{ ds }}", "--out", DATA],
+        conf={"spark.ui.showConsoleProgress": "false"},
+    )
+
+    launch = TFoSLaunchClusterOperator(
+        task_id="launch",
+        spark_conn_id=SPARK_CONN,
+        train_fn="airflow_tfos.runtime.examples.digits:train_fed",
+        args={"epochs": 8, "checkpoint_every": 10},
+        num_nodes=2,
+        validation_data={"format": "parquet", "path": f"{DATA}/test"},
+        feed={"features": ["pixels"], "label": "label", "batch_size": 32},
+        executor_memory="1g",
+    )
+
+    feed = TFoSFeedOperator(
+        task_id="feed",
+        run_dir="{{ " + LAUNCHED + "['run_dir'] }}",
+        spark_conn_id=SPARK_CONN,
+        data={"format": "parquet", "path": f"{DATA}/train"},
+        feed_timeout=1200,
+    )
+
+    checkpointed = TFoSCheckpointSensor(
+        task_id="checkpointed",
+        run_dir="{{ " + LAUNCHED + "['run_dir'] }}",
+        min_step=20,
+        poke_interval=5,
+        timeout=600,
+    )
+
+    shutdown = TFoSShutdownClusterOperator(
+        task_id="shutdown",
+        run_dir="{{ " + LAUNCHED + "['run_dir'] }}",
+        spark_conn_id=SPARK_CONN,
+        grace_secs=60,
+        trigger_rule="all_done",
+    )
+
+    app_finished = YarnApplicationSensor(
+        task_id="app_finished",
+        application_id="{{ " + LAUNCHED + "['application_id'] }}",
+        spark_conn_id=SPARK_CONN,
+        target_states=["FINISHED"],
+        poke_interval=5,
+        timeout=300,
+    )
+
+    prepare_data >> launch >> feed >> checkpointed >> shutdown >> app_finished
