@@ -95,6 +95,8 @@ class FakeTI:
     task_id: str = "train"
     try_number: int = 1
     xcoms: dict[str, Any] = field(default_factory=dict)
+    #: read by ResumableJobMixin, as on Airflow's task instance
+    stats_tags: dict[str, str] = field(default_factory=dict)
 
     def xcom_push(self, key: str, value: Any) -> None:
         self.xcoms[key] = value

@@ -27,16 +27,10 @@ from airflow_tfos.operators.lineage import (
 )
 from airflow_tfos.rundir import RunDir, spec_hash
 from airflow_tfos.runs import run_tag
-from tests.airflow_side.fakes import FakeBackend, FakeTI, make_context, use_backend
+from tests.airflow_side.fakes import FakeBackend, make_context, use_backend
 from tests.conftest import REPO
 
 FEED = {"features": ["pixels", "hour"], "label": "label", "batch_size": 32}
-
-
-@pytest.fixture(autouse=True)
-def _task_instances_have_stats_tags(monkeypatch):
-    """ResumableJobMixin reads ``ti.stats_tags`` (Airflow's task instance has them; the fake lacks them)."""
-    monkeypatch.setattr(FakeTI, "stats_tags", {}, raising=False)
 
 
 def as_dict(dataset) -> dict:

@@ -17,16 +17,10 @@ from airflow_tfos.operators.train import STATE_APPLICATION_ID
 from airflow_tfos.rundir import RunDir, spec_hash
 from airflow_tfos.runs import RunConfigError, run_tag
 from airflow_tfos.triggers.tfos import TFoSApplicationTrigger, TFoSRunDirTrigger
-from tests.airflow_side.fakes import FakeBackend, FakeStateStore, FakeTI, make_context, use_backend
+from tests.airflow_side.fakes import FakeBackend, FakeStateStore, make_context, use_backend
 
 DATA = {"format": "parquet", "path": "/data/day"}
 FEED = {"features": ["x"], "label": "y", "batch_size": 32}
-
-
-@pytest.fixture(autouse=True)
-def _task_instances_have_stats_tags(monkeypatch):
-    """ResumableJobMixin reads ``ti.stats_tags`` (Airflow's task instance has them; the fake lacks them)."""
-    monkeypatch.setattr(FakeTI, "stats_tags", {}, raising=False)
 
 
 def train_op(run_dir, **kwargs) -> TFoSTrainOperator:
