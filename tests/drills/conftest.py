@@ -1,0 +1,71 @@
+"""Fixtures of the failure drills: training data, and one real Airflow stack per test module."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from airflow_tfos.hooks.local import LocalBackend
+from tests.drills.stack import AirflowStack
+
+DAGS = Path(__file__).parent / "dags"
+
+
+@pytest.fixture(scope="module")
+def drill_data(tmp_path_factory) -> str:
+    """600 rows of y = 3 x0 - 2 x1 + 1 as Parquet files: 10 steps per epoch for 2 nodes at batch 30."""
+    path = tmp_path_factory.mktemp("drill-data") / "linear"
+    path.mkdir()
+    rng = np.random.default_rng(11)
+    for part in range(3):
+        x = rng.random((200, 2))
+        table = pa.table({"x": pa.array(list(x), type=pa.list_(pa.float64())), "y": 3 * x[:, 0] - 2 * x[:, 1] + 1})
+        pq.write_table(table, path / f"part-{part}.parquet")
+    return str(path)
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory, drill_data):
+    """api-server, scheduler, dag-processor and triggerer (LocalExecutor, SQLite) with the drill DAGs.
+
+    Stopped at the end of the module, and with it every Spark application its tasks left running.
+    """
+    root = tmp_path_factory.mktemp("drill-stack")
+    home = root / "airflow"
+    home.mkdir()
+    env = {
+        "AIRFLOW_CONN_SPARK_TFOS_DRILL": json.dumps({"conn_type": "spark", "host": "local-cluster[2,1,1024]"}),
+        "AIRFLOW_CONN_SPARK_TFOS_DRILL_ONE": json.dumps({"conn_type": "spark", "host": "local-cluster[1,1,1024]"}),
+        "AIRFLOW_TFOS_LOCAL_DIR": str(home / "tfos-local"),
+        "AIRFLOW__TFOS__RUN_DIR_BASE": str(root / "runs"),
+        "SPARK_LOCAL_IP": "127.0.0.1",
+        "TF_CPP_MIN_LOG_LEVEL": "2",
+        "TFOS_DRILL_DATA": drill_data,
+    }
+    airflow = AirflowStack(home, DAGS, env)
+    try:
+        airflow.start()
+        airflow.wait_ready(["tfos_drill", "tfos_drill_long"])
+        yield airflow
+    finally:
+        airflow.stop()
+        backend = LocalBackend(env["AIRFLOW_TFOS_LOCAL_DIR"])
+        for record in backend.records():
+            with contextlib.suppress(Exception):
+                backend.kill(record["app_id"], grace_secs=5, reason="the drills are over")
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item, call):
+    """On a failed drill, add the end of every Airflow component's output to the report."""
+    report = yield
+    airflow = item.funcargs.get("stack") if hasattr(item, "funcargs") else None
+    if report.failed and isinstance(airflow, AirflowStack):
+        report.sections.append(("Airflow stack", airflow.tails(40)))
+    return report
