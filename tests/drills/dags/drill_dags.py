@@ -1,0 +1,72 @@
+"""DAGs run by the failure drills (tests/drills) on a real Airflow stack.
+
+Neither sets ``run_dir``: every DAG run trains in its default run directory, derived from the DAG,
+the task and the run's logical date (``[tfos] run_dir_base``), as a nightly retraining DAG would.
+What differs between test sessions (data, connection) comes from environment variables.
+"""
+
+from __future__ import annotations
+
+import os
+from datetime import datetime, timedelta
+
+from airflow.sdk import DAG
+
+from airflow_tfos.operators import TFoSTrainOperator
+
+DATA = {"format": "parquet", "path": os.environ.get("TFOS_DRILL_DATA", "/nonexistent/tfos-drill-data")}
+FEED = {"features": ["x"], "label": "y", "batch_size": 30}
+SPARK_CONF = {
+    "spark.driver.host": "127.0.0.1",
+    "spark.driver.bindAddress": "127.0.0.1",
+    # the Spark UI is on, so the task has an application link to show
+    "spark.ui.enabled": "true",
+    "spark.ui.showConsoleProgress": "false",
+    "spark.executorEnv.PYTHONPATH": os.environ.get("PYTHONPATH", ""),
+    "spark.executorEnv.TF_CPP_MIN_LOG_LEVEL": "2",
+}
+COMMON = {
+    "train_fn": "tests.runtime.programs:spec_training",
+    "num_nodes": 2,
+    "data": DATA,
+    "feed": FEED,
+    "spark_conn_id": "spark_tfos_drill",
+    "conf": SPARK_CONF,
+    "executor_memory": "768m",
+    "poll_interval": 1.0,
+    "deferrable": True,
+}
+START = datetime(2026, 1, 1)
+DEFAULT_ARGS = {"retries": 1, "retry_delay": timedelta(seconds=2)}
+
+# 600 rows over 2 nodes, batches of 30: 10 steps per epoch; 6 epochs = 60 steps, a checkpoint every 5.
+with DAG(
+    "tfos_drill",
+    schedule=None,
+    start_date=START,
+    catchup=False,
+    is_paused_upon_creation=False,
+    default_args=DEFAULT_ARGS,
+    tags=["tfos", "drills"],
+):
+    TFoSTrainOperator(
+        task_id="train",
+        args={"epochs": 6, "every": 5, "sleep": float(os.environ.get("TFOS_DRILL_SLEEP", "0.3"))},
+        **COMMON,
+    )
+
+# Long enough to be stopped while it trains: one node, 20 steps per epoch, 40 epochs = 800 steps.
+with DAG(
+    "tfos_drill_long",
+    schedule=None,
+    start_date=START,
+    catchup=False,
+    is_paused_upon_creation=False,
+    default_args=DEFAULT_ARGS,
+    tags=["tfos", "drills"],
+):
+    TFoSTrainOperator(
+        task_id="train",
+        args={"epochs": 40, "every": 5, "sleep": 0.3},
+        **{**COMMON, "num_nodes": 1, "spark_conn_id": "spark_tfos_drill_one"},
+    )
