@@ -31,6 +31,17 @@ if ! dpkg -s libkrb5-dev >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1; 
     || fail "could not install libkrb5-dev; install it by hand (apt-get install -y libkrb5-dev)"
 fi
 
+# Headless Chromium takes the failure drills' screenshots of the Airflow UI (tests/drills). Without it
+# only that test fails, so a failed install is a warning here.
+if ! command -v chromium >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1; then
+  echo "bootstrap: installing Debian package chromium (headless screenshots of the Airflow UI in the drills)"
+  SUDO=""
+  [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+  { $SUDO apt-get update -qq \
+      && DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends chromium fonts-liberation >/dev/null; } \
+    || echo "bootstrap: warning: could not install chromium (apt-get install -y chromium); the drills' screenshot test will fail" >&2
+fi
+
 stamp="$VENV/.airflow-tfos-installed"
 want="$(cat pyproject.toml requirements/constraints.txt | sha256sum | cut -d' ' -f1)"
 if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
