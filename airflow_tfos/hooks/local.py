@@ -60,7 +60,19 @@ LOG_TAIL_LINES = 25
 
 _APP_ID = re.compile(r"^local-\d{14}-[0-9a-f]{8}$")
 _TAG = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.=:-]{0,99}$")
-_UI_URL = re.compile(r"started at (https?://\S+)")
+#: The application's own web UI, as Spark 4 logs it (not the UIs of local-cluster's master and workers).
+_SPARK_UI = re.compile(r"Start Jetty (\S+):(\d+) for SparkUI")
+_SPARK_UI_PORT = re.compile(r"Successfully started service 'SparkUI' on port (\d+)")
+
+
+def spark_ui_url(log_text: str) -> str | None:
+    """The URL of the application's Spark UI from the driver's log, or None when it has none (yet)."""
+    found = _SPARK_UI.search(log_text)
+    if found:
+        host = found.group(1)
+        return f"http://{'127.0.0.1' if host in ('0.0.0.0', '') else host}:{found.group(2)}"
+    port = _SPARK_UI_PORT.search(log_text)
+    return f"http://127.0.0.1:{port.group(1)}" if port else None
 
 
 class LocalBackendError(RuntimeError):
@@ -410,8 +422,7 @@ class LocalBackend:
                 head = handle.read(256 * 1024).decode("utf-8", errors="replace")
         except OSError:
             return None
-        found = _UI_URL.search(head)
-        return found.group(1) if found else None
+        return spark_ui_url(head)
 
     def _state(self, record: dict[str, Any]) -> AppState:
         app_id = record["app_id"]

@@ -173,6 +173,8 @@ class _TFoSRunOperator(ResumableJobMixin, BaseOperator):
         #: the application this try works with, and the task's result once known (for lineage)
         self._app: AppState | None = None
         self._tfos_result: dict[str, Any] | None = None
+        self._ti: Any = None
+        self._tracking_url: str | None = None
         self._export_record: dict[str, Any] | None = None
         self._check_parameters()
 
@@ -295,10 +297,16 @@ class _TFoSRunOperator(ResumableJobMixin, BaseOperator):
     def poll_until_complete(self, external_id: Any, context: Context) -> dict[str, Any]:
         """Wait for the application (or defer); return the task's result."""
         app = self._app if self._app and self._app.app_id == external_id else self.hook.get_state(str(external_id))
-        context["ti"].xcom_push(key=APPLICATION_ID_KEY, value=app.app_id)
-        if app.tracking_url:
-            context["ti"].xcom_push(key=TRACKING_URL_KEY, value=app.tracking_url)
+        self._ti = context["ti"]
+        self._ti.xcom_push(key=APPLICATION_ID_KEY, value=app.app_id)
+        self.push_tracking_url(app.tracking_url)
         return self.wait(app)
+
+    def push_tracking_url(self, url: str | None) -> None:
+        """Push the application's UI address (the Spark application link) once it is known, or when it changes."""
+        if url and url != self._tracking_url and self._ti is not None:
+            self._ti.xcom_push(key=TRACKING_URL_KEY, value=url)
+            self._tracking_url = url
 
     def wait(self, app: AppState) -> dict[str, Any]:
         """Wait until the application has done this task's work (or defer); return the result."""
@@ -376,6 +384,7 @@ class _TFoSRunOperator(ResumableJobMixin, BaseOperator):
                 last = line
             time.sleep(self.poll_interval)
             app = self.hook.get_state(app.app_id)
+            self.push_tracking_url(app.tracking_url)
         self.log.info("application %s ended %s/%s", app.app_id, app.state, app.final_status)
         return app
 
@@ -435,6 +444,9 @@ class _TFoSRunOperator(ResumableJobMixin, BaseOperator):
     def finish(self, app: AppState) -> dict[str, Any]:
         """The result of a successful application, or an error that says what failed and where a retry resumes."""
         digest = spec_hash(self.build_spec())
+        line = progress_line(self.rundir.read_status())
+        if line:
+            self.log.info("application %s ended %s: %s", app.app_id, app.state, line)
         if app.is_successful:
             result = self.result(app, digest)
             if result["export_path"] is None:
@@ -456,7 +468,10 @@ class _TFoSRunOperator(ResumableJobMixin, BaseOperator):
         self.run_dir = resolve_run_dir(self.run_dir, context)
         if event.get("status") != "done":
             raise AirflowException(f"lost track of the application: {event.get('message')}")
-        return self.finish(AppState.from_json(event["app"]))
+        app = AppState.from_json(event["app"])
+        self._ti = context["ti"]
+        self.push_tracking_url(event.get("tracking_url") or app.tracking_url)
+        return self.finish(app)
 
     def on_kill(self) -> None:
         app_id = None

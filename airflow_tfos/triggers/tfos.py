@@ -126,7 +126,7 @@ class TFoSApplicationTrigger(BaseTrigger):
     async def run(self) -> AsyncIterator[TriggerEvent]:
         client = self._client()
         rundir = RunDirHook(self.run_dir, webhdfs_conn_id=self.webhdfs_conn_id) if self.run_dir else None
-        errors, last_line = 0, None
+        errors, last_line, tracking_url = 0, None, None
         while True:
             try:
                 state = await self._state(client)
@@ -139,8 +139,10 @@ class TFoSApplicationTrigger(BaseTrigger):
                     return
                 await asyncio.sleep(self.poll_interval)
                 continue
+            # the last UI address seen: a local application's UI is gone once it ends, YARN's stays
+            tracking_url = (state.tracking_url if state else None) or tracking_url
             if self._reached(state):
-                yield TriggerEvent({"status": "done", "app": state.to_json()})
+                yield TriggerEvent({"status": "done", "app": state.to_json(), "tracking_url": tracking_url})
                 return
             if rundir is not None:
                 try:

@@ -305,3 +305,16 @@ def _pgid(process: psutil.Process) -> int | None:
         return os.getpgid(process.pid)
     except (ProcessLookupError, PermissionError):
         return None
+
+
+def test_the_tracking_url_is_the_applications_own_ui_not_the_local_masters():
+    from airflow_tfos.hooks.local import spark_ui_url
+
+    log = (
+        "INFO JettyUtils: Start Jetty 127.0.0.1:4041 for SparkUI\n"
+        "INFO Utils: Successfully started service 'SparkUI' on port 4041.\n"
+        "INFO MasterWebUI: Bound MasterWebUI to 127.0.0.1, and started at http://127.0.0.1:44345\n"
+    )
+    assert spark_ui_url(log) == "http://127.0.0.1:4041"
+    assert spark_ui_url("INFO Utils: Successfully started service 'SparkUI' on port 4045.\n") == "http://127.0.0.1:4045"
+    assert spark_ui_url("INFO MasterWebUI: Bound MasterWebUI to 127.0.0.1, and started at http://127.0.0.1:1\n") is None

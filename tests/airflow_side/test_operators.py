@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 from airflow.sdk.exceptions import AirflowException, TaskDeferred
 
@@ -523,3 +525,31 @@ class TestInference:
         use_backend(op, backend)
         with pytest.raises(AirflowException, match="without writing"):
             op.execute(make_context("score"))
+
+
+class TestSparkApplicationLink:
+    UI = "http://127.0.0.1:4041"
+
+    def test_the_ui_address_is_pushed_once_the_running_application_has_one(self, tmp_path):
+        op, backend = train_op(tmp_path), FakeBackend()
+        use_backend(op, backend)
+        exporting(backend, RunDir(str(tmp_path)), spec_hash(op.build_spec()))
+        backend.next_script = [("ACCEPTED", "UNDEFINED"), ("RUNNING", "UNDEFINED"), ("FINISHED", "SUCCEEDED")]
+        original = backend.get_state
+
+        def with_ui(app_id):  # the UI shows up while it runs (the driver logs it), gone once it ended
+            state = original(app_id)
+            return replace(state, tracking_url=self.UI) if state.state == "RUNNING" else state
+
+        backend.get_state = with_ui
+        context = make_context()
+        op.execute(context)
+        assert context["ti"].xcoms["tracking_url"] == self.UI
+
+    def test_a_deferred_task_pushes_the_last_address_the_trigger_saw(self, tmp_path):
+        op = train_op(tmp_path)
+        context = make_context()
+        export(RunDir(str(tmp_path)), spec_hash(op.build_spec()))
+        app = AppState("local-1", "FINISHED", "SUCCEEDED")
+        op.execute_complete(context, {"status": "done", "app": app.to_json(), "tracking_url": self.UI})
+        assert context["ti"].xcoms["tracking_url"] == self.UI

@@ -160,6 +160,20 @@ class TestCheckpointSensor:
 
 
 class TestTriggers:
+    def test_application_trigger_keeps_the_last_ui_address_it_saw(self, backend):
+        running = AppState("application_1_0003", "RUNNING", tracking_url="http://127.0.0.1:4041")
+        backend.apps["application_1_0003"] = running
+        backend.script["application_1_0003"] = [
+            running,
+            running,
+            AppState("application_1_0003", "FINISHED", "SUCCEEDED"),
+        ]
+        trigger = TFoSApplicationTrigger(
+            application_id="application_1_0003", spark_conn_id="spark_default", poll_interval=0.01
+        )
+        event = asyncio.run(first_event(trigger))
+        assert event["app"]["tracking_url"] is None and event["tracking_url"] == "http://127.0.0.1:4041"
+
     def test_application_trigger_reports_the_end_and_kills_on_user_kill(self, backend):
         backend.add("application_1_0001", "RUNNING", tags=["tfos-x"])
         trigger = roundtrip(
