@@ -76,6 +76,7 @@ with DAG(
         warm_start=warm_start,
         executor_memory="1g",
         deferrable=True,
+        poll_interval=5,
     )
 
     exported = TFoSCheckpointSensor(

@@ -31,6 +31,8 @@ class DigitsArgs:
     :param test_fraction: share of the data held out for the test accuracy.
     :param seed: seeds the split and the initial weights.
     :param checkpoint_every: (:func:`train_fed`) publish a checkpoint every this many steps.
+    :param fine_tune_learning_rate: (:func:`train_fed`) Adam's learning rate when starting from a trained
+        model (a warm start): smaller, so a day's data refines the model instead of overwriting it.
     """
 
     epochs: int = 30
@@ -40,6 +42,7 @@ class DigitsArgs:
     test_fraction: float = 0.2
     seed: int = 42
     checkpoint_every: int = 20
+    fine_tune_learning_rate: float = 0.001
 
 
 def load_split(test_fraction: float, seed: int):
@@ -160,6 +163,8 @@ def train_fed(args: DigitsArgs | dict | None, ctx) -> dict:
     elif start > 0:
         recorded = rundir.events("baseline")
         baseline = recorded[-1]["test_accuracy"] if recorded else None
+    if baseline is not None:  # a warm start (or a resume of one): fine-tune
+        model.optimizer.learning_rate = args.fine_tune_learning_rate
     fit_resumable(
         model,
         ctx.dataset(),
