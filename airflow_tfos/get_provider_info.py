@@ -60,6 +60,8 @@ def get_provider_info() -> dict:
             "airflow_tfos.links.tfos.TensorBoardLink",
             "airflow_tfos.links.tfos.TrainingReportLink",
         ],
+        # The api-server app behind the Training report link (also the airflow.plugins entry point).
+        "plugins": [{"name": "airflow_tfos_reports", "plugin-class": "airflow_tfos.plugins.reports.TFoSReportsPlugin"}],
         "config": {
             "tfos": {
                 "description": "airflow-tfos settings.",
@@ -71,7 +73,16 @@ def get_provider_info() -> dict:
                         "type": "string",
                         "example": "hdfs://nameservice1/user/airflow/tfos-runs",
                         "default": None,
-                    }
+                    },
+                    "serve_reports": {
+                        "description": "Serve training reports (report.html and its PNG plots) from the "
+                        "api-server under tfos/reports/, the target of the Training report extra link; "
+                        "signed-in users only. False turns it off.",
+                        "version_added": "0.1.0",
+                        "type": "boolean",
+                        "example": None,
+                        "default": "True",
+                    },
                 },
             }
         },

@@ -7,6 +7,8 @@ from typing import TYPE_CHECKING
 from airflow.sdk import BaseOperatorLink
 from airflow.sdk.execution_time.xcom import XCom
 
+from airflow_tfos.plugins.report_urls import report_link
+
 if TYPE_CHECKING:
     from airflow.sdk import BaseOperator
     from airflow.sdk.types import TaskInstanceKey
@@ -15,6 +17,8 @@ if TYPE_CHECKING:
 TRACKING_URL_KEY = "tracking_url"
 TENSORBOARD_URL_KEY = "tensorboard_url"
 REPORT_URL_KEY = "report_url"
+#: XCom key of the resolved run directory (pushed by the train and launch operators).
+RUN_DIR_KEY = "run_dir"
 
 
 class _XComLink(BaseOperatorLink):
@@ -39,8 +43,18 @@ class TensorBoardLink(_XComLink):
     key = TENSORBOARD_URL_KEY
 
 
-class TrainingReportLink(_XComLink):
-    """The run's training report (report.html in the run directory)."""
+class TrainingReportLink(BaseOperatorLink):
+    """The run's training report, served by the api-server (see :mod:`airflow_tfos.plugins.reports`).
+
+    The run directory is the one the task resolved (XCom ``run_dir``), else the operator's ``run_dir``;
+    HDFS run directories are read through the operator's ``webhdfs_conn_id``. The link is relative to
+    the api-server's base URL, as the UI resolves it.
+    """
 
     name = "Training report"
-    key = REPORT_URL_KEY
+
+    def get_link(self, operator: BaseOperator, *, ti_key: TaskInstanceKey) -> str:
+        run_dir = XCom.get_value(ti_key=ti_key, key=RUN_DIR_KEY) or getattr(operator, "run_dir", None)
+        if not run_dir or not isinstance(run_dir, str):
+            return ""
+        return report_link(run_dir, getattr(operator, "webhdfs_conn_id", None))
