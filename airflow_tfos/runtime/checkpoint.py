@@ -152,9 +152,13 @@ class RunCheckpointer:
         return latest.step
 
     def _warm_start(self, requested: str) -> None:
+        import tensorflow as tf
+
         found = find_warm_start(requested)
-        agreed = self._count_workers(found is not None)
-        if agreed not in (0, max(1, self.ctx.num_workers)):
+        # Under MultiWorkerMirroredStrategy every node sets its own copy of the weights: all must find the model.
+        collective = self.ctx.num_workers > 1 and isinstance(self.strategy, tf.distribute.MultiWorkerMirroredStrategy)
+        agreed = self._count_workers(found is not None) if collective else self.ctx.num_workers * (found is not None)
+        if agreed not in (0, self.ctx.num_workers):
             raise WarmStartError(
                 f"warm_start {requested} has a model for {agreed} of {self.ctx.num_workers} training nodes only: "
                 "put it where every node reads the same files (HDFS, or a shared file system)"
@@ -260,7 +264,8 @@ def fit_resumable(
     on, then runs the remaining epochs. Without a checkpoint it starts from the warm-start model when
     the run has one (:meth:`RunCheckpointer.restore`, which it calls; calling it first is harmless).
     With ``progress`` (default) it reports progress to the run directory
-    (:func:`airflow_tfos.runtime.progress.progress_callback`). Returns the histories of the fits it ran.
+    (:func:`airflow_tfos.runtime.progress.progress_callback`; pass ``progress=False`` when ``callbacks``
+    holds one of your own). Returns the histories of the fits it ran.
     """
     start = checkpointer.restore()
     epoch, done_in_epoch = divmod(start, steps_per_epoch)

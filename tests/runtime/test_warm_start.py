@@ -8,10 +8,10 @@ import pytest
 
 from airflow_tfos.rundir import RunDir
 from airflow_tfos.runtime import NodeFailedError, run
+from airflow_tfos.runtime.checkpoint import WarmStartError, find_warm_start
+from airflow_tfos.testing.webhdfs import WebHDFSEmulator
 from tests.runtime import programs
 from tests.runtime.helpers import read_records
-
-pytestmark = pytest.mark.integration
 
 ARGS = {"steps_per_epoch": 10, "epochs": 2, "every": 5, "lr": 0.1}
 
@@ -30,6 +30,30 @@ def run_a(sc, tmp_path_factory):
     return run_dir, missing, result
 
 
+def fake_export(rundir: RunDir, step: int) -> str:
+    staging = rundir.export_staging()
+    rundir.storage.write_bytes(f"{staging}/saved_model.pb", b"not read here")
+    return rundir.publish_export(staging, spec_hash="h", step=step, metrics={"loss": 0.5})
+
+
+def test_find_warm_start_takes_a_run_directory_or_a_model_directory(tmp_path):
+    run_dir = RunDir(str(tmp_path / "run"))
+    assert find_warm_start(run_dir.uri) is None  # nothing there yet: the first night
+    export = fake_export(run_dir, 42)
+    assert find_warm_start(run_dir.uri) == (export, run_dir.export_success())
+    assert find_warm_start(f"file://{export}/")[0] == f"file://{export}"
+    assert find_warm_start(f"file://{export}/")[1]["step"] == 42
+    with WebHDFSEmulator() as emu:
+        remote = RunDir(emu.uri("/models/yesterday"))
+        fake_export(remote, 7)
+        path, success = find_warm_start(remote.uri)
+        assert path == f"{remote.uri}/export" and success["step"] == 7
+        assert find_warm_start(emu.uri("/models/none")) is None
+    with pytest.raises(WarmStartError, match="no storage for 's3://b/m'"):
+        find_warm_start("s3://b/m")
+
+
+@pytest.mark.integration
 def test_a_missing_warm_start_model_trains_from_scratch_and_says_so(run_a):
     run_dir, missing, result = run_a
     assert result["warm_started"] is None and result["step"] == 20
@@ -41,6 +65,7 @@ def test_a_missing_warm_start_model_trains_from_scratch_and_says_so(run_a):
     assert rundir.export_success()["step"] == 20
 
 
+@pytest.mark.integration
 def test_a_run_starts_from_the_exported_weights_and_a_retry_resumes_from_its_checkpoint(sc, run_a, tmp_path):
     a_dir, _, _ = run_a
     a_final = read_records(str(a_dir), "final")["chief:0"]["weights"]
@@ -66,6 +91,7 @@ def test_a_run_starts_from_the_exported_weights_and_a_retry_resumes_from_its_che
     assert first_loss(rundir) < first_loss(RunDir(str(a_dir))) / 10
 
 
+@pytest.mark.integration
 def test_a_warm_start_model_of_another_shape_fails_naming_both_shapes(sc, run_a, tmp_path):
     a_dir, _, _ = run_a
     with pytest.raises(NodeFailedError) as failure:
