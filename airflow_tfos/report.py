@@ -110,18 +110,8 @@ def write_report(rundir: RunDir | str) -> str:
 def render_plots(record: RunRecord, out_dir: str) -> tuple[list[Plot], list[str]]:
     """Draw every plot there is data for into ``out_dir``; return them, and why any could not be drawn."""
     drawers: list[tuple[str, str, str, Callable]] = [
-        (
-            "metrics.png",
-            "Loss and metrics",
-            "Over the global step: within an epoch, Keras's running mean; markers: epoch ends.",
-            _metrics,
-        ),
-        (
-            "step_times.png",
-            "Step times per node",
-            "Median (solid) and 90th percentile (dashed) per epoch, without each fit's first step.",
-            _steps,
-        ),
+        ("metrics.png", "Loss and metrics", "Keras's running mean within each epoch; markers: epoch ends.", _metrics),
+        ("step_times.png", "Step times per node", "Median and 90th percentile per epoch, first steps aside.", _steps),
         ("feed.png", "Data fed from Spark", "Rows each node read from Spark, and how fast.", _feed),
         ("timeline.png", "Timeline", "Applications, attempts, checkpoints, failures, restores, export.", _timeline),
         ("memory.png", "Peak memory per node", "Peak resident memory of each TF node process.", _memory),
@@ -167,14 +157,13 @@ def _metrics(record: RunRecord):
     axes = figure.subplots(len(bases), 1, squeeze=False)[:, 0]
     restores = [e["step"] for e in record.of("restore") if isinstance(e.get("step"), int)]
     for ax, base in zip(axes, bases, strict=True):
+        label = "training"  # one line per attempt (a retry trains some steps again), labelled once
         for attempt in sorted({p.get("attempt", 0) for p in points}):
-            mine = sorted(
-                (p for p in points if p.get("attempt", 0) == attempt and p.get(base) is not None),
-                key=lambda p: p["step"],
-            )
+            mine = [p for p in points if p.get("attempt", 0) == attempt and p.get(base) is not None]
             if mine:
-                label = "training" if attempt == min(p.get("attempt", 0) for p in points) else None
+                mine.sort(key=lambda p: p["step"])
                 ax.plot([p["step"] for p in mine], [p[base] for p in mine], color="tab:blue", lw=1.2, label=label)
+                label = None
         for name, color, marker in ((base, "tab:blue", "o"), (f"val_{base}", "tab:orange", "s")):
             mine = sorted((e for e in epochs if e.get(name) is not None), key=lambda e: e["step"])
             if mine:
@@ -279,12 +268,15 @@ def _timeline(record: RunRecord):
         ax.annotate(f" {start.get('application_id')}", (x(start), lane["applications"]), va="center", fontsize=7)
     attempts = record.of("attempt")
     failed = {(e.get("run_id"), e.get("attempt")) for e in record.of("attempt_failed")}
+    run_failed = record.of("failed")
     for attempt in attempts:
         later = [
             e for e in record.events if e["time"] > attempt["time"] and e.get("kind") in ("attempt", "application_end")
         ]
         stop = x(later[0]) if later else t_end - t0
-        bad = (attempt.get("run_id"), attempt.get("attempt")) in failed
+        bad = (attempt.get("run_id"), attempt.get("attempt")) in failed or any(
+            attempt["time"] < e["time"] <= t0 + stop + 1e-6 for e in run_failed
+        )
         ax.broken_barh(
             [(x(attempt), max(stop - x(attempt), 0.01))],
             (lane["attempts"] - 0.3, 0.6),
