@@ -1,0 +1,394 @@
+"""Training reports served by the api-server's plugin app, and the extra link that points at them.
+
+Unit tests drive the app with FastAPI's TestClient, mounted as the api-server mounts it; the
+integration test starts a real ``airflow api-server`` and reads a report over HTTP.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import json
+import os
+import secrets
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+import zlib
+from importlib.metadata import entry_points
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+from fastapi import FastAPI
+from fastapi.testclient import TestClient
+
+from airflow_tfos.links import tfos as links
+from airflow_tfos.links.tfos import TrainingReportLink
+from airflow_tfos.plugins.report_urls import (
+    URL_PREFIX,
+    decode_report_token,
+    encode_report_token,
+    report_link,
+    report_path,
+)
+from airflow_tfos.plugins.reports import TFoSReportsPlugin, authenticated_user, create_app
+from airflow_tfos.rundir import RunDir
+from airflow_tfos.testing.webhdfs import WebHDFSEmulator
+from airflow_tfos.webhdfs import WebHDFSStorage
+from tests.conftest import REPO
+
+PAGE = b'<!doctype html><html><body><h1>Training report</h1><img src="metrics.png" alt="m"></body></html>'
+
+
+def tiny_png() -> bytes:
+    """A valid 1x1 grey PNG."""
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+
+    header = struct.pack(">IIBBBBB", 1, 1, 8, 0, 0, 0, 0)
+    return (
+        b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", zlib.compress(b"\x00\x80")) + chunk(b"IEND", b"")
+    )
+
+
+PNG = tiny_png()
+
+
+def make_run_dir(path: Path, *, report: bool = True, spec: bool = True) -> str:
+    """A hand-made run directory: spec.json, and report/report.html with the PNG it shows."""
+    rundir = RunDir(str(path))
+    if spec:
+        rundir.write_spec({"train_fn": "tests.example:train"})
+    if report:
+        rundir.storage.write_bytes(rundir.path("report", "metrics.png"), PNG)
+        rundir.storage.write_bytes(rundir.path("report", "report.html"), PAGE)
+    return str(path)
+
+
+def mounted(app: FastAPI) -> FastAPI:
+    """The plugin app mounted as the api-server mounts it."""
+    root = FastAPI()
+    root.mount(URL_PREFIX, app)
+    return root
+
+
+@pytest.fixture
+def client() -> TestClient:
+    """The app with a signed-in user (the api-server's authentication is tested on its own below)."""
+    app = create_app()
+    app.dependency_overrides[authenticated_user] = lambda: "tester"
+    return TestClient(mounted(app), base_url="http://api-server")
+
+
+def get(client: TestClient, link: str):
+    return client.get(urllib.parse.urljoin(f"{client.base_url}/", link))
+
+
+def test_serves_the_page_and_the_plot_it_shows(client, tmp_path):
+    run_dir = make_run_dir(tmp_path / "run")
+    page = get(client, report_link(run_dir))
+    assert page.status_code == 200, page.text
+    assert page.content == PAGE
+    assert page.headers["content-type"] == "text/html; charset=utf-8"
+    assert "script-src" not in page.headers["content-security-policy"]  # default-src 'none': no scripts
+    assert "default-src 'none'" in page.headers["content-security-policy"]
+    assert page.headers["x-content-type-options"] == "nosniff"
+
+    plot = client.get(urllib.parse.urljoin(str(page.url), "metrics.png"))  # as the browser resolves <img src>
+    assert plot.status_code == 200, plot.text
+    assert (plot.content, plot.headers["content-type"]) == (PNG, "image/png")
+
+
+def test_the_link_is_the_address_the_app_serves(client, tmp_path, monkeypatch):
+    run_dir = make_run_dir(tmp_path / "run")
+    xcoms: dict[str, str] = {"run_dir": run_dir}
+    monkeypatch.setattr(links.XCom, "get_value", lambda *, ti_key, key: xcoms.get(key))
+    train = SimpleNamespace(run_dir=None, webhdfs_conn_id=None)  # run_dir resolved at run time, pushed to XCom
+    link = TrainingReportLink().get_link(train, ti_key=None)
+    assert link == report_link(run_dir) and link.startswith("tfos/reports/") and link.endswith("/report.html")
+    assert get(client, link).content == PAGE
+
+    xcoms.clear()  # the feed and shutdown tasks push no run_dir: their own (rendered) run_dir is used
+    feed = SimpleNamespace(run_dir=run_dir, webhdfs_conn_id="webhdfs_default")
+    assert TrainingReportLink().get_link(feed, ti_key=None) == link
+    assert TrainingReportLink().get_link(SimpleNamespace(run_dir=None), ti_key=None) == ""
+
+
+def test_tokens_carry_a_connection_only_for_hdfs_and_when_not_the_default():
+    assert decode_report_token(encode_report_token("hdfs://prod/runs/r", "hdfs_prod")) == (
+        "hdfs://prod/runs/r",
+        "hdfs_prod",
+    )
+    assert decode_report_token(encode_report_token("hdfs://prod/runs/r", "webhdfs_default")) == (
+        "hdfs://prod/runs/r",
+        None,
+    )
+    assert decode_report_token(encode_report_token("/runs/r/", "hdfs_prod")) == ("/runs/r", None)
+    token = encode_report_token("/runs/ünïcode dir")
+    assert token.replace("-", "").replace("_", "").isalnum()
+    assert decode_report_token(token) == ("/runs/ünïcode dir", None)
+
+
+def token_of(value) -> str:
+    return base64.urlsafe_b64encode(json.dumps(value).encode()).rstrip(b"=").decode()
+
+
+@pytest.mark.parametrize(
+    ("token", "message"),
+    [
+        (encode_report_token("/srv/runs/../../etc"), "contains '..'"),
+        (encode_report_token("runs/relative"), "relative path"),
+        (encode_report_token("ftp://host/runs/r"), "is no run directory"),
+        (encode_report_token("/"), "root"),
+        (encode_report_token("/srv/runs\n/r"), "control characters"),
+        ("not*base64", "not a training report address"),
+        (token_of({"run_dir": "/srv"}), "names no run directory"),
+        (token_of(["/srv/runs/r", "bad conn/../id"]), "is not a connection id"),
+    ],
+)
+def test_refuses_addresses_that_are_no_run_directory(client, token, message):
+    reply = client.get(f"/tfos/reports/{token}/report.html")
+    assert reply.status_code == 400, reply.text
+    assert message in reply.json()["detail"]
+
+
+def test_refuses_traversal_out_of_the_run_directory(client, tmp_path):
+    run_dir = make_run_dir(tmp_path / "runs" / "r")
+    make_run_dir(tmp_path / "runs" / "other")
+    sneaky = encode_report_token(f"{tmp_path}/runs/other/../r")
+    reply = client.get(f"/tfos/reports/{sneaky}/report.html")
+    assert reply.status_code == 400 and "contains '..'" in reply.json()["detail"]
+    token = encode_report_token(run_dir)
+    for name in ("..%2Fspec.json", "%2E%2E", "..", "%2e%2e%2f%2e%2e%2fspec.json"):
+        reply = client.get(f"/tfos/reports/{token}/{name}")
+        assert reply.status_code in (400, 404), (name, reply.status_code)
+        assert reply.content not in (PAGE, PNG) and b"train_fn" not in reply.content
+    # a normalised run directory is served: repeated slashes and '.' segments are harmless
+    assert client.get(f"/tfos/reports/{encode_report_token(f'{tmp_path}//runs/./r/')}/report.html").content == PAGE
+
+
+@pytest.mark.parametrize(
+    "name", ["spec.json", "status.json", "report.htm", "report.html.png.html", ".png", "x.PNG", "a.b.png", "evil.svg"]
+)
+def test_serves_no_other_file_names(client, tmp_path, name):
+    run_dir = make_run_dir(tmp_path / "run")
+    (tmp_path / "run" / "report" / name).write_bytes(b"<svg onload=alert(1)>")
+    reply = client.get(f"/tfos/reports/{encode_report_token(run_dir)}/{name}")
+    assert reply.status_code == 404, reply.text
+    assert "is not served: only report.html and the PNG plots" in reply.json()["detail"]
+
+
+def test_refuses_a_plot_that_links_out_of_the_report_folder(client, tmp_path):
+    run_dir = make_run_dir(tmp_path / "run")
+    secret = tmp_path / "secret.txt"
+    secret.write_bytes(b"api-server's secrets")
+    (tmp_path / "run" / "report" / "leak.png").symlink_to(secret)
+    reply = client.get(f"/tfos/reports/{encode_report_token(run_dir)}/leak.png")
+    assert reply.status_code == 404 and b"secrets" not in reply.content
+    assert "is not a file of the training report" in reply.json()["detail"]
+
+
+def test_refuses_a_directory_that_is_no_run_directory(client, tmp_path):
+    not_a_run = make_run_dir(tmp_path / "docs", spec=False)
+    reply = get(client, report_link(not_a_run))
+    assert reply.status_code == 404
+    assert reply.json()["detail"] == f"{not_a_run} is not a run directory: it holds no spec.json"
+
+
+def test_a_run_without_a_report_says_so(client, tmp_path):
+    run_dir = make_run_dir(tmp_path / "run", report=False)
+    reply = get(client, report_link(run_dir))
+    assert reply.status_code == 404
+    assert reply.json()["detail"] == f"no training report yet in {run_dir}"
+    reply = client.get(f"/tfos/reports/{encode_report_token(run_dir)}/memory.png")
+    assert reply.status_code == 404 and reply.json()["detail"] == f"no memory.png in the training report of {run_dir}"
+
+
+def test_needs_a_signed_in_user(tmp_path):
+    run_dir = make_run_dir(tmp_path / "run")
+    reply = get(TestClient(mounted(create_app()), base_url="http://api-server"), report_link(run_dir))
+    assert reply.status_code == 401
+    assert reply.json()["detail"] == "Not authenticated"
+
+
+def test_turned_off_by_the_serve_reports_option(client, tmp_path, monkeypatch):
+    run_dir = make_run_dir(tmp_path / "run")
+    monkeypatch.setenv("AIRFLOW__TFOS__SERVE_REPORTS", "False")
+    reply = get(client, report_link(run_dir))
+    assert reply.status_code == 404 and "turned off" in reply.json()["detail"]
+    monkeypatch.setenv("AIRFLOW__TFOS__SERVE_REPORTS", "True")
+    assert get(client, report_link(run_dir)).content == PAGE
+
+
+def set_connection(monkeypatch, conn_id: str, **fields) -> None:
+    monkeypatch.setenv(f"AIRFLOW_CONN_{conn_id.upper()}", json.dumps({"conn_type": "webhdfs", **fields}))
+
+
+def test_serves_a_run_directory_on_hdfs(client, monkeypatch):
+    with WebHDFSEmulator() as emu:
+        hosts = ",".join(u.split("://", 1)[1] for u in emu.urls)
+        set_connection(monkeypatch, "hdfs_reports", host=hosts, login="airflow", extra={"retries": 1})
+        run_dir = "hdfs://prod/runs/digits/2026-11-22"
+        make_run_dir_on(WebHDFSStorage(emu.config()), run_dir)
+        page = get(client, report_link(run_dir, "hdfs_reports"))
+        assert page.status_code == 200, page.text
+        assert page.content == PAGE and page.headers["content-type"] == "text/html; charset=utf-8"
+        plot = client.get(urllib.parse.urljoin(str(page.url), "metrics.png"))
+        assert (plot.status_code, plot.content) == (200, PNG)
+
+        missing = get(client, report_link("hdfs://prod/runs/digits/2026-11-23", "hdfs_reports"))
+        assert missing.status_code == 404 and "is not a run directory" in missing.json()["detail"]
+        undefined = get(client, report_link(run_dir, "hdfs_nowhere"))
+        assert undefined.status_code == 404
+        assert (
+            undefined.json()["detail"] == f"connection 'hdfs_nowhere' (for {run_dir}) is not defined on the api-server"
+        )
+        monkeypatch.setenv("AIRFLOW_CONN_NOT_HDFS", json.dumps({"conn_type": "http", "host": "127.0.0.1"}))
+        wrong = get(client, report_link(run_dir, "not_hdfs"))
+        assert wrong.status_code == 400 and "is of type 'http', not 'webhdfs'" in wrong.json()["detail"]
+
+
+def make_run_dir_on(storage: WebHDFSStorage, run_dir: str) -> None:
+    RunDir(run_dir, storage=storage).write_spec({"train_fn": "tests.example:train"})
+    storage.write_bytes(f"{run_dir}/report/metrics.png", PNG)
+    storage.write_bytes(f"{run_dir}/report/report.html", PAGE)
+
+
+def test_the_provider_registers_the_plugin_and_its_option():
+    from airflow.sdk.plugins_manager import is_valid_plugin
+
+    from airflow_tfos.get_provider_info import get_provider_info
+
+    info = get_provider_info()
+    assert info["plugins"] == [
+        {"name": "airflow_tfos_reports", "plugin-class": "airflow_tfos.plugins.reports.TFoSReportsPlugin"}
+    ]
+    assert is_valid_plugin(TFoSReportsPlugin)
+    (app,) = TFoSReportsPlugin.fastapi_apps
+    assert app["url_prefix"] == URL_PREFIX == "/tfos" and isinstance(app["app"], FastAPI)
+    assert info["config"]["tfos"]["options"]["serve_reports"]["default"] == "True"
+
+
+# --- a real api-server ------------------------------------------------------------------------------------
+
+#: Airflow loads provider-info plugins only with ``[core] lazy_discover_providers = False``; otherwise a
+#: package's plugins come from its ``airflow.plugins`` entry point.
+ENTRY_POINT_REGISTERED = any(
+    e.value.startswith("airflow_tfos.plugins.reports") for e in entry_points(group="airflow.plugins")
+)
+API_SERVER_START_SECS = 45
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def http_get(url: str, headers: dict[str, str] | None = None) -> tuple[int, bytes, dict[str, str]]:
+    request = urllib.request.Request(url, headers=headers or {})
+    try:
+        with urllib.request.urlopen(request, timeout=10) as reply:
+            return reply.status, reply.read(), dict(reply.headers)
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read(), dict(exc.headers)
+
+
+@pytest.fixture
+def api_server(tmp_path):
+    """A real ``airflow api-server`` on 127.0.0.1 with a fresh SQLite home; yields its base URL and env."""
+    home = tmp_path / "airflow"
+    (home / "dags").mkdir(parents=True)
+    env = {
+        **os.environ,
+        "AIRFLOW_HOME": str(home),
+        "AIRFLOW__CORE__DAGS_FOLDER": str(home / "dags"),
+        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+        "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS": "True",
+        "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{home}/airflow.db",
+        "AIRFLOW__API_AUTH__JWT_SECRET": secrets.token_hex(16),
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
+    }
+    env.pop("AIRFLOW__CORE__LAZY_DISCOVER_PROVIDERS", None)  # Airflow's default, as users have it
+    done = subprocess.run(
+        [sys.executable, "-m", "airflow", "db", "migrate"], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    port = free_port()
+    log_path = tmp_path / "api-server.log"
+    with open(log_path, "wb") as out:
+        server = subprocess.Popen(
+            [sys.executable, "-m", "airflow", "api-server", "--host", "127.0.0.1", "--port", str(port), "-w", "1"],
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    base_url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + API_SERVER_START_SECS
+        while True:
+            assert server.poll() is None, f"the api-server exited:\n{log_path.read_text()[-3000:]}"
+            with contextlib.suppress(OSError):
+                if http_get(f"{base_url}/api/v2/version")[0] == 200:
+                    break
+            assert time.monotonic() < deadline, (
+                f"no api-server after {API_SERVER_START_SECS} s:\n{log_path.read_text()[-3000:]}"
+            )
+            time.sleep(0.5)
+        yield SimpleNamespace(url=base_url, env=env)
+    finally:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(server.pid, signal.SIGTERM)
+        try:
+            server.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(server.pid, signal.SIGKILL)
+            server.wait(timeout=10)
+
+
+@pytest.mark.integration
+@pytest.mark.timeout(150)
+@pytest.mark.xfail(
+    not ENTRY_POINT_REGISTERED,
+    strict=True,
+    raises=AssertionError,
+    reason="airflow-tfos is installed without the airflow.plugins entry point "
+    '(pyproject.toml: [project.entry-points."airflow.plugins"] tfos_reports = '
+    '"airflow_tfos.plugins.reports:TFoSReportsPlugin", then reinstall); Airflow loads provider-info '
+    "plugins only with [core] lazy_discover_providers = False",
+)
+def test_a_real_api_server_serves_the_report(api_server, tmp_path):
+    listed = subprocess.run(
+        [sys.executable, "-m", "airflow", "plugins", "-o", "json"],
+        env=api_server.env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert listed.returncode == 0, listed.stderr[-3000:]
+    assert '"airflow_tfos_reports"' in listed.stdout and '"/tfos"' in listed.stdout, listed.stdout[-3000:]
+
+    run_dir = make_run_dir(tmp_path / "run")
+    page_url = urllib.parse.urljoin(f"{api_server.url}/", report_link(run_dir))
+    code, body, headers = http_get(page_url)  # every user is an admin here: the server adds the token
+    assert code == 200, body[-2000:]
+    assert body == (tmp_path / "run" / "report" / "report.html").read_bytes()
+    assert headers["content-type"] == "text/html; charset=utf-8"
+    code, body, headers = http_get(urllib.parse.urljoin(page_url, "metrics.png"))
+    assert (code, body, headers["content-type"]) == (200, PNG, "image/png")
+
+    code, body, _ = http_get(page_url, headers={"Authorization": "Bearer not-a-token"})
+    assert code in (401, 403) and body != PAGE  # the api-server's authentication guards the app
+    code, body, _ = http_get(f"{api_server.url}/{report_path(encode_report_token(run_dir), 'spec.json')}")
+    assert code == 404 and b"train_fn" not in body
