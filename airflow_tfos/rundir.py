@@ -66,6 +66,11 @@ def _dumps(value: Any) -> bytes:
     return json.dumps(value, indent=1, sort_keys=True).encode()
 
 
+def _event_name(kind: str) -> str:
+    """An event kind as it appears at the end of its file name."""
+    return re.sub(r"[^A-Za-z0-9_-]", "_", kind)
+
+
 @dataclass(frozen=True)
 class Checkpoint:
     """A published, complete checkpoint."""
@@ -253,10 +258,13 @@ class RunDir:
         """Record what happened (attempt, worker lost, restore, checkpoint...), one file per event."""
         now = time.time()
         event = {**fields, "kind": kind, "time": now}
-        name = f"{time.time_ns():020d}-{next(_EVENT_SEQ):06d}-{re.sub(r'[^A-Za-z0-9_-]', '_', kind)}.json"
+        name = f"{time.time_ns():020d}-{next(_EVENT_SEQ):06d}-{_event_name(kind)}.json"
         self._write_json(event, EVENTS, name)
         return event
 
     def events(self, kind: str | None = None) -> list[dict[str, Any]]:
-        found = [self._read_json(EVENTS, n) for n in self.storage.listdir(self.path(EVENTS)) if n.endswith(".json")]
+        """Events in the order they were recorded; of one ``kind`` only if given (read by file name first)."""
+        suffix = f"-{_event_name(kind)}.json" if kind is not None else ".json"
+        names = [n for n in self.storage.listdir(self.path(EVENTS)) if n.endswith(suffix)]
+        found = [self._read_json(EVENTS, n) for n in sorted(names)]
         return [e for e in found if e and (kind is None or e["kind"] == kind)]

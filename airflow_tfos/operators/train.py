@@ -59,6 +59,8 @@ if TYPE_CHECKING:
     from airflow_tfos.hooks.tfos import TFoSHook
     from airflow_tfos.rundir import RunDir
 
+#: The run-directory event recording which application a task submitted (or attached to after a race).
+SUBMITTED_EVENT = "submitted"
 #: XCom keys (besides the return value).
 APPLICATION_ID_KEY = "application_id"
 RUN_DIR_KEY = "run_dir"
@@ -258,7 +260,10 @@ class _TFoSRunOperator(ResumableJobMixin, BaseOperator):
         context["ti"].xcom_push(key=REPORT_URL_KEY, value=self.rundir.path(REPORT_PATH))
         spec = self.build_spec()
         parse_spec(spec)
-        return self.already_done(spec_hash(spec))
+        done = self.already_done(spec_hash(spec))
+        if done is not None and done.get("application_id"):  # e.g. a cleared task: name what did the work
+            context["ti"].xcom_push(key=APPLICATION_ID_KEY, value=done["application_id"])
+        return done
 
     def launch_and_wait(self, context: Context) -> Any:
         """Return the result at once if the run is done; else reattach or submit, then wait (or defer)."""
@@ -354,6 +359,7 @@ class _TFoSRunOperator(ResumableJobMixin, BaseOperator):
             )
             self.hook.kill(app_id)
             app_id = winner
+        rundir.add_event(SUBMITTED_EVENT, application_id=app_id, try_number=ti.try_number)
         return self.hook.get_state(app_id)
 
     def _submit_application(self, tag: str, ti: Any) -> str:
@@ -430,7 +436,7 @@ class _TFoSRunOperator(ResumableJobMixin, BaseOperator):
         exported = bool(done and done.get("spec_hash") == digest)
         latest = rundir.latest_checkpoint()
         self._tfos_result = {
-            "application_id": app.app_id if app else status.get("application_id"),
+            "application_id": app.app_id if app else self.submitted_application() or status.get("application_id"),
             "run_dir": self.run_dir,
             "spec_hash": digest,
             "step": (done or {}).get("step") if exported else (latest.step if latest else status.get("step", 0)),
@@ -440,6 +446,11 @@ class _TFoSRunOperator(ResumableJobMixin, BaseOperator):
         }
         self._export_record = done if exported else None
         return self._tfos_result
+
+    def submitted_application(self) -> str | None:
+        """The application submitted last for this run (as the backend names it), from the run's events."""
+        submitted = self.rundir.events(SUBMITTED_EVENT)
+        return submitted[-1].get("application_id") if submitted else None
 
     def finish(self, app: AppState) -> dict[str, Any]:
         """The result of a successful application, or an error that says what failed and where a retry resumes."""
@@ -602,8 +613,9 @@ class TFoSLaunchClusterOperator(_TFoSRunOperator):
 
     def launch_complete(self, context: Context, event: dict[str, Any]) -> Any:
         self.run_dir = resolve_run_dir(self.run_dir, context)
-        if event.get("status") == "done":
-            return {"application_id": event["result"].get("application_id"), "run_dir": self.run_dir}
+        if event.get("status") == "done":  # the backend's id, not the one the driver knows itself by
+            app_id = self.submitted_application() or event["result"].get("application_id")
+            return {"application_id": app_id, "run_dir": self.run_dir}
         if event.get("status") == "app_ended":
             app = AppState.from_json(event["app"])
             self.finish(app)
