@@ -59,6 +59,8 @@ def demo(tmp_path_factory, monkeypatch_module):
     monkeypatch_module.setenv("AIRFLOW_TFOS_DEMO_DIR", str(root))
     module = load_demo()
     assert root.resolve() == module.DEMO
+    (root / "logs").mkdir()
+    assert module.airflow(module.demo_env(), "db", "migrate", log=root / "logs" / "migrate.log", timeout=300) == 0
     return module
 
 
