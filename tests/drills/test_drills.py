@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import logging
 import time
+import urllib.error
 import urllib.parse
 import urllib.request
 from dataclasses import dataclass, field
@@ -31,6 +32,7 @@ import psutil
 import pytest
 
 from airflow_tfos.hooks.local import LocalBackend
+from airflow_tfos.plugins.report_urls import report_link
 from airflow_tfos.rundir import RunDir
 from tests.conftest import REPO
 from tests.drills import browser
@@ -390,12 +392,6 @@ def test_drill3_clearing_the_finished_task_submits_nothing_and_succeeds_quickly(
     log_measured("3 cleared", task_secs=ti["duration"], clear_to_success_secs=round(took, 1), apps=apps_before)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="after a clear, TFoSTrainOperator.launch returns from already_done() without pushing the "
-    "application_id XCom, so the cleared task no longer names the application that trained the model",
-)
 @pytest.mark.timeout(120)
 def test_cleared_task_still_names_the_application_that_trained(drills, stack):
     drill = drills["driver"]
@@ -461,16 +457,10 @@ def test_report_link_points_at_the_report_of_the_runs_directory(drills, stack):
         drill.check_ended()
         links = stack.links(DAG_ID, drill.run_id, TASK_ID)["extra_links"]
         report = f"{drill.run_dir}/report/report.html"
-        assert links["Training report"] == report, links
+        assert links["Training report"] == report_link(drill.run_dir), links  # served by the api-server
         assert Path(report).is_file(), f"{report} was not written"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="TFoSTrainOperator.launch pushes the tracking_url XCom only from the state read right after "
-    "spark-submit starts; the local backend knows no UI then, so the Spark application link stays empty",
-)
 @pytest.mark.timeout(120)
 def test_spark_application_link_points_at_the_application(drills, stack):
     drill = drills["executor"]
@@ -482,13 +472,6 @@ def test_spark_application_link_points_at_the_application(drills, stack):
     assert links["Spark application"] == seen.get("tracking_url")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="LocalBackend._tracking_url takes the first 'started at http://...' line of the driver's log, "
-    "which on local-cluster is the in-process Master's web UI, not the application's UI "
-    "(Spark 4 logs the latter as \"Successfully started service 'SparkUI' on port N\")",
-)
 @pytest.mark.timeout(120)
 def test_local_tracking_url_is_the_applications_own_ui(drills):
     drill = drills["executor"]
@@ -500,19 +483,21 @@ def test_local_tracking_url_is_the_applications_own_ui(drills):
     assert record["name"] in seen.get("serves", []), seen
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="the Training report link is the run directory's bare path; the UI resolves it against its own "
-    "origin, so the button opens <api-server>/<path>, which is the UI's 404 page, not the report",
-)
 @pytest.mark.timeout(120)
 def test_report_link_opens_the_report_from_the_ui(drills, stack, tmp_path):
     drill = drills["executor"]
     drill.check_ended()
     link = stack.links(DAG_ID, drill.run_id, TASK_ID)["extra_links"]["Training report"]
     opened = urllib.parse.urljoin(stack.base_url + "/", link)  # what the UI's <a href> leads to
-    browser.screenshot(opened, SCREENSHOTS / "report-link-target.png", tmp_path / "chromium", (1200, 700))
-    with urllib.request.urlopen(opened, timeout=30) as reply:
+    profile = tmp_path / "chromium"
+    browser.dom(ui_url(stack, drill), profile)  # signed in to the UI, as the user who clicks the link is
+    page = browser.dom(opened, profile)
+    assert "Training report" in page and ".png" in page, page[:2000]
+    browser.screenshot(opened, SCREENSHOTS / "report-link-target.png", profile, (1200, 900))
+    request = urllib.request.Request(opened, headers={"Authorization": f"Bearer {stack.token()}"})
+    with urllib.request.urlopen(request, timeout=30) as reply:
         body = reply.read()
     assert body == Path(drill.run_dir, "report", "report.html").read_bytes(), f"{opened} did not serve the report"
+    with pytest.raises(urllib.error.HTTPError) as refused:  # and nobody else
+        urllib.request.urlopen(opened, timeout=30)
+    assert refused.value.code in (401, 403)
