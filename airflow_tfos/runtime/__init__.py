@@ -15,16 +15,19 @@ from airflow_tfos.runtime.errors import (
     TFoSRuntimeError,
 )
 from airflow_tfos.runtime.launcher import TFClusterRun, run
+from airflow_tfos.runtime.progress import ProgressTracker, progress_callback
 
 __all__ = [
     "ClusterConfigError",
     "NodeContext",
     "NodeFailedError",
     "NodeRole",
+    "ProgressTracker",
     "RunCancelledError",
     "RunTimeoutError",
     "TFClusterRun",
     "TFoSRuntimeError",
     "plan_roles",
+    "progress_callback",
     "run",
 ]
