@@ -66,13 +66,17 @@ _SPARK_UI_PORT = re.compile(r"Successfully started service 'SparkUI' on port (\d
 
 
 def spark_ui_url(log_text: str) -> str | None:
-    """The URL of the application's Spark UI from the driver's log, or None when it has none (yet)."""
-    found = _SPARK_UI.search(log_text)
-    if found:
-        host = found.group(1)
-        return f"http://{'127.0.0.1' if host in ('0.0.0.0', '') else host}:{found.group(2)}"
+    """The URL of the application's Spark UI from the driver's log, or None when it has none (yet).
+
+    The port is the one Spark says it started on (it tries the next port while one is taken, logging
+    a "Start Jetty" line for each try); the host is the one it bound to.
+    """
     port = _SPARK_UI_PORT.search(log_text)
-    return f"http://127.0.0.1:{port.group(1)}" if port else None
+    if not port:
+        return None
+    hosts = [m.group(1) for m in _SPARK_UI.finditer(log_text, 0, port.start()) if m.group(2) == port.group(1)]
+    host = hosts[-1] if hosts and hosts[-1] not in ("0.0.0.0", "") else "127.0.0.1"
+    return f"http://{host}:{port.group(1)}"
 
 
 class LocalBackendError(RuntimeError):

@@ -240,7 +240,9 @@ def run_driver(
 
     from pyspark.sql import SparkSession
 
-    builder = SparkSession.builder.appName(f"airflow-tfos {digest}")
+    builder = SparkSession.builder
+    if "PYSPARK_GATEWAY_PORT" not in os.environ:  # run by hand; spark-submit has named it (--name)
+        builder = builder.appName(f"airflow-tfos {digest}")
     if master:
         builder = builder.master(master)
     for key, value in (conf or {}).items():

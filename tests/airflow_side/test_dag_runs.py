@@ -1,7 +1,11 @@
 """Real DAG runs (``airflow dags test`` on SQLite) against the local backend: a real local Spark cluster
-training a real model, watched, retried, fed and stopped by the operators.
+training a real model, retried after its driver is killed (the operator waiting in the task, not
+deferred); a sensor failing at once on a FAILED application of the ResourceManager emulator.
 
-The DAGs are in tests/airflow_side/dags/tfos_it_dags.py.
+The DAGs are in tests/airflow_side/dags/tfos_it_dags.py. Fresh runs and reruns are run by
+test_dag_runs_emulated.py (YARN and HDFS emulators), by the example DAGs' tests and by the failure
+drills (tests/drills: a real scheduler and triggerer, driver and executor kills, a UI "Clear");
+launch / feed / shutdown, twice, by the lifecycle example's test.
 """
 
 from __future__ import annotations
@@ -93,23 +97,6 @@ def applications(env: dict[str, str]) -> list[dict]:
     return [json.loads(p.read_text()) for p in names]
 
 
-def test_fresh_run_then_rerun_submits_nothing_new(airflow_env, tmp_path):
-    run_dir = str(tmp_path / "run")
-    first = dags_test(airflow_env, "tfos_it_train", TFOS_IT_RUN_DIR=run_dir, TFOS_IT_DEFERRABLE="1")
-    assert succeeded(first), tail(first)
-    rundir = RunDir(run_dir)
-    export = rundir.export_success()
-    assert export is not None and export["step"] > 0
-    mine = [a for a in applications(airflow_env) if a.get("run_dir") == run_dir]
-    assert len(mine) == 1
-
-    again = dags_test(airflow_env, "tfos_it_train", TFOS_IT_RUN_DIR=run_dir)
-    assert succeeded(again), tail(again)
-    assert "nothing to do" in again.stdout + again.stderr
-    assert len([a for a in applications(airflow_env) if a.get("run_dir") == run_dir]) == 1
-    assert rundir.export_success() == export
-
-
 def _kill_driver_after_first_checkpoint(run_dir: str, env: dict[str, str], killed: list, deadline: float) -> None:
     rundir = RunDir(run_dir)
     while time.monotonic() < deadline:
@@ -148,21 +135,6 @@ def test_retry_after_the_driver_is_killed_resumes_from_the_checkpoint(airflow_en
     assert submits[-1]["resume_step"] >= killed[0] > 0
     assert rundir.events("restore"), "the new application did not restore the checkpoint"
     assert rundir.export_success()["step"] == 6 * 10  # 300 rows per node / batch 30 = 10 steps per epoch
-
-
-def test_launch_feed_shutdown_and_shutdown_twice(airflow_env, tmp_path):
-    run_dir = str(tmp_path / "run")
-    done = dags_test(airflow_env, "tfos_it_lifecycle", TFOS_IT_RUN_DIR=run_dir)
-    assert succeeded(done), tail(done)
-    rundir = RunDir(run_dir)
-    assert rundir.read_spec()["serve"] is True
-    fed = [n for n in rundir.storage.listdir(rundir.path("feeds")) if n.endswith(".done.json")]
-    assert len(fed) == 1
-    assert rundir.latest_checkpoint().step == 10
-    assert rundir.stop_requested() is not None
-    assert "nothing to stop" in done.stdout + done.stderr  # the second shutdown
-    (app,) = [a for a in applications(airflow_env) if a.get("run_dir") == run_dir]
-    assert not psutil.pid_exists(app["pid"]) or psutil.Process(app["pid"]).status() == psutil.STATUS_ZOMBIE
 
 
 def test_sensor_fails_at_once_on_a_failed_yarn_application(airflow_env):

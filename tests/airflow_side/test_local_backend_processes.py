@@ -316,5 +316,8 @@ def test_the_tracking_url_is_the_applications_own_ui_not_the_local_masters():
         "INFO MasterWebUI: Bound MasterWebUI to 127.0.0.1, and started at http://127.0.0.1:44345\n"
     )
     assert spark_ui_url(log) == "http://127.0.0.1:4041"
+    taken = "INFO JettyUtils: Start Jetty 10.0.0.5:4040 for SparkUI\nWARN Utils: Service 'SparkUI' could not bind\n"
+    retried = "INFO JettyUtils: Start Jetty 10.0.0.5:4041 for SparkUI\n" + log.splitlines(keepends=True)[1]
+    assert spark_ui_url(taken + retried) == "http://10.0.0.5:4041"  # the port it got, not the one it tried first
     assert spark_ui_url("INFO Utils: Successfully started service 'SparkUI' on port 4045.\n") == "http://127.0.0.1:4045"
     assert spark_ui_url("INFO MasterWebUI: Bound MasterWebUI to 127.0.0.1, and started at http://127.0.0.1:1\n") is None

@@ -11,9 +11,6 @@ from datetime import datetime
 from airflow.sdk import DAG
 
 from airflow_tfos.operators import (
-    TFoSFeedOperator,
-    TFoSLaunchClusterOperator,
-    TFoSShutdownClusterOperator,
     TFoSTrainOperator,
 )
 from airflow_tfos.sensors import TFoSCheckpointSensor, YarnApplicationSensor
@@ -62,38 +59,6 @@ with DAG("tfos_it_train", schedule=None, start_date=START, catchup=False):
         webhdfs_conn_id=COMMON["webhdfs_conn_id"],
     )
     train >> exported
-
-with DAG("tfos_it_lifecycle", schedule=None, start_date=START, catchup=False):
-    launch = TFoSLaunchClusterOperator(
-        task_id="launch",
-        train_fn="tests.runtime.programs:spec_training",
-        args={"epochs": 1, "every": 5},
-        num_nodes=2,
-        feed=FEED,
-        run_dir=RUN_DIR,
-        **COMMON,
-    )
-    feed = TFoSFeedOperator(
-        task_id="feed",
-        run_dir=RUN_DIR,
-        data=DATA,
-        args={"epochs": 1, "every": 5},
-        spark_conn_id="spark_tfos_it",
-        poll_interval=1.0,
-        feed_timeout=300,
-    )
-    shutdown = TFoSShutdownClusterOperator(
-        task_id="shutdown",
-        run_dir=RUN_DIR,
-        spark_conn_id="spark_tfos_it",
-        grace_secs=60,
-        poll_interval=1.0,
-        trigger_rule="all_done",
-    )
-    shutdown_again = TFoSShutdownClusterOperator(
-        task_id="shutdown_again", run_dir=RUN_DIR, spark_conn_id="spark_tfos_it", grace_secs=60, trigger_rule="all_done"
-    )
-    launch >> feed >> shutdown >> shutdown_again
 
 with DAG("tfos_it_yarn_sensor", schedule=None, start_date=START, catchup=False):
     YarnApplicationSensor(
