@@ -92,11 +92,11 @@ log("INFO", "ShutdownHookManager", "Shutdown hook called")
 """
 
 
-def write_fake_spark_submit(folder: Path) -> Path:
-    """Write the stand-in spark-submit (run by this interpreter) into ``folder``; return its path."""
+def write_fake_spark_submit(folder: Path, script: str = _SCRIPT) -> Path:
+    """Write a stand-in spark-submit (``script``, run by this interpreter) into ``folder``; return its path."""
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / "spark-submit"
-    path.write_text(f"#!{sys.executable}\n{_SCRIPT}")
+    path.write_text(f"#!{sys.executable}\n{script}")
     path.chmod(0o755)
     return path
 

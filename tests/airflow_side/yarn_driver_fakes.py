@@ -31,6 +31,8 @@ import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
+from tests.airflow_side.tfos_hook_fakes import write_fake_spark_submit
+
 #: The master the broker gives the driver instead of YARN.
 LOCAL_MASTER = "local-cluster[2,1,1024]"
 
@@ -97,11 +99,7 @@ log("INFO", "ShutdownHookManager", "Shutdown hook called")
 
 def write_spark_submit(folder: Path) -> Path:
     """Write the stand-in ``spark-submit`` (run by this interpreter) into ``folder``; return its path."""
-    folder.mkdir(parents=True, exist_ok=True)
-    path = folder / "spark-submit"
-    path.write_text(f"#!{sys.executable}\n{_SCRIPT}")
-    path.chmod(0o755)
-    return path
+    return write_fake_spark_submit(folder, _SCRIPT)
 
 
 def read_calls(path: Path) -> list[list[str]]:
