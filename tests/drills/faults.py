@@ -153,8 +153,8 @@ class RunWatch(threading.Thread):
         if app_id is None:
             return
         seen = self.ui.get(app_id, {})
-        if not (seen.get("tracking_url") and seen.get("spark_ui_port")):
-            self._look_at_ui(app_id)
+        if not (seen.get("tracking_url") and seen.get("spark_ui_port") and seen.get("serves")):
+            self._look_at_ui(app_id)  # again until the UI answers: it may start after its port is logged
         due = self.done is None and self.action is not None and latest is not None and step >= self.at_step
         if due and (self.ready is None or self.ready()):
             self.done = self.action(self, app_id)
@@ -163,9 +163,12 @@ class RunWatch(threading.Thread):
         state = self.backend.get_state(app_id)
         record = self.backend.record(app_id)
         port = spark_ui_port(record["log"])
-        seen = {"tracking_url": state.tracking_url, "spark_ui_port": port, "name": record.get("name")}
+        seen = {**self.ui.get(app_id, {}), "name": record.get("name")}  # what was seen stays once it is gone
+        if port:
+            seen["spark_ui_port"] = port
         if state.tracking_url:
-            seen["serves"] = application_names(state.tracking_url)
+            seen["tracking_url"] = state.tracking_url
+            seen["serves"] = application_names(state.tracking_url) or seen.get("serves", [])
         self.ui[app_id] = seen
 
     # --- what happened ----------------------------------------------------------------------------
