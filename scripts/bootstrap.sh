@@ -38,7 +38,7 @@ if ! command -v chromium >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1; 
   SUDO=""
   [ "$(id -u)" -eq 0 ] || SUDO="sudo"
   { $SUDO apt-get update -qq \
-      && DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends chromium fonts-liberation >/dev/null; } \
+      && DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq chromium fonts-liberation >/dev/null; } \
     || echo "bootstrap: warning: could not install chromium (apt-get install -y chromium); the drills' screenshot test will fail" >&2
 fi
 
