@@ -37,6 +37,21 @@ def local_cluster_conf(num_executors: int = NUM_EXECUTORS, app_name: str = "airf
     )
 
 
+def write_linear_parquet(path: Path, seed: int, parts: int = 3, rows: int = 200) -> str:
+    """Write ``parts`` Parquet files of ``rows`` rows of y = 3 x0 - 2 x1 + 1 (``x`` a 2-float array) into ``path``."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    path.mkdir(parents=True)
+    rng = np.random.default_rng(seed)
+    for part in range(parts):
+        x = rng.random((rows, 2))
+        table = pa.table({"x": pa.array(list(x), type=pa.list_(pa.float64())), "y": 3 * x[:, 0] - 2 * x[:, 1] + 1})
+        pq.write_table(table, path / f"part-{part}.parquet")
+    return str(path)
+
+
 @pytest.fixture(scope="session")
 def sc():
     """A real local-cluster SparkContext with NUM_EXECUTORS one-core executor JVMs."""

@@ -19,14 +19,11 @@ import threading
 import time
 from pathlib import Path
 
-import numpy as np
 import psutil
-import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
 
 from airflow_tfos.rundir import RunDir
-from tests.conftest import REPO
+from tests.conftest import REPO, write_linear_parquet
 
 pytestmark = pytest.mark.integration
 
@@ -36,14 +33,7 @@ DAGS = Path(__file__).parent / "dags"
 @pytest.fixture(scope="module")
 def data_path(tmp_path_factory) -> str:
     """600 rows of y = 3 x0 - 2 x1 + 1, as Parquet files written without Spark."""
-    path = tmp_path_factory.mktemp("data") / "linear"
-    path.mkdir()
-    rng = np.random.default_rng(7)
-    for part in range(3):
-        x = rng.random((200, 2))
-        table = pa.table({"x": pa.array(list(x), type=pa.list_(pa.float64())), "y": 3 * x[:, 0] - 2 * x[:, 1] + 1})
-        pq.write_table(table, path / f"part-{part}.parquet")
-    return str(path)
+    return write_linear_parquet(tmp_path_factory.mktemp("data") / "linear", seed=7)
 
 
 @pytest.fixture(scope="module")

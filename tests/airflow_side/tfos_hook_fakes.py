@@ -106,28 +106,28 @@ def read_records(folder: Path) -> list[dict]:
     return [json.loads(p.read_text()) for p in sorted(folder.glob("*.json"))] if folder.is_dir() else []
 
 
-class SubmissionBroker:
-    """Registers a submission with the ResourceManager emulator (stands in for YARN's submitApplication RPC).
+class JsonBroker:
+    """A 127.0.0.1 HTTP server taking JSON POSTs from a stand-in spark-submit; subclasses say what a submission does.
 
-    :param rm: the :class:`~airflow_tfos.testing.yarn.ResourceManagerEmulator`.
+    Used as a context manager: serving while inside it.
     """
 
-    def __init__(self, rm) -> None:
-        self.rm = rm
+    def __init__(self) -> None:
         broker = self
 
         class Handler(BaseHTTPRequestHandler):
             def do_POST(self):
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                app_id = broker.rm.add_application(
-                    body["name"], tags=[t for t in body["tags"] if t], state="ACCEPTED", queue=body["queue"]
-                )
-                answer = json.dumps({"id": app_id, "max_mb": broker.rm.max_allocation_mb}).encode()
-                self.send_response(200)
+                try:
+                    answer, status = broker.handle(body), 200
+                except Exception as exc:  # the stand-in prints it and fails, as spark-submit would
+                    answer, status = {"error": repr(exc)}, 500
+                data = json.dumps(answer).encode()
+                self.send_response(status)
                 self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(answer)))
+                self.send_header("Content-Length", str(len(data)))
                 self.end_headers()
-                self.wfile.write(answer)
+                self.wfile.write(data)
 
             def log_message(self, *args):
                 pass
@@ -135,14 +135,35 @@ class SubmissionBroker:
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
 
+    def handle(self, body: dict) -> dict:
+        """Answer one submission (a JSON object)."""
+        raise NotImplementedError
+
     @property
     def url(self) -> str:
         return f"http://127.0.0.1:{self.server.server_port}/submit"
 
-    def __enter__(self) -> SubmissionBroker:
+    def __enter__(self):
         self.thread.start()
         return self
 
     def __exit__(self, *exc_info) -> None:
         self.server.shutdown()
         self.server.server_close()
+
+
+class SubmissionBroker(JsonBroker):
+    """Registers a submission with the ResourceManager emulator (stands in for YARN's submitApplication RPC).
+
+    :param rm: the :class:`~airflow_tfos.testing.yarn.ResourceManagerEmulator`.
+    """
+
+    def __init__(self, rm) -> None:
+        super().__init__()
+        self.rm = rm
+
+    def handle(self, body: dict) -> dict:
+        app_id = self.rm.add_application(
+            body["name"], tags=[t for t in body["tags"] if t], state="ACCEPTED", queue=body["queue"]
+        )
+        return {"id": app_id, "max_mb": self.rm.max_allocation_mb}

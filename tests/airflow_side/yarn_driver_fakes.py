@@ -28,10 +28,9 @@ import signal
 import subprocess
 import sys
 import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
-from tests.airflow_side.tfos_hook_fakes import write_fake_spark_submit
+from tests.airflow_side.tfos_hook_fakes import JsonBroker, write_fake_spark_submit
 
 #: The master the broker gives the driver instead of YARN.
 LOCAL_MASTER = "local-cluster[2,1,1024]"
@@ -117,7 +116,7 @@ def driver_command(args: list[str], conf: dict[str, str], master: str = LOCAL_MA
     return command, env
 
 
-class YarnDriverBroker:
+class YarnDriverBroker(JsonBroker):
     """Takes the stand-in's submissions: starts the real driver and registers it with the RM emulator.
 
     :param rm: the running :class:`~airflow_tfos.testing.yarn.ResourceManagerEmulator`.
@@ -127,36 +126,15 @@ class YarnDriverBroker:
     """
 
     def __init__(self, rm, *, log_dir: Path, env: dict[str, str], master: str = LOCAL_MASTER) -> None:
+        super().__init__()
         self.rm, self.log_dir, self.env, self.master = rm, log_dir, dict(env), master
         #: what each submission was: application id, name, tags, the driver's command line and pid
         self.submissions: list[dict] = []
         self.processes: list[subprocess.Popen] = []
         self._lock = threading.Lock()
-        broker = self
 
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self):
-                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                try:
-                    answer, status = {"id": broker.start_driver(body)}, 200
-                except Exception as exc:  # the stand-in prints it and fails, as spark-submit would
-                    answer, status = {"error": repr(exc)}, 500
-                data = json.dumps(answer).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-            def log_message(self, *args):
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.server.server_port}/submit"
+    def handle(self, body: dict) -> dict:
+        return {"id": self.start_driver(body)}
 
     def start_driver(self, submission: dict) -> str:
         """Start the driver of one submission in its own session; register it; return its application id."""
@@ -191,13 +169,8 @@ class YarnDriverBroker:
             )
         return app_id
 
-    def __enter__(self) -> YarnDriverBroker:
-        self.thread.start()
-        return self
-
     def __exit__(self, *exc_info) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+        super().__exit__(*exc_info)
         for process in self.processes:  # only the drivers this broker started (each leads its own group)
             if process.poll() is None:
                 try:

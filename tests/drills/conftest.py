@@ -6,12 +6,10 @@ import contextlib
 import json
 from pathlib import Path
 
-import numpy as np
-import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
 
 from airflow_tfos.hooks.local import LocalBackend
+from tests.conftest import write_linear_parquet
 from tests.drills.stack import AirflowStack
 
 DAGS = Path(__file__).parent / "dags"
@@ -20,14 +18,7 @@ DAGS = Path(__file__).parent / "dags"
 @pytest.fixture(scope="module")
 def drill_data(tmp_path_factory) -> str:
     """600 rows of y = 3 x0 - 2 x1 + 1 as Parquet files: 10 steps per epoch for 2 nodes at batch 30."""
-    path = tmp_path_factory.mktemp("drill-data") / "linear"
-    path.mkdir()
-    rng = np.random.default_rng(11)
-    for part in range(3):
-        x = rng.random((200, 2))
-        table = pa.table({"x": pa.array(list(x), type=pa.list_(pa.float64())), "y": 3 * x[:, 0] - 2 * x[:, 1] + 1})
-        pq.write_table(table, path / f"part-{part}.parquet")
-    return str(path)
+    return write_linear_parquet(tmp_path_factory.mktemp("drill-data") / "linear", seed=11)
 
 
 @pytest.fixture(scope="module")
