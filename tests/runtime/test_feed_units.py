@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import pickle
 import subprocess
 import sys
@@ -62,6 +63,64 @@ def test_spill_round_trip_and_epoch_batches(tmp_path):
     assert len(batches) == 5 and all(x.shape == (4, 2) and x.dtype == np.float32 for x, _ in batches)
     labels = np.concatenate([y for _, y in batches]).tolist()
     assert labels == [*range(18), 0, 1]  # padded with the node's own first rows
+
+
+def _spill_labelled(path: str, batches: int, rows: int) -> None:
+    """Spill ``batches`` record batches of ``rows`` rows; row ``i`` has label ``i`` and features ``[i, -i]``."""
+    writer = SpillWriter(path, ["x", "y"])
+    for b in range(batches):
+        labels = range(b * rows, (b + 1) * rows)
+        writer.write(pa.record_batch([pa.array([[float(i), float(-i)] for i in labels]), pa.array(labels)], ["x", "y"]))
+    writer.close()
+
+
+def _shuffled_share(path: str, steps: int) -> FeedShare:
+    feed = Feed("x", "y", batch_size=10, shuffle=True, shuffle_window=30, seed=7)
+    return FeedShare("train", path, 100, steps_per_epoch=steps, widths={"x": 2}, feed=feed, rank=1)
+
+
+def test_shuffled_epochs_visit_every_row_once_in_a_new_order(tmp_path):
+    path = str(tmp_path / "s.arrows")
+    _spill_labelled(path, batches=5, rows=20)
+    share = _shuffled_share(path, steps=10)
+
+    def labels(epoch):
+        batches = list(iter_epoch(share, epoch))
+        assert all(x.shape == (10, 2) for x, _ in batches)
+        assert all((x[:, 0] == y).all() for x, y in batches)  # features stay with their label
+        return np.concatenate([y for _, y in batches]).tolist()
+
+    first, second = labels(0), labels(1)
+    assert sorted(first) == sorted(second) == list(range(100))
+    assert first != second and first != sorted(first)
+    assert labels(0) == first  # the same seed, rank and epoch give the same order
+    # record batches are visited in a shuffled order, not only shuffled within themselves
+    assert {y // 20 for y in first[:20]} != {0}
+
+
+def test_the_tf_dataset_gives_the_numpy_batches_epoch_after_epoch_padded(tmp_path):
+    path = str(tmp_path / "s.arrows")
+    _spill_labelled(path, batches=5, rows=20)
+    share = _shuffled_share(path, steps=12)  # 120 rows per epoch from 100: 20 padded
+    expected = [np.concatenate([y for _, y in iter_epoch(share, epoch)]).tolist() for epoch in (0, 1)]
+    assert all(len(e) == 120 and set(e) == set(range(100)) for e in expected)
+    (tmp_path / "share.pickle").write_bytes(pickle.dumps(share))
+    script = f"""
+import json
+import pickle
+import numpy as np
+from airflow_tfos.runtime.feed.dataset import make_dataset
+share = pickle.load(open({str(tmp_path / "share.pickle")!r}, "rb"))
+dataset = make_dataset(share)
+print(dataset.cardinality().numpy(), dataset.element_spec[0].shape)
+for epoch in range(2):
+    print(json.dumps(np.concatenate([y for _, y in dataset.as_numpy_iterator()]).tolist()))
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    lines = done.stdout.strip().splitlines()
+    assert len(lines) >= 3, done.stderr[-2000:]
+    assert lines[-3] == "12 (10, 2)"
+    assert [json.loads(line) for line in lines[-2:]] == expected
 
 
 def test_spill_writer_rejects_nulls_and_ragged_arrays(tmp_path):
@@ -145,3 +204,16 @@ print(sorted(r.decode() for r in tfrecord_dataset(paths).as_numpy_iterator()))
 """
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
     assert done.stdout.strip().splitlines()[-1] == str(sorted(f"{i}-{j}" for i in range(2) for j in range(3)))
+
+
+def test_a_spill_that_cannot_reach_the_disk_fails_with_the_path_named(tmp_path):
+    writer = SpillWriter(str(tmp_path / "missing" / "s.arrows"), ["x"])
+    batch = pa.record_batch([pa.array([1.0, 2.0])], ["x"])
+
+    def spill():
+        for _ in range(2 * SpillWriter.QUEUED + 2):  # more than the queue holds: must not block
+            writer.write(batch)
+        writer.close()
+
+    with pytest.raises(OSError, match=r"cannot write the training data to local disk at .*missing"):
+        spill()

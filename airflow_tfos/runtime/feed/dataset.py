@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from airflow_tfos.runtime.feed.plan import Feed
-from airflow_tfos.runtime.feed.spill import check_column, read_batches, to_numpy
+from airflow_tfos.runtime.feed.spill import check_column, count_batches, read_batches, spill_schema, to_numpy
 
 log = logging.getLogger(__name__)
 
@@ -28,6 +28,7 @@ class FeedShare:
     :param rank: the node's training rank (seeds its shuffle).
     :param spill_seconds: how long reading the partition from Spark and spilling it took.
     :param spill_peak_rss_mb: the Spark task's peak resident memory while spilling.
+    :param spill_started_at: when the Spark task began to read its partition (seconds since the epoch).
     """
 
     split: str
@@ -39,6 +40,7 @@ class FeedShare:
     rank: int = 0
     spill_seconds: float = 0.0
     spill_peak_rss_mb: float = 0.0
+    spill_started_at: float = 0.0
 
     @property
     def rows_per_epoch(self) -> int:
@@ -51,13 +53,41 @@ def _cast(name: str, array: np.ndarray, feed: Feed) -> np.ndarray:
     return array
 
 
-def _windows(share: FeedShare, rng: np.random.Generator | None) -> Iterator[dict[str, np.ndarray]]:
-    """Yield the file's rows in windows of about ``shuffle_window`` rows, shuffled within each window."""
+def epoch_chunks(share: FeedShare, epoch: int = 0) -> Iterator[dict[str, np.ndarray]]:
+    """Yield one epoch of the node's rows in chunks of whole record batches, ``rows_per_epoch`` rows in
+    all, as dicts of NumPy arrays (``(rows,)`` or ``(rows, width)`` per column).
+
+    With ``shuffle``, every epoch visits the spilled record batches in a new order and shuffles the rows
+    within windows of about ``shuffle_window`` rows. A node short of rows (balance ``pad``) goes on with
+    its own rows from the start; one with more (``drop``) stops early.
+    """
+    feed = share.feed
+    rng = np.random.default_rng([feed.seed, share.rank, epoch]) if feed.shuffle else None
+    count = count_batches(share.path)
+    wanted = share.rows_per_epoch
+    while wanted > 0 and count:
+        order = rng.permutation(count).tolist() if rng is not None else None
+        for chunk in _windows(read_batches(share.path, order), share, rng):
+            n = _length(chunk)
+            if n >= wanted:
+                yield {k: v[:wanted] for k, v in chunk.items()}
+                return
+            yield chunk
+            wanted -= n
+
+
+def _length(chunk: dict[str, np.ndarray]) -> int:
+    return len(next(iter(chunk.values())))
+
+
+def _windows(batches, share: FeedShare, rng: np.random.Generator | None) -> Iterator[dict[str, np.ndarray]]:
+    """Turn record batches into NumPy chunks; with ``rng``, merge them into windows of at least
+    ``shuffle_window`` rows and shuffle each window's rows."""
     columns = share.feed.columns
     pending: list[dict[str, np.ndarray]] = []
     held = 0
     window = share.feed.shuffle_window if rng is not None else 1
-    for batch in read_batches(share.path):
+    for batch in batches:
         pending.append(to_numpy(batch, columns, share.widths))
         held += batch.num_rows
         if held >= window:
@@ -68,27 +98,19 @@ def _windows(share: FeedShare, rng: np.random.Generator | None) -> Iterator[dict
 
 
 def _merge(parts: list[dict[str, np.ndarray]], rng: np.random.Generator | None) -> dict[str, np.ndarray]:
-    merged = parts[0] if len(parts) == 1 else {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
-    if rng is not None:
-        order = rng.permutation(len(next(iter(merged.values()))))
-        merged = {k: v[order] for k, v in merged.items()}
-    return merged
+    if rng is None:
+        return parts[0] if len(parts) == 1 else {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
+    order = rng.permutation(sum(_length(p) for p in parts))
+    if len(parts) == 1:
+        return {k: v[order] for k, v in parts[0].items()}
+    return {k: np.concatenate([p[k] for p in parts])[order] for k in parts[0]}
 
 
 def iter_epoch(share: FeedShare, epoch: int = 0) -> Iterator:
     """Yield exactly ``steps_per_epoch`` batches of ``batch_size`` rows: ``(features, label)``, or the
     features alone without a label. Features are one array, or a dict of arrays for several columns."""
-    feed = share.feed
-    rng = np.random.default_rng([feed.seed, share.rank, epoch]) if feed.shuffle else None
-
-    def rows_forever():
-        for cycle in itertools.count():
-            if cycle and not share.rows:
-                return
-            yield from _windows(share, rng)
-
-    for batch in _exact_batches(rows_forever(), feed.batch_size, limit=share.rows_per_epoch):
-        yield _shape(batch, feed)
+    for batch in _exact_batches(epoch_chunks(share, epoch), share.feed.batch_size):
+        yield _shape(batch, share.feed)
 
 
 def _exact_batches(chunks, size: int, *, limit: int | None = None, keep_tail: bool = False) -> Iterator:
@@ -146,29 +168,41 @@ def rebatch(batches, feed: Feed) -> Iterator:
 
 def make_dataset(share: FeedShare):
     """Return a ``tf.data.Dataset`` of one epoch (``steps_per_epoch`` batches), replayed from local disk
-    each time it is iterated, with tf.data's auto-sharding off (the data is already this node's own).
+    each time it is iterated (a new shuffle each time), with tf.data's auto-sharding off: the data is
+    already this node's own.
 
-    Python only hands over whole spilled record batches (thousands of rows at a time); splitting into
-    rows, padding, shuffling and batching run in tf.data's C++ ops, so the input pipeline costs the
-    training loop almost nothing.
+    Python hands over whole record batches or shuffle windows (thousands of rows at a time), and
+    tf.data's ``rebatch`` cuts them into batches in C++ by slicing: no step of the pipeline works
+    row by row, so feeding costs the training loop almost nothing.
     """
     import tensorflow as tf
 
     feed = share.feed
+    epochs = itertools.count()
 
-    def record_batches():
-        for batch in read_batches(share.path):
-            yield _shape(to_numpy(batch, feed.columns, share.widths), feed)
+    def chunks():
+        for chunk in epoch_chunks(share, next(epochs)):
+            yield _shape(chunk, feed)
 
-    first = next(record_batches())
-    rows = tf.data.Dataset.from_generator(record_batches, output_signature=signature_of(first)).unbatch()
-    if share.rows_per_epoch > share.rows:
-        rows = rows.repeat()  # balance "pad": a node short of rows repeats its own from the start
-    rows = rows.take(share.rows_per_epoch)
-    if feed.shuffle:
-        rows = rows.shuffle(feed.shuffle_window, seed=feed.seed + share.rank, reshuffle_each_iteration=True)
-    dataset = rows.batch(feed.batch_size, drop_remainder=True)
+    dataset = tf.data.Dataset.from_generator(chunks, output_signature=signature_of(_shape(_empty(share), feed)))
+    dataset = dataset.rebatch(feed.batch_size, drop_remainder=True)
     dataset = dataset.apply(tf.data.experimental.assert_cardinality(share.steps_per_epoch))
     options = tf.data.Options()
     options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.OFF
     return dataset.with_options(options).prefetch(tf.data.AUTOTUNE)
+
+
+def _empty(share: FeedShare) -> dict[str, np.ndarray]:
+    """Zero rows of each fed column with the spilled types and widths: the pipeline's signature."""
+    schema = spill_schema(share.path)
+    return {
+        name: np.empty((0, share.widths[name]) if name in share.widths else (0,), dtype=_element_type(schema, name))
+        for name in share.feed.columns
+    }
+
+
+def _element_type(schema, name: str) -> np.dtype:
+    kind = schema.field(name).type
+    if hasattr(kind, "value_type"):
+        kind = kind.value_type
+    return np.dtype(kind.to_pandas_dtype())

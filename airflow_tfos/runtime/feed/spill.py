@@ -1,14 +1,18 @@
-"""A node's share of the data on local disk, in Arrow IPC stream form.
+"""A node's share of the data on local disk, in Arrow IPC file form.
 
 The Spark task writes the Arrow record batches of its partition to a local file as they arrive
 (:class:`SpillWriter`), checking them on the way, so that the partition is read from Spark once,
 however many epochs follow, and never held in memory whole. The node's TF process replays the file
-(:func:`read_batches`) one record batch at a time.
+(:func:`read_batches`) one record batch at a time, in any order: the file form keeps an index of its
+record batches, so each epoch can visit them in a new order.
 """
 
 from __future__ import annotations
 
+import os
 import pickle
+import queue
+import threading
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 
@@ -31,18 +35,26 @@ class SpillStats:
 class SpillWriter:
     """Write record batches to ``path``, checking the fed columns for nulls and ragged arrays.
 
+    The checks run in the caller's thread, so a bad batch fails :meth:`write` itself; the disk writes
+    run in a thread of their own, so that reading the next batch from Spark goes on meanwhile. At most
+    ``QUEUED`` batches wait for the disk: memory stays bounded however large the partition.
+
     :param path: the local file.
     :param columns: the columns to keep (features and label), in order.
     :param what: how the data is named in errors (``training data``, ``validation data``).
     """
+
+    QUEUED = 2
 
     def __init__(self, path: str, columns: Sequence[str], what: str = "training data"):
         self.path = path
         self.columns = list(columns)
         self.what = what
         self.stats = SpillStats()
-        self._sink = pa.OSFile(path, "wb")
-        self._writer: pa.ipc.RecordBatchStreamWriter | None = None
+        self._queue: queue.Queue[pa.RecordBatch | None] = queue.Queue(maxsize=self.QUEUED)
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._write_all, name=f"spill {os.path.basename(path)}", daemon=True)
+        self._thread.start()
 
     def write(self, batch: pa.RecordBatch) -> None:
         if batch.num_rows == 0:
@@ -50,18 +62,43 @@ class SpillWriter:
         batch = batch.select(self.columns)
         for name in self.columns:
             check_column(name, batch.column(name), self.stats.widths, self.what)
-        if self._writer is None:
-            self._writer = pa.ipc.new_stream(self._sink, batch.schema)
-        self._writer.write_batch(batch)
+        self._raise_if_failed()
+        self._queue.put(batch)
         self.stats.rows += batch.num_rows
         self.stats.batches += 1
         self.stats.bytes += batch.nbytes
 
     def close(self) -> SpillStats:
-        if self._writer is not None:
-            self._writer.close()
-        self._sink.close()
+        """Wait for the queued batches to reach the disk and close the file."""
+        self._queue.put(None)
+        self._thread.join()
+        self._raise_if_failed()
         return self.stats
+
+    def _raise_if_failed(self) -> None:
+        if self._error is not None:
+            raise OSError(f"cannot write the {self.what} to local disk at {self.path}: {self._error}") from self._error
+
+    def _write_all(self) -> None:
+        sink = writer = None
+        while (batch := self._queue.get()) is not None:
+            if self._error is not None:
+                continue  # keep draining, so that write() and close() never block
+            try:
+                if writer is None:
+                    sink = pa.OSFile(self.path, "wb")
+                    writer = pa.ipc.new_file(sink, batch.schema)
+                writer.write_batch(batch)
+            except Exception as exc:  # reported to the caller by its next write() or close()
+                self._error = exc
+        try:
+            if writer is not None and self._error is None:
+                writer.close()
+            if sink is None:
+                sink = pa.OSFile(self.path, "wb")  # no rows: an empty file
+            sink.close()
+        except Exception as exc:
+            self._error = self._error or exc
 
 
 def check_column(name: str, column: pa.Array, widths: dict[str, int], what: str) -> None:
@@ -94,8 +131,20 @@ def check_column(name: str, column: pa.Array, widths: dict[str, int], what: str)
         )
 
 
-def read_batches(path: str) -> Iterator[pa.RecordBatch]:
-    """Replay a spill file one record batch at a time.
+def count_batches(path: str) -> int:
+    """How many record batches a spill file holds (read from its footer)."""
+    with pa.OSFile(path, "rb") as source:
+        return pa.ipc.open_file(source).num_record_batches if source.size() else 0
+
+
+def spill_schema(path: str) -> pa.Schema:
+    """The Arrow schema of a spill file."""
+    with pa.OSFile(path, "rb") as source:
+        return pa.ipc.open_file(source).schema
+
+
+def read_batches(path: str, order: Sequence[int] | None = None) -> Iterator[pa.RecordBatch]:
+    """Replay a spill file one record batch at a time, in file order or in ``order`` (batch indexes).
 
     Plain reads rather than a memory map: mapped pages would count in the TF process's resident memory
     and grow with the data; read this way, memory holds one record batch at a time.
@@ -103,7 +152,9 @@ def read_batches(path: str) -> Iterator[pa.RecordBatch]:
     with pa.OSFile(path, "rb") as source:
         if source.size() == 0:
             return
-        yield from pa.ipc.open_stream(source)
+        reader = pa.ipc.open_file(source)
+        for index in range(reader.num_record_batches) if order is None else order:
+            yield reader.get_batch(index)
 
 
 def to_numpy(batch: pa.RecordBatch, columns: Sequence[str], widths: dict[str, int]):
