@@ -146,3 +146,23 @@ def test_missing_column_and_missing_feed_are_named(spark):
         TFClusterRun(spark.sparkContext, programs.feed_keras, num_nodes=2, data=frame, feed=Feed(features="z")).start()
     with pytest.raises(FeedConfigError, match="also pass feed=Feed"):
         TFClusterRun(spark.sparkContext, programs.feed_keras, num_nodes=2, data=frame)
+
+
+def test_partition_keys_worked_out_without_spark_match_sparks_hash_partitioning(spark):
+    from pyspark.sql import functions as F
+
+    from airflow_tfos.runtime.feed.spark_side import partition_keys, spark_int_hash
+
+    values = spark.range(-50, 300).select(
+        F.col("id").cast("int").alias("v"), F.hash(F.col("id").cast("int")).alias("h")
+    )
+    assert {r["v"]: r["h"] for r in values.collect()} == {v: spark_int_hash(v) for v in range(-50, 300)}
+    for n in (1, 2, 3, 5, 8):
+        keys = partition_keys(n)
+        placed = (
+            spark.createDataFrame([(k,) for k in keys.values()], "k int")
+            .repartition(n, "k")
+            .select("k", F.spark_partition_id().alias("p"))
+            .collect()
+        )
+        assert {r["p"]: r["k"] for r in placed} == keys

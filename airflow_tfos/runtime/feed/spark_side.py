@@ -33,23 +33,33 @@ def _schema_fields(df) -> list[tuple[str, str]]:
     return [(f.name, f.dataType.simpleString()) for f in df.schema.fields]
 
 
-def _partition_keys(spark, num_partitions: int) -> dict[int, int]:
-    """Find, for each partition id, an int whose Spark hash lands in it under ``repartition(n, col)``."""
-    from pyspark.sql import functions as F
+_MASK = 0xFFFFFFFF
 
+
+def _rotl32(value: int, bits: int) -> int:
+    return ((value << bits) | (value >> (32 - bits))) & _MASK
+
+
+def spark_int_hash(value: int, seed: int = 42) -> int:
+    """Spark SQL's ``hash()`` of an int column: Murmur3 x86_32 of one 4-byte value, seed 42, as a
+    signed 32-bit int (``Murmur3_x86_32.hashInt``)."""
+    k1 = _rotl32((value & _MASK) * 0xCC9E2D51 & _MASK, 15) * 0x1B873593 & _MASK
+    h1 = (_rotl32(seed ^ k1, 13) * 5 + 0xE6546B64) & _MASK
+    h1 ^= 4
+    h1 = (h1 ^ (h1 >> 16)) * 0x85EBCA6B & _MASK
+    h1 = (h1 ^ (h1 >> 13)) * 0xC2B2AE35 & _MASK
+    h1 ^= h1 >> 16
+    return h1 - (1 << 32) if h1 & 0x80000000 else h1
+
+
+def partition_keys(num_partitions: int) -> dict[int, int]:
+    """For each partition id, the smallest int that ``repartition(num_partitions, col)`` sends there
+    (Spark's hash partitioning is ``pmod(hash(col), num_partitions)``); worked out here, no Spark job."""
     keys: dict[int, int] = {}
-    upper = 64 * num_partitions
+    value = 0
     while len(keys) < num_partitions:
-        rows = (
-            spark.range(0, upper)
-            .select(F.col("id").cast("int").alias("v"))
-            .select("v", F.pmod(F.hash("v"), F.lit(num_partitions)).alias("p"))
-            .groupBy("p")
-            .agg(F.min("v").alias("v"))
-            .collect()
-        )
-        keys = {row["p"]: row["v"] for row in rows}
-        upper *= 4
+        keys.setdefault(spark_int_hash(value) % num_partitions, value)
+        value += 1
     return keys
 
 
@@ -65,7 +75,7 @@ def prepare_dataframe(df, feed: Feed, roles: Sequence[NodeRole], validation_df=N
             validation_df.select(*feed.columns).withColumn(SPLIT_COLUMN, F.lit(1))
         )
     n = len(roles)
-    keys = _partition_keys(df.sparkSession, n)
+    keys = partition_keys(n)
     targets = [keys[r.executor_id] for r in training_order(roles)]
     pick = (F.pmod(F.monotonically_increasing_id(), F.lit(len(targets))) + 1).cast("int")
     node = F.element_at(F.array(*[F.lit(k) for k in targets]), pick)
@@ -93,7 +103,7 @@ def spill_partition(batches: Iterable, node_dir: str, feed: Feed, with_validatio
 
     me = psutil.Process()
     peak = me.memory_info().rss
-    started = time.monotonic()
+    started, started_at = time.monotonic(), time.time()
     writers = {TRAIN: SpillWriter(os.path.join(node_dir, "train.arrows"), feed.columns, "training data")}
     if with_validation:
         writers[VALIDATION] = SpillWriter(os.path.join(node_dir, "validation.arrows"), feed.columns, "validation data")
@@ -117,6 +127,7 @@ def spill_partition(batches: Iterable, node_dir: str, feed: Feed, with_validatio
             "path": writers[name].path,
             "bytes": s.bytes,
             "seconds": seconds,
+            "started_at": started_at,
             "peak_rss_mb": peak / 2**20,
         }
         for name, s in stats.items()
@@ -160,6 +171,7 @@ def plan_shares(
                 feed=feed,
                 rank=rank,
                 spill_seconds=mine["seconds"],
+                spill_started_at=mine["started_at"],
                 spill_peak_rss_mb=mine["peak_rss_mb"],
             )
     return shares, notes
