@@ -79,7 +79,9 @@ def prepare_dataframe(df, feed: Feed, roles: Sequence[NodeRole], validation_df=N
     targets = [keys[r.executor_id] for r in training_order(roles)]
     pick = (F.pmod(F.monotonically_increasing_id(), F.lit(len(targets))) + 1).cast("int")
     node = F.element_at(F.array(*[F.lit(k) for k in targets]), pick)
-    return data.withColumn(NODE_COLUMN, node).repartition(n, NODE_COLUMN).drop(NODE_COLUMN)
+    # The node column stays: dropping it would make Spark copy every (possibly wide) row once more
+    # after the shuffle; the spill keeps only the fed columns anyway.
+    return data.withColumn(NODE_COLUMN, node).repartition(n, NODE_COLUMN)
 
 
 def prepare_rdd(rdd, roles: Sequence[NodeRole]):
