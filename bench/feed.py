@@ -2,15 +2,22 @@
 
     python bench/feed.py [--small]
 
-1. Rows per second delivered into TF per worker: airflow-tfos (DataFrame -> Arrow -> local spill ->
-   tf.data tensors) against tensorflowonspark 2.2.5 InputMode.SPARK (RDD -> DataFeed.next_batch(1024)
-   -> NumPy), for rows of 2 floats and rows of 784 floats + a label, on the same cached data.
-   Ours counts from the moment the Spark task starts reading its partition until the rows have come
-   out of the tf.data pipeline as tensors; TFoS's from the call to ``train()`` (its nodes are already
-   up and waiting) until the last batch reached ``map_fun``.
+1. Rows per second delivered into TF per worker, airflow-tfos against tensorflowonspark 2.2.5
+   InputMode.SPARK (RDD -> DataFeed.next_batch(1024) -> NumPy), for rows of 2 floats and rows of
+   784 floats + a label, on the same cached data, in alternating rounds. Both are timed from the
+   driver's call (``run()``, ``TFCluster.train()``) until the last row has come out in the TF
+   process; for airflow-tfos the TF processes' start-up (between the end of the spill and
+   ``main_fun``) is left out, as TFoS's nodes are already up when ``train()`` is called. Counted for
+   airflow-tfos: laying the rows out one partition per node (a Spark shuffle), reading them from
+   Spark as Arrow and spilling them to local disk, and the first pass of the tf.data pipeline.
+   Beside them, the same rows laid out the same way and drained into Python by a barrier task and
+   thrown away: the most any consumer of Spark's JVM-to-Python Arrow path gets here. One uncounted
+   run of each comes first (Python workers and the JVM's compiled code warm up, for all three).
 2. Training steps per second of a small Keras model (784-128-10, MultiWorkerMirroredStrategy) fed
    from Spark, against the same model on the same workers fed from an in-memory tf.data pipeline
-   of the same rows (the ceiling).
+   of the same rows (the ceiling), both used the same way: one iterator for all epochs
+   (``.repeat()`` and ``steps_per_epoch``), and ``fit(dataset, epochs=...)`` re-iterating the
+   dataset each epoch. Rounds alternate between the models; medians are printed.
 3. Peak resident memory of a worker (the Spark task that spills, and the TF process) at 1x and 10x
    the data size.
 """
@@ -43,7 +50,7 @@ def ours_feed_main(args, ctx):
 
     share = ctx.feed_shares["train"]
     dataset = ctx.dataset()
-    started = time.time()
+    started = time.time()  # the TF process is up and its pipeline built
     for _x, _y in dataset:
         pass
     first_pass = time.time() - started
@@ -56,6 +63,7 @@ def ours_feed_main(args, ctx):
         ctx,
         {
             "rows": share.rows,
+            "spill_started_at": share.spill_started_at,
             "spill_s": share.spill_seconds,
             "first_pass_s": first_pass,
             "second_pass_s": second_pass,
@@ -95,25 +103,33 @@ def ours_steps_main(args, ctx):
             model.compile(optimizer="sgd", loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True))
         return model
 
-    def steps_per_second(model, dataset, epochs):
-        model.fit(dataset, epochs=1, steps_per_epoch=ctx.steps_per_epoch, verbose=0)  # warm-up
-        started = time.time()
-        model.fit(dataset, epochs=epochs, steps_per_epoch=ctx.steps_per_epoch, verbose=0)
-        return epochs * ctx.steps_per_epoch / (time.time() - started)
-
-    fed = steps_per_second(build(), ctx.dataset(), args["epochs"])
+    steps = ctx.steps_per_epoch
     xs, ys = zip(*ctx.batches(), strict=True)
     options = tf.data.Options()
     options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.OFF
     memory = (
         tf.data.Dataset.from_tensor_slices((np.concatenate(xs), np.concatenate(ys)))
-        .batch(ctx.feed_shares["train"].feed.batch_size)
-        .repeat()
+        .batch(ctx.feed_shares["train"].feed.batch_size, drop_remainder=True)
         .with_options(options)
-        .prefetch(tf.data.AUTOTUNE)
     )
-    ceiling = steps_per_second(build(), memory, args["epochs"])
-    _record(args["out"], ctx, {"fed_steps_s": fed, "memory_steps_s": ceiling})
+    fed = ctx.dataset()
+    # name: (dataset, steps_per_epoch for fit); None re-iterates the finite dataset every epoch
+    runs = {
+        "fed repeat": (fed.repeat(), steps),
+        "memory repeat": (memory.repeat().prefetch(tf.data.AUTOTUNE), steps),
+        "fed per-epoch": (fed, None),
+        "memory per-epoch": (memory.prefetch(tf.data.AUTOTUNE), None),
+    }
+    models = {name: build() for name in runs}
+    for name, (dataset, steps_per_epoch) in runs.items():  # warm-up: traces the step functions
+        models[name].fit(dataset, epochs=1, steps_per_epoch=steps_per_epoch, verbose=0)
+    rates: dict[str, list[float]] = {name: [] for name in runs}
+    for _ in range(args["rounds"]):
+        for name, (dataset, steps_per_epoch) in runs.items():
+            started = time.time()
+            models[name].fit(dataset, epochs=args["epochs"], steps_per_epoch=steps_per_epoch, verbose=0)
+            rates[name].append(args["epochs"] * steps / (time.time() - started))
+    _record(args["out"], ctx, rates)
 
 
 def image_frame(spark, rows: int):
@@ -134,8 +150,12 @@ def run_ours(sc, frame, batch_size=1024) -> list[dict]:
 
     out = tempfile.mkdtemp(prefix="bench-feed-ours-")
     feed = Feed(features="x", label="y", batch_size=batch_size, shuffle=False, cast_floats=None)
+    called = time.time()
     run(sc, ours_feed_main, {"out": out}, num_nodes=2, data=frame, feed=feed, timeout=1200)
-    return _records(out)
+    for record in (records := _records(out)):
+        record["layout_s"] = record["spill_started_at"] - called
+        record["seconds"] = record["layout_s"] + record["spill_s"] + record["first_pass_s"]
+    return records
 
 
 def run_tfos(sc, rdd) -> list[dict]:
@@ -145,38 +165,68 @@ def run_tfos(sc, rdd) -> list[dict]:
     cluster = TFCluster.run(
         sc, tfos_feed_main, {"out": out}, 2, 0, False, TFCluster.InputMode.SPARK, master_node="chief"
     )
-    started = time.time()
+    called = time.time()
     cluster.train(rdd, 1)
     cluster.shutdown(grace_secs=1)
-    return [{"rows": r["rows"], "seconds": r["last"] - started} for r in _records(out)]
+    return [{"rows": r["rows"], "seconds": r["last"] - called} for r in _records(out)]
 
 
-def feed_rates(spark, name: str, frame) -> None:
+def _drain(batches):
+    import pyarrow as pa
+
+    rows = 0
+    for batch in batches:
+        rows += batch.num_rows
+    yield pa.RecordBatch.from_pydict({"rows": [rows], "drained_at": [time.time()]})
+
+
+def run_spark_alone(frame) -> list[dict]:
+    """The same rows laid out on 2 barrier tasks and drained into Python, where they are thrown away."""
+    called = time.time()
+    done = frame.repartition(2).mapInArrow(_drain, "rows long, drained_at double", barrier=True).collect()
+    return [{"rows": r["rows"], "seconds": r["drained_at"] - called} for r in done]
+
+
+def _rates(records: list[dict]) -> list[float]:
+    return [r["rows"] / r["seconds"] for r in records]
+
+
+def feed_rates(spark, name: str, frame, rounds: int) -> None:
     sc = spark.sparkContext
     total = frame.count()
     rdd = frame.rdd.map(lambda row: (list(row.x), row.y)).cache()
     rdd.count()
-    tfos = run_tfos(sc, rdd)
-    ours = run_ours(sc, frame)
+    runs = {"tensorflowonspark": lambda: run_tfos(sc, rdd), "airflow-tfos": lambda: run_ours(sc, frame)}
+    results: dict[str, list[dict]] = {"tensorflowonspark": [], "airflow-tfos": [], "spark alone": []}
+    for run_once in (*runs.values(), lambda: run_spark_alone(frame)):  # warm-up, not counted
+        run_once()
+    for number in range(rounds):
+        order = list(runs) if number % 2 == 0 else list(reversed(runs))
+        for system in order:
+            results[system] += runs[system]()
+        results["spark alone"] += run_spark_alone(frame)
     rdd.unpersist()
-    tfos_rates = [r["rows"] / r["seconds"] for r in tfos]
-    ours_rates = [r["rows"] / (r["spill_s"] + r["first_pass_s"]) for r in ours]
-    replay_rates = [r["rows"] / r["second_pass_s"] for r in ours]
-    print(f"[{name}] {total} rows, 2 workers")
-    for i, (t, o) in enumerate(zip(tfos_rates, ours_rates, strict=True)):
+    print(f"[{name}] {total} rows, 2 workers, {rounds} rounds")
+    for r in results["tensorflowonspark"]:
+        print(f"[{name}] tensorflowonspark: {r['rows']} rows in {r['seconds']:.2f} s")
+    for r in results["airflow-tfos"]:
         print(
-            f"[{name}] worker {i}: tensorflowonspark {t:,.0f} rows/s ({tfos[i]['rows']} rows in "
-            f"{tfos[i]['seconds']:.2f} s), airflow-tfos {o:,.0f} rows/s ({ours[i]['rows']} rows: read from Spark "
-            f"and spilled in {ours[i]['spill_s']:.2f} s, into TF in {ours[i]['first_pass_s']:.2f} s)"
+            f"[{name}] airflow-tfos: {r['rows']} rows in {r['seconds']:.2f} s: laid out (Spark shuffle) "
+            f"{r['layout_s']:.2f} s, read from Spark and spilled {r['spill_s']:.2f} s, "
+            f"into TF {r['first_pass_s']:.2f} s"
         )
-    t_med, o_med = statistics.median(tfos_rates), statistics.median(ours_rates)
-    print(f"feed_rows_per_s_per_worker[{name}] tensorflowonspark=2.2.5: {t_med:,.0f}")
-    print(f"feed_rows_per_s_per_worker[{name}] airflow-tfos: {o_med:,.0f}")
-    print(f"feed_ratio[{name}] airflow-tfos/tensorflowonspark: {o_med / t_med:.1f}")
-    print(
-        f"feed_rows_per_s_per_worker[{name}] airflow-tfos later epochs (replayed from local disk): "
-        f"{statistics.median(replay_rates):,.0f}"
-    )
+    for r in results["spark alone"]:
+        print(f"[{name}] spark alone: {r['rows']} rows in {r['seconds']:.2f} s")
+    medians = {system: statistics.median(_rates(records)) for system, records in results.items()}
+    for system in ("tensorflowonspark", "airflow-tfos", "spark alone"):
+        label = "tensorflowonspark=2.2.5" if system == "tensorflowonspark" else system
+        print(f"feed_rows_per_s_per_worker[{name}] {label}: {medians[system]:,.0f}")
+    ours, tfos, alone = medians["airflow-tfos"], medians["tensorflowonspark"], medians["spark alone"]
+    print(f"feed_ratio[{name}] airflow-tfos/tensorflowonspark: {ours / tfos:.1f}")
+    print(f"feed_ratio[{name}] spark-alone/tensorflowonspark: {alone / tfos:.1f}")
+    print(f"feed_ratio[{name}] airflow-tfos/spark-alone: {ours / alone:.2f}")
+    replay = statistics.median(r["rows"] / r["second_pass_s"] for r in results["airflow-tfos"])
+    print(f"feed_rows_per_s_per_worker[{name}] airflow-tfos later epochs (replayed from local disk): {replay:,.0f}")
 
 
 def training_steps(spark, rows: int) -> None:
@@ -188,15 +238,22 @@ def training_steps(spark, rows: int) -> None:
     out = tempfile.mkdtemp(prefix="bench-steps-")
     feed = Feed(features="x", label="y", batch_size=64, shuffle=False)
     run(
-        spark.sparkContext, ours_steps_main, {"out": out, "epochs": 3}, num_nodes=2, data=frame, feed=feed, timeout=1200
+        spark.sparkContext,
+        ours_steps_main,
+        {"out": out, "epochs": 3, "rounds": 5},
+        num_nodes=2,
+        data=frame,
+        feed=feed,
+        timeout=1200,
     )
-    records = _records(out)
-    fed = statistics.median(r["fed_steps_s"] for r in records)
-    ceiling = statistics.median(r["memory_steps_s"] for r in records)
     frame.unpersist()
-    print(f"train_steps_per_s fed from Spark: {fed:.1f}")
-    print(f"train_steps_per_s in-memory tf.data (ceiling): {ceiling:.1f}")
-    print(f"train_steps_ratio fed/ceiling: {fed / ceiling:.2f}")
+    records = _records(out)
+    median = {name: statistics.median(v for r in records for v in r[name]) for name in records[0]}
+    for usage in ("repeat", "per-epoch"):
+        fed, ceiling = median[f"fed {usage}"], median[f"memory {usage}"]
+        print(f"train_steps_per_s[{usage}] fed from Spark: {fed:.1f}")
+        print(f"train_steps_per_s[{usage}] in-memory tf.data (ceiling): {ceiling:.1f}")
+        print(f"train_steps_ratio[{usage}] fed/ceiling: {fed / ceiling:.2f}")
 
 
 def peak_memory(spark, rows: int) -> None:
@@ -227,8 +284,8 @@ def main() -> int:
     spark = SparkSession.builder.config(conf=conf).getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     try:
-        feed_rates(spark, "2 floats", pair_frame(spark, int(100_000 * scale)))
-        feed_rates(spark, "784 floats + label", image_frame(spark, int(100_000 * scale)))
+        feed_rates(spark, "2 floats", pair_frame(spark, int(100_000 * scale)), rounds=3)
+        feed_rates(spark, "784 floats + label", image_frame(spark, int(100_000 * scale)), rounds=2)
         training_steps(spark, int(20_000 * scale))
         peak_memory(spark, int(20_000 * scale))
     finally:
