@@ -50,7 +50,10 @@ def test_parquet_and_csv_files_on_hdfs_are_listed_sharded_and_read(emu):
     assert sorted(ids_read(parquet_dataset(shards[0], feed)) + ids_read(parquet_dataset(shards[1], feed))) == list(
         range(150)
     )
-    assert ids_read(csv_dataset(list_files(emu.uri("/data/csv/*.csv")), feed)) == list(range(150))
+    csv = csv_dataset(list_files(emu.uri("/data/csv/*.csv")), feed)
+    assert ids_read(csv) == list(range(150))
+    # batches of batch_size rows across the files' own batches; the 150th row ends a smaller last batch
+    assert [int(y.shape[0]) for _, y in csv] == [7] * 21 + [3]
 
 
 def test_tfrecord_files_on_hdfs_are_downloaded_for_tensorflow(emu, tmp_path):

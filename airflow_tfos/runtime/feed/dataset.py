@@ -113,25 +113,19 @@ def iter_epoch(share: FeedShare, epoch: int = 0) -> Iterator:
         yield _shape(batch, share.feed)
 
 
-def _exact_batches(chunks, size: int, *, limit: int | None = None, keep_tail: bool = False) -> Iterator:
-    """Cut chunks of rows (dicts of equally long arrays) into batches of exactly ``size`` rows, up to
-    ``limit`` rows in all; with ``keep_tail``, the rows left at the end make one smaller batch."""
+def _exact_batches(chunks, size: int) -> Iterator:
+    """Cut chunks of rows (dicts of equally long arrays) into batches of exactly ``size`` rows; rows
+    left at the end are dropped."""
     carry: dict[str, np.ndarray] | None = None
-    emitted = 0
     for chunk in chunks:
         if carry is not None:
             chunk = {k: np.concatenate([carry[k], chunk[k]]) for k in chunk}
-        n = len(next(iter(chunk.values())))
+        n = _length(chunk)
         start = 0
-        while n - start >= size and (limit is None or emitted < limit):
+        while n - start >= size:
             yield {k: v[start : start + size] for k, v in chunk.items()}
             start += size
-            emitted += size
-        if limit is not None and emitted >= limit:
-            return
         carry = {k: v[start:] for k, v in chunk.items()}
-    if keep_tail and carry is not None and len(next(iter(carry.values()))):
-        yield carry
 
 
 def _shape(batch: dict[str, np.ndarray], feed: Feed):
@@ -151,19 +145,14 @@ def signature_of(value):
     return tf.TensorSpec(shape=(None, *value.shape[1:]), dtype=tf.as_dtype(value.dtype))
 
 
-def rebatch(batches, feed: Feed) -> Iterator:
-    """Turn Arrow record batches of any size into batches of ``feed.batch_size`` rows (the last may be
-    smaller), shaped like :func:`iter_epoch`'s. Array columns must keep one length throughout."""
+def checked_batches(batches, feed: Feed) -> Iterator:
+    """Turn Arrow record batches into NumPy ones shaped like :func:`iter_epoch`'s (whatever their number
+    of rows), checking that each fed column can be a tensor and that array columns keep one length."""
     widths: dict[str, int] = {}
-
-    def checked():
-        for batch in batches:
-            for name in feed.columns:
-                check_column(name, batch.column(name), widths, "files")
-            yield to_numpy(batch, feed.columns, widths)
-
-    for batch in _exact_batches(checked(), feed.batch_size, keep_tail=True):
-        yield _shape(batch, feed)
+    for batch in batches:
+        for name in feed.columns:
+            check_column(name, batch.column(name), widths, "files")
+        yield _shape(to_numpy(batch, feed.columns, widths), feed)
 
 
 def make_dataset(share: FeedShare):

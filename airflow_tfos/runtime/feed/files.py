@@ -101,18 +101,27 @@ def _arrow_batches(files: Sequence[str | FileInfo], fmt: str, columns: Sequence[
 
 
 def _file_dataset(files: Sequence[str | FileInfo], fmt: str, feed: Feed):
+    """Batches of ``feed.batch_size`` rows (the last may be smaller): Python hands over the files' record
+    batches whole and tf.data's ``rebatch`` cuts them, by slicing, in C++."""
     import tensorflow as tf
 
-    from airflow_tfos.runtime.feed.dataset import rebatch, signature_of
+    from airflow_tfos.runtime.feed.dataset import checked_batches, signature_of
 
     def generate():
-        yield from rebatch(_arrow_batches(files, fmt, feed.columns), feed)
+        yield from checked_batches(_arrow_batches(files, fmt, feed.columns), feed)
 
-    first = next(generate(), None)
+    first = next((b for b in generate() if _rows(b)), None)
     if first is None:
         raise FeedConfigError(f"the {fmt} files given to this node hold no rows")
     dataset = tf.data.Dataset.from_generator(generate, output_signature=signature_of(first))
-    return dataset.prefetch(tf.data.AUTOTUNE)
+    return dataset.rebatch(feed.batch_size, drop_remainder=False).prefetch(tf.data.AUTOTUNE)
+
+
+def _rows(batch) -> int:
+    """Rows in a batch shaped ``x``, ``(x, y)`` or ``({name: x}, y)``."""
+    while isinstance(batch, (tuple, dict)):
+        batch = batch[0] if isinstance(batch, tuple) else next(iter(batch.values()))
+    return len(batch)
 
 
 def parquet_dataset(files: Sequence[str | FileInfo], feed: Feed):
