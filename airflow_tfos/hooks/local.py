@@ -383,6 +383,25 @@ class LocalBackend:
                 continue
         return found
 
+    @staticmethod
+    def _group(pgid: int) -> list[psutil.Process]:
+        """Every live process of the application's process group, marked or not."""
+        found = []
+        for process in psutil.process_iter():
+            try:
+                if os.getpgid(process.pid) == pgid and process.status() != psutil.STATUS_ZOMBIE:
+                    found.append(process)
+            except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess, OSError):
+                continue
+        return found
+
+    def _remaining(self, app_id: str, pgid: int) -> list[psutil.Process]:
+        """The application's processes still alive: those that carry its marker and its process group."""
+        found = {p.pid: p for p in self._members(app_id)}
+        for process in self._group(pgid):
+            found.setdefault(process.pid, process)
+        return list(found.values())
+
     def processes(self, app_id: str) -> list[psutil.Process]:
         """The application's live processes (its wrapper, spark-submit, the driver, executors, TF nodes)."""
         record = self.record(app_id)
@@ -495,6 +514,8 @@ class LocalBackend:
         leader = self._leader(record)
         targets = {p.pid: p for p in self._members(app_id)}
         if leader is not None:
+            # the group is ours only while its leader lives: a pgid is reused once every member has gone
+            targets.update((p.pid, p) for p in self._group(record["pgid"]) if p.pid not in targets)
             targets.setdefault(leader.pid, leader)
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(record["pgid"], signal.SIGTERM)
@@ -503,7 +524,10 @@ class LocalBackend:
                 process.terminate()
         log.info("sent SIGTERM to local application %s (%d processes); grace %.0f s", app_id, len(targets), grace_secs)
         _, left = psutil.wait_procs(list(targets.values()), timeout=max(grace_secs, 0.1))
-        left = [*left, *[p for p in self._members(app_id) if p.pid not in targets]]
+        if leader is not None:
+            left += [p for p in self._remaining(app_id, record["pgid"]) if p.pid not in targets]
+        else:
+            left += [p for p in self._members(app_id) if p.pid not in targets]
         if left:
             log.warning(
                 "local application %s: %d processes still alive after %.0f s: SIGKILL", app_id, len(left), grace_secs
