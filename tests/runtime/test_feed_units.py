@@ -47,7 +47,7 @@ def test_schema_check_accepts_numbers_and_numeric_arrays():
 
 
 def test_spill_round_trip_and_epoch_batches(tmp_path):
-    path = str(tmp_path / "s.arrows")
+    path = str(tmp_path / "s.arrow")
     writer = SpillWriter(path, ["x", "y"])
     for start in (0, 7, 13):
         n = [7, 6, 5][(0, 7, 13).index(start)]
@@ -80,7 +80,7 @@ def _shuffled_share(path: str, steps: int) -> FeedShare:
 
 
 def test_shuffled_epochs_visit_every_row_once_in_a_new_order(tmp_path):
-    path = str(tmp_path / "s.arrows")
+    path = str(tmp_path / "s.arrow")
     _spill_labelled(path, batches=5, rows=20)
     share = _shuffled_share(path, steps=10)
 
@@ -99,7 +99,7 @@ def test_shuffled_epochs_visit_every_row_once_in_a_new_order(tmp_path):
 
 
 def test_the_tf_dataset_gives_the_numpy_batches_epoch_after_epoch_padded(tmp_path):
-    path = str(tmp_path / "s.arrows")
+    path = str(tmp_path / "s.arrow")
     _spill_labelled(path, batches=5, rows=20)
     share = _shuffled_share(path, steps=12)  # 120 rows per epoch from 100: 20 padded
     expected = [np.concatenate([y for _, y in iter_epoch(share, epoch)]).tolist() for epoch in (0, 1)]
@@ -127,10 +127,13 @@ def test_spill_writer_rejects_nulls_and_ragged_arrays(tmp_path):
     writer = SpillWriter(str(tmp_path / "a"), ["x"])
     with pytest.raises(FeedConfigError, match="column 'x' of the training data has null values"):
         writer.write(pa.record_batch([pa.array([1.0, None])], ["x"]))
+    writer.abort()
     writer = SpillWriter(str(tmp_path / "b"), ["x"])
     writer.write(pa.record_batch([pa.array([[1.0, 2.0]])], ["x"]))
     with pytest.raises(FeedConfigError, match="rows of different lengths"):
         writer.write(pa.record_batch([pa.array([[1.0, 2.0, 3.0]])], ["x"]))
+    writer.abort()
+    assert read_batches(str(tmp_path / "b")).__next__().num_rows == 1  # what was written before is kept
 
 
 def make_feed(tmp_path, rows, rows_per_epoch=None, epochs=1):
@@ -207,7 +210,7 @@ print(sorted(r.decode() for r in tfrecord_dataset(paths).as_numpy_iterator()))
 
 
 def test_a_spill_that_cannot_reach_the_disk_fails_with_the_path_named(tmp_path):
-    writer = SpillWriter(str(tmp_path / "missing" / "s.arrows"), ["x"])
+    writer = SpillWriter(str(tmp_path / "missing" / "s.arrow"), ["x"])
     batch = pa.record_batch([pa.array([1.0, 2.0])], ["x"])
 
     def spill():
@@ -217,3 +220,21 @@ def test_a_spill_that_cannot_reach_the_disk_fails_with_the_path_named(tmp_path):
 
     with pytest.raises(OSError, match=r"cannot write the training data to local disk at .*missing"):
         spill()
+
+
+def test_a_bad_batch_mid_spill_fails_with_its_own_error_and_leaves_no_writer_behind(tmp_path):
+    import threading
+
+    from airflow_tfos.runtime.feed.spark_side import SPLIT_COLUMN, spill_partition
+
+    def batches():
+        yield pa.record_batch([pa.array([1.0, 2.0]), pa.array([0, 1], pa.int32())], ["x", SPLIT_COLUMN])
+        yield pa.record_batch([pa.array([3.0, None]), pa.array([0, 1], pa.int32())], ["x", SPLIT_COLUMN])
+
+    # the disk fails too (no such directory): the data's own error is the one reported
+    with pytest.raises(FeedConfigError, match="column 'x' of the (training|validation) data has null values"):
+        spill_partition(batches(), str(tmp_path / "gone"), Feed("x", shuffle=False), with_validation=True)
+    names = {"spill train.arrow", "spill validation.arrow"}
+    assert [t for t in threading.enumerate() if t.name in names] == []
+    spilled = spill_partition(iter([]), str(tmp_path), Feed("x"), with_validation=False)
+    assert spilled["train"]["rows"] == 0 and [t for t in threading.enumerate() if t.name in names] == []

@@ -106,9 +106,9 @@ def spill_partition(batches: Iterable, node_dir: str, feed: Feed, with_validatio
     me = psutil.Process()
     peak = me.memory_info().rss
     started, started_at = time.monotonic(), time.time()
-    writers = {TRAIN: SpillWriter(os.path.join(node_dir, "train.arrows"), feed.columns, "training data")}
+    writers = {TRAIN: SpillWriter(os.path.join(node_dir, "train.arrow"), feed.columns, "training data")}
     if with_validation:
-        writers[VALIDATION] = SpillWriter(os.path.join(node_dir, "validation.arrows"), feed.columns, "validation data")
+        writers[VALIDATION] = SpillWriter(os.path.join(node_dir, "validation.arrow"), feed.columns, "validation data")
     try:
         for batch in batches:
             if with_validation:
@@ -119,8 +119,17 @@ def spill_partition(batches: Iterable, node_dir: str, feed: Feed, with_validatio
                 writers[TRAIN].write(batch)
             del batch
             peak = max(peak, me.memory_info().rss)
+    except BaseException:
+        for writer in writers.values():
+            writer.abort()  # the error on its way out is the one to report
+        raise
+    stats = {}
+    try:
+        for name, writer in writers.items():
+            stats[name] = writer.close()
     finally:
-        stats = {name: writer.close() for name, writer in writers.items()}
+        for writer in writers.values():
+            writer.abort()  # no-op for those closed; a failed close leaves no thread or file behind
     seconds = time.monotonic() - started
     return {
         name: {

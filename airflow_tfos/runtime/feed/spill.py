@@ -9,6 +9,7 @@ record batches, so each epoch can visit them in a new order.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import pickle
 import queue
@@ -73,10 +74,17 @@ class SpillWriter:
 
     def close(self) -> SpillStats:
         """Wait for the queued batches to reach the disk and close the file."""
-        self._queue.put(None)
-        self._thread.join()
+        if self._thread.is_alive():
+            self._queue.put(None)
+            self._thread.join()
         self._raise_if_failed()
         return self.stats
+
+    def abort(self) -> None:
+        """Close, leaving no thread or open file behind, and ignore what went wrong (another error is
+        already on its way)."""
+        with contextlib.suppress(OSError):
+            self.close()
 
     def _raise_if_failed(self) -> None:
         if self._error is not None:
@@ -100,6 +108,9 @@ class SpillWriter:
         try:
             if writer is not None and self._error is None:
                 writer.close()
+        except Exception as exc:
+            self._error = self._error or exc
+        try:
             if sink is None:
                 sink = pa.OSFile(self.path, "wb")  # no rows: an empty file
             sink.close()
