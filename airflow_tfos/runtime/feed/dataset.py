@@ -150,6 +150,8 @@ def checked_batches(batches, feed: Feed) -> Iterator:
     of rows), checking that each fed column can be a tensor and that array columns keep one length."""
     widths: dict[str, int] = {}
     for batch in batches:
+        if not batch.num_rows:
+            continue  # an empty row group: nothing to check, and no width to shape it with
         for name in feed.columns:
             check_column(name, batch.column(name), widths, "files")
         yield _shape(to_numpy(batch, feed.columns, widths), feed)
