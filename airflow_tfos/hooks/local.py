@@ -514,7 +514,8 @@ class LocalBackend:
         leader = self._leader(record)
         targets = {p.pid: p for p in self._members(app_id)}
         if leader is not None:
-            # the group is ours only while its leader lives: a pgid is reused once every member has gone
+            # the group is surely ours while its leader lives (a pgid is free for reuse only once every
+            # member has gone), so its members are looked up now and once more after the grace period
             targets.update((p.pid, p) for p in self._group(record["pgid"]) if p.pid not in targets)
             targets.setdefault(leader.pid, leader)
             with contextlib.suppress(ProcessLookupError, PermissionError):
