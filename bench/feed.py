@@ -10,9 +10,10 @@
    ``main_fun``) is left out, as TFoS's nodes are already up when ``train()`` is called. Counted for
    airflow-tfos: laying the rows out one partition per node (a Spark shuffle), reading them from
    Spark as Arrow and spilling them to local disk, and the first pass of the tf.data pipeline.
-   Beside them, the same rows laid out the same way and drained into Python by a barrier task and
-   thrown away: the most any consumer of Spark's JVM-to-Python Arrow path gets here. One uncounted
-   run of each comes first (Python workers and the JVM's compiled code warm up, for all three).
+   Beside them, the same rows laid out the same way (hash-partitioned on a node column) and drained
+   into Python by a barrier task and thrown away: the most any consumer of Spark's JVM-to-Python
+   Arrow path gets here. One uncounted run of each comes first (Python workers and the JVM's
+   compiled code warm up, for all three).
 2. Training steps per second of a small Keras model (784-128-10, MultiWorkerMirroredStrategy) fed
    from Spark, against the same model on the same workers fed from an in-memory tf.data pipeline
    of the same rows (the ceiling), both used the same way: one iterator for all epochs
@@ -181,9 +182,18 @@ def _drain(batches):
 
 
 def run_spark_alone(frame) -> list[dict]:
-    """The same rows laid out on 2 barrier tasks and drained into Python, where they are thrown away."""
+    """The same rows laid out on 2 barrier tasks as the feed lays them out (round-robin, hash-partitioned
+    on a node column), drained into Python and thrown away."""
+    from pyspark.sql import functions as F
+
+    from airflow_tfos.runtime.feed.spark_side import partition_keys
+
+    keys = partition_keys(2)
+    pick = (F.pmod(F.monotonically_increasing_id(), F.lit(2)) + 1).cast("int")
+    node = F.element_at(F.array(F.lit(keys[0]), F.lit(keys[1])), pick)
     called = time.time()
-    done = frame.repartition(2).mapInArrow(_drain, "rows long, drained_at double", barrier=True).collect()
+    laid_out = frame.withColumn("node", node).repartition(2, "node")
+    done = laid_out.mapInArrow(_drain, "rows long, drained_at double", barrier=True).collect()
     return [{"rows": r["rows"], "seconds": r["drained_at"] - called} for r in done]
 
 
