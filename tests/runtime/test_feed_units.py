@@ -229,10 +229,11 @@ def test_a_bad_batch_mid_spill_fails_with_its_own_error_and_leaves_no_writer_beh
 
     def batches():
         yield pa.record_batch([pa.array([1.0, 2.0]), pa.array([0, 1], pa.int32())], ["x", SPLIT_COLUMN])
-        yield pa.record_batch([pa.array([3.0, None]), pa.array([0, 1], pa.int32())], ["x", SPLIT_COLUMN])
+        yield pa.record_batch([pa.array([None, 3.0]), pa.array([0, 1], pa.int32())], ["x", SPLIT_COLUMN])
 
-    # the disk fails too (no such directory): the data's own error is the one reported
-    with pytest.raises(FeedConfigError, match="column 'x' of the (training|validation) data has null values"):
+    # the disk fails as well (no such directory), but the bad batch is refused before the disk error is
+    # looked at, and that error is the one reported; the validation writer must not be left running
+    with pytest.raises(FeedConfigError, match="column 'x' of the training data has null values"):
         spill_partition(batches(), str(tmp_path / "gone"), Feed("x", shuffle=False), with_validation=True)
     names = {"spill train.arrow", "spill validation.arrow"}
     assert [t for t in threading.enumerate() if t.name in names] == []
