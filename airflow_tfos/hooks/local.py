@@ -372,35 +372,19 @@ class LocalBackend:
             return None
 
     @staticmethod
-    def _members(app_id: str) -> list[psutil.Process]:
-        """Every live process that carries the application's marker in its environment."""
+    def _members(app_id: str, pgid: int | None = None) -> list[psutil.Process]:
+        """Every live process that carries the application's marker in its environment, and with
+        ``pgid``, every live process of that process group, marked or not."""
         found = []
         for process in psutil.process_iter():
             try:
-                if process.environ().get(APP_ENV) == app_id and process.status() != psutil.STATUS_ZOMBIE:
+                if process.status() == psutil.STATUS_ZOMBIE:
+                    continue
+                if (pgid is not None and os.getpgid(process.pid) == pgid) or process.environ().get(APP_ENV) == app_id:
                     found.append(process)
             except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess, OSError):
                 continue
         return found
-
-    @staticmethod
-    def _group(pgid: int) -> list[psutil.Process]:
-        """Every live process of the application's process group, marked or not."""
-        found = []
-        for process in psutil.process_iter():
-            try:
-                if os.getpgid(process.pid) == pgid and process.status() != psutil.STATUS_ZOMBIE:
-                    found.append(process)
-            except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess, OSError):
-                continue
-        return found
-
-    def _remaining(self, app_id: str, pgid: int) -> list[psutil.Process]:
-        """The application's processes still alive: those that carry its marker and its process group."""
-        found = {p.pid: p for p in self._members(app_id)}
-        for process in self._group(pgid):
-            found.setdefault(process.pid, process)
-        return list(found.values())
 
     def processes(self, app_id: str) -> list[psutil.Process]:
         """The application's live processes (its wrapper, spark-submit, the driver, executors, TF nodes)."""
@@ -512,11 +496,11 @@ class LocalBackend:
         if not kill_file.exists():
             write_json_atomically(kill_file, {"reason": reason, "time": time.time(), "grace_secs": grace_secs})
         leader = self._leader(record)
-        targets = {p.pid: p for p in self._members(app_id)}
+        # The process group is surely ours while its leader lives (a pgid is free for reuse only once
+        # every member has gone): its members, marked or not, are looked up now and after the grace period.
+        group = record["pgid"] if leader is not None else None
+        targets = {p.pid: p for p in self._members(app_id, group)}
         if leader is not None:
-            # the group is surely ours while its leader lives (a pgid is free for reuse only once every
-            # member has gone), so its members are looked up now and once more after the grace period
-            targets.update((p.pid, p) for p in self._group(record["pgid"]) if p.pid not in targets)
             targets.setdefault(leader.pid, leader)
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(record["pgid"], signal.SIGTERM)
@@ -525,10 +509,7 @@ class LocalBackend:
                 process.terminate()
         log.info("sent SIGTERM to local application %s (%d processes); grace %.0f s", app_id, len(targets), grace_secs)
         _, left = psutil.wait_procs(list(targets.values()), timeout=max(grace_secs, 0.1))
-        if leader is not None:
-            left += [p for p in self._remaining(app_id, record["pgid"]) if p.pid not in targets]
-        else:
-            left += [p for p in self._members(app_id) if p.pid not in targets]
+        left += [p for p in self._members(app_id, group) if p.pid not in targets]
         if left:
             log.warning(
                 "local application %s: %d processes still alive after %.0f s: SIGKILL", app_id, len(left), grace_secs

@@ -98,12 +98,11 @@ def _windows(batches, share: FeedShare, rng: np.random.Generator | None) -> Iter
 
 
 def _merge(parts: list[dict[str, np.ndarray]], rng: np.random.Generator | None) -> dict[str, np.ndarray]:
-    if rng is None:
-        return parts[0] if len(parts) == 1 else {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
-    order = rng.permutation(sum(_length(p) for p in parts))
-    if len(parts) == 1:
-        return {k: v[order] for k, v in parts[0].items()}
-    return {k: np.concatenate([p[k] for p in parts])[order] for k in parts[0]}
+    merged = parts[0] if len(parts) == 1 else {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
+    if rng is not None:
+        order = rng.permutation(_length(merged))
+        merged = {k: v[order] for k, v in merged.items()}
+    return merged
 
 
 def iter_epoch(share: FeedShare, epoch: int = 0) -> Iterator:

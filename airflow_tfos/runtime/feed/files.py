@@ -110,18 +110,11 @@ def _file_dataset(files: Sequence[str | FileInfo], fmt: str, feed: Feed):
     def generate():
         yield from checked_batches(_arrow_batches(files, fmt, feed.columns), feed)
 
-    first = next((b for b in generate() if _rows(b)), None)
+    first = next(generate(), None)  # empty record batches are skipped
     if first is None:
         raise FeedConfigError(f"the {fmt} files given to this node hold no rows")
     dataset = tf.data.Dataset.from_generator(generate, output_signature=signature_of(first))
     return dataset.rebatch(feed.batch_size, drop_remainder=False).prefetch(tf.data.AUTOTUNE)
-
-
-def _rows(batch) -> int:
-    """Rows in a batch shaped ``x``, ``(x, y)`` or ``({name: x}, y)``."""
-    while isinstance(batch, (tuple, dict)):
-        batch = batch[0] if isinstance(batch, tuple) else next(iter(batch.values()))
-    return len(batch)
 
 
 def parquet_dataset(files: Sequence[str | FileInfo], feed: Feed):

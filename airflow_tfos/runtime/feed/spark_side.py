@@ -119,17 +119,10 @@ def spill_partition(batches: Iterable, node_dir: str, feed: Feed, with_validatio
                 writers[TRAIN].write(batch)
             del batch
             peak = max(peak, me.memory_info().rss)
-    except BaseException:
-        for writer in writers.values():
-            writer.abort()  # the error on its way out is the one to report
-        raise
-    stats = {}
-    try:
-        for name, writer in writers.items():
-            stats[name] = writer.close()
+        stats = {name: writer.close() for name, writer in writers.items()}
     finally:
         for writer in writers.values():
-            writer.abort()  # no-op for those closed; a failed close leaves no thread or file behind
+            writer.abort()  # no thread or open file is left behind; the error on its way out is the one reported
     seconds = time.monotonic() - started
     return {
         name: {
