@@ -22,10 +22,21 @@ RUN_DIR_KEY = "run_dir"
 
 
 class _XComLink(BaseOperatorLink):
+    """A link whose target the operator pushed under ``key``.
+
+    Airflow 3 asks for a task's links once, in the worker when the task ends, and keeps each under the
+    link's own XCom key (``xcom_key``), which is what the UI reads. The operators of this package keep the
+    targets they pushed in this try in ``link_targets``: the link reads them there, so a target that was
+    never pushed (no TensorBoard, an application not yet submitted) is an empty link, not a failed XCom
+    lookup with an error in the task's log. Other operators are looked up in XCom.
+    """
+
     key = ""
 
     def get_link(self, operator: BaseOperator, *, ti_key: TaskInstanceKey) -> str:
-        value = XCom.get_value(ti_key=ti_key, key=self.key)
+        targets = getattr(operator, "link_targets", None)
+        known = isinstance(targets, dict)
+        value = targets.get(self.key) if known else XCom.get_value(ti_key=ti_key, key=self.key)
         return str(value) if value else ""
 
 

@@ -20,7 +20,7 @@ from airflow.sdk.exceptions import AirflowException
 from airflow_tfos.hooks.apps import ApplicationClient
 from airflow_tfos.hooks.run_dir import RunDirHook
 from airflow_tfos.hooks.state import AppState
-from airflow_tfos.links.tfos import SparkApplicationLink, TrainingReportLink
+from airflow_tfos.links.tfos import TRACKING_URL_KEY, SparkApplicationLink, TrainingReportLink
 from airflow_tfos.operators.train import templated
 from airflow_tfos.runs import RunConfigError, check_run_dir, run_key, run_tag, safe_name
 from airflow_tfos.sensors.tfos import application_failure
@@ -58,6 +58,8 @@ class _RunTaskOperator(BaseOperator):
         self.yarn_conn_id = yarn_conn_id
         self.webhdfs_conn_id = webhdfs_conn_id
         self.poll_interval = poll_interval
+        #: what this try found for the extra links (see airflow_tfos.links.tfos)
+        self.link_targets: dict[str, str] = {}
 
     @cached_property
     def apps(self) -> ApplicationClient:
@@ -72,9 +74,14 @@ class _RunTaskOperator(BaseOperator):
         if self.application_id:
             state = self.apps.get(self.application_id)
             if not state.is_terminal:
-                return state
+                return self._linked(state)
         live = [a for a in self.apps.find(run_tag(self.run_dir)) if not a.is_terminal]
-        return live[0] if live else None
+        return self._linked(live[0]) if live else None
+
+    def _linked(self, app: AppState) -> AppState:
+        if app.tracking_url:
+            self.link_targets[TRACKING_URL_KEY] = app.tracking_url
+        return app
 
 
 class TFoSFeedOperator(_RunTaskOperator):

@@ -177,6 +177,8 @@ class _TFoSRunOperator(ResumableJobMixin, BaseOperator):
         self._tfos_result: dict[str, Any] | None = None
         self._ti: Any = None
         self._tracking_url: str | None = None
+        #: what this try pushed for the extra links (see airflow_tfos.links.tfos)
+        self.link_targets: dict[str, str] = {}
         self._export_record: dict[str, Any] | None = None
         self._check_parameters()
 
@@ -311,7 +313,10 @@ class _TFoSRunOperator(ResumableJobMixin, BaseOperator):
         """Push the application's UI address (the Spark application link) once it is known, or when it changes."""
         if url and url != self._tracking_url and self._ti is not None:
             self._ti.xcom_push(key=TRACKING_URL_KEY, value=url)
+            # under the link's own key too, so that the UI shows the link while the task still runs
+            self._ti.xcom_push(key=SparkApplicationLink().xcom_key, value=url)
             self._tracking_url = url
+            self.link_targets[TRACKING_URL_KEY] = url
 
     def wait(self, app: AppState) -> dict[str, Any]:
         """Wait until the application has done this task's work (or defer); return the result."""

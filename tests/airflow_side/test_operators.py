@@ -553,3 +553,22 @@ class TestSparkApplicationLink:
         app = AppState("local-1", "FINISHED", "SUCCEEDED")
         op.execute_complete(context, {"status": "done", "app": app.to_json(), "tracking_url": self.UI})
         assert context["ti"].xcoms["tracking_url"] == self.UI
+
+    def test_the_links_read_what_the_try_pushed_and_never_look_up_a_missing_xcom(self, tmp_path, monkeypatch):
+        from airflow.sdk.execution_time.xcom import XCom
+
+        from airflow_tfos.links.tfos import SparkApplicationLink, TensorBoardLink
+
+        def no_lookup(**kwargs):  # in a worker, a lookup of an XCom never pushed logs "[error] XCom not found"
+            raise AssertionError(f"XCom looked up: {kwargs}")
+
+        monkeypatch.setattr(XCom, "get_value", no_lookup)
+        op = train_op(tmp_path)
+        assert SparkApplicationLink().get_link(op, ti_key=None) == ""
+        assert TensorBoardLink().get_link(op, ti_key=None) == ""
+        context = make_context()
+        op._ti = context["ti"]
+        op.push_tracking_url(self.UI)
+        assert SparkApplicationLink().get_link(op, ti_key=None) == self.UI
+        # pushed under the link's own key as well: the UI reads that one, also while the task runs
+        assert context["ti"].xcoms[SparkApplicationLink().xcom_key] == self.UI
