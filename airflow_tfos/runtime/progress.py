@@ -409,6 +409,49 @@ def _fed_batch_size(ctx) -> int | None:
     return share.feed.batch_size * max(1, ctx.num_workers)
 
 
+def replicas_summed(model) -> int:
+    """How many replicas a batch's logs are summed over by ``model.fit``; 1 when they are not summed.
+
+    Keras 2 (tf-keras) reduces a batch's logs with ``distribute_reduction_method``, whose ``"auto"`` means
+    ``"sum"`` off TPUs: under MultiWorkerMirroredStrategy (or MirroredStrategy on several devices) every
+    replica's running metrics are added up, so a per-batch accuracy reads up to N and a loss N times the
+    epoch's. The epoch's logs are the metrics' own values. Keras 3 averages the replicas instead.
+    """
+    try:
+        import tf_keras
+    except ImportError:
+        return 1
+    if not isinstance(model, tf_keras.Model):
+        return 1
+    method = getattr(model, "distribute_reduction_method", "auto") or "auto"
+    strategy = getattr(model, "distribute_strategy", None)
+    if strategy is None:
+        return 1
+    if method == "auto":
+        method = "first" if "TPU" in type(strategy).__name__ else "sum"
+    if method != "sum":
+        return 1
+    return max(1, int(getattr(strategy, "num_replicas_in_sync", 1)))
+
+
+def per_replica_mean(logs: dict[str, Any] | None, replicas: int) -> dict[str, Any] | None:
+    """A batch's logs summed over ``replicas`` turned back into their mean over the replicas.
+
+    Every replica runs the same number of steps on batches of the same size (the feed balances them),
+    so for Keras's mean metrics (loss, accuracy, mae...) the mean over the replicas is the value over
+    all of them.
+    """
+    if not logs or replicas <= 1:
+        return logs
+    scaled: dict[str, Any] = {}
+    for name, value in logs.items():
+        try:
+            scaled[name] = float(value) / replicas
+        except (TypeError, ValueError):
+            scaled[name] = value
+    return scaled
+
+
 def progress_callback(
     ctx,
     *,
@@ -421,7 +464,9 @@ def progress_callback(
     """A Keras callback that reports progress through a :class:`ProgressTracker` (see the module doc).
 
     ``steps_per_epoch`` and ``epochs`` default to what ``model.fit`` was given. The global step is the
-    optimizer's iteration count; a step's time runs from the start of the batch to its end.
+    optimizer's iteration count; a step's time runs from the start of the batch to its end. A batch's
+    metrics are recorded as their value over all replicas, also where Keras 2 sums them over the
+    replicas (see :func:`replicas_summed`).
     The tracker is the callback's ``tracker`` attribute.
     """
     import tensorflow as tf
@@ -440,6 +485,7 @@ def progress_callback(
             super().__init__()
             self.tracker = tracker
             self._batch_began: float | None = None
+            self._replicas = 1
 
         def _global_step(self) -> int | None:
             optimizer = getattr(self.model, "optimizer", None)
@@ -447,6 +493,7 @@ def progress_callback(
             return None if iterations is None else int(iterations.numpy())
 
         def on_train_begin(self, logs=None):
+            self._replicas = replicas_summed(self.model)
             params = self.params or {}
             if tracker.steps_per_epoch is None and params.get("steps"):
                 tracker.steps_per_epoch = int(params["steps"])
@@ -460,7 +507,7 @@ def progress_callback(
         def on_train_batch_end(self, batch, logs=None):
             began, self._batch_began = self._batch_began, None
             secs = time.monotonic() - began if began is not None else None
-            tracker.step(logs, step=self._global_step(), step_secs=secs)
+            tracker.step(per_replica_mean(logs, self._replicas), step=self._global_step(), step_secs=secs)
 
         def on_epoch_end(self, epoch, logs=None):
             tracker.epoch_end(logs, step=self._global_step(), epoch=None if tracker.steps_per_epoch else epoch + 1)

@@ -220,6 +220,30 @@ def linear_parquet(tmp_path) -> str:
     return str(path)
 
 
+def assert_the_last_step_of_each_epoch_reads_as_the_epoch(rundir: RunDir) -> None:
+    """A step's running metrics at the end of an epoch are the epoch's metrics (Keras computes those from
+    the metrics' own values, over all replicas): a loss or mae summed over the replicas would read N times."""
+    points = {(e["attempt"], e["step"]): e for e in rundir.events("step_metrics")}
+    epochs = rundir.events("metrics")
+    assert epochs
+    for epoch in epochs:
+        point = points[(epoch["attempt"], epoch["step"])]
+        for name in ("loss", "mae"):
+            assert point[name] == pytest.approx(epoch[name], rel=1e-4), (name, point, epoch)
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("nodes", [1, 3])
+def test_per_step_metrics_are_values_over_all_replicas_not_their_sum(sc, tmp_path, nodes):
+    from airflow_tfos.runtime import run
+    from tests.runtime import programs
+
+    args = {"steps_per_epoch": 6, "epochs": 2, "every": 100}
+    result = run(sc, programs.tracked_training, args, num_nodes=nodes, run_dir=str(tmp_path), timeout=300)
+    assert result["step"] == 12
+    assert_the_last_step_of_each_epoch_reads_as_the_epoch(RunDir(str(tmp_path)))
+
+
 @pytest.mark.integration
 def test_a_driver_run_reports_progress_while_training_and_writes_the_report(tmp_path, linear_parquet):
     rundir = RunDir(str(tmp_path / "run"))
@@ -268,6 +292,7 @@ def test_a_driver_run_reports_progress_while_training_and_writes_the_report(tmp_
     assert all(e["val_loss"] is not None and e["mae"] is not None for e in metrics)
     points = rundir.events("step_metrics")
     assert {e["attempt"] for e in points} == {0, 1} and max(e["step"] for e in points) == 20
+    assert_the_last_step_of_each_epoch_reads_as_the_epoch(rundir)
     steps = {(e["worker"], e["attempt"], e["epoch"]) for e in rundir.events("worker_steps")}
     assert {(w, 1, epoch) for w in ("chief:0", "worker:0") for epoch in (1, 2)} <= steps
     memory = {(e["worker"], e["attempt"], e["ok"]): e["peak_rss_mb"] for e in rundir.events("node_memory")}
