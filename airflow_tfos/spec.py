@@ -46,6 +46,7 @@ _FIELDS = {
     "serve": bool,
     "warm_start": (str, type(None)),
     "inference": (dict, type(None)),
+    "code": (dict, type(None)),
 }
 _REQUIRED = ("num_nodes",)
 KINDS = ("train", "inference")
@@ -82,6 +83,7 @@ class RunSpec:
     serve: bool = False
     warm_start: str | None = None
     inference: dict | None = None
+    code: dict | None = None
 
 
 def parse_spec(raw: Any) -> RunSpec:

@@ -13,6 +13,7 @@ import json
 import os
 import shutil
 import uuid
+from collections.abc import Sequence
 from functools import cached_property
 from pathlib import Path
 from typing import Any
@@ -47,6 +48,7 @@ from airflow_tfos.hooks.spark_conf import (
     training_conf,
 )
 from airflow_tfos.hooks.state import AppState
+from airflow_tfos.hooks.user_code import CodePackage, ShippedCode, code_zip
 
 
 class _TrainingSubmit(SparkSubmitHook):
@@ -109,7 +111,8 @@ class TFoSHook(BaseHook):
         the PATH or beside pyspark).
     :param tracker_dir: the local backend's tracker directory; also holds the cached launcher and zip.
     :param env_vars: environment variables for the driver and executors (not for secrets).
-    :param py_files: more ``--py-files`` (comma-separated), e.g. the module of the training function.
+    :param py_files: more ``--py-files`` (comma-separated), e.g. the module of the training function (the
+        operators ship the package of their ``train_fn`` by themselves: :meth:`ship_user_code`).
     :param archives: more ``--archives`` (comma-separated).
     :param files: more ``--files`` (comma-separated).
     :param packed_env: a packed Python environment (tar.gz) to run the driver and executors with.
@@ -162,6 +165,7 @@ class TFoSHook(BaseHook):
         self.load_spark_defaults = load_spark_defaults
         self.gpu_discovery_script = gpu_discovery_script
         self.heartbeat_secs = heartbeat_secs
+        self._user_code: ShippedCode | None = None
 
     # --- connections ---------------------------------------------------------------------------------
 
@@ -309,8 +313,17 @@ class TFoSHook(BaseHook):
             remove_after=[props] if props and props != self.properties_file else [],
         )
 
+    def ship_user_code(self, packages: Sequence[CodePackage]) -> ShippedCode | None:
+        """Zip the user's ``packages`` (content-hashed, cached beside the runtime zip) and ship the zip with
+        ``--py-files`` on every later :meth:`submit`, on YARN and locally alike; None when there is nothing
+        to ship. Raises :class:`~airflow_tfos.hooks.user_code.UserCodeError` when the code is too large."""
+        self._user_code = code_zip(packages, self._cache_dir)
+        return self._user_code
+
     def _submit_hook(self, settings, name, args, props, files, *, deploy_mode) -> _TrainingSubmit:
         py_files = [p for p in [self.py_files] if p]
+        if self._user_code is not None:
+            py_files.insert(0, str(self._user_code.path))
         if self.ship_runtime and deploy_mode == "cluster":
             py_files.insert(0, str(runtime_zip(self._cache_dir)))
         archives = [a for a in [self.archives, f"{self.packed_env}#environment" if self.packed_env else None] if a]

@@ -71,7 +71,7 @@ class TFoSInferenceOperator(_TFoSRunOperator):
             )
         super().__init__(data=data, num_nodes=num_executors, **kwargs)
 
-    def build_spec(self) -> dict[str, Any]:
+    def build_spec(self, *, code: bool = True) -> dict[str, Any]:
         inference = {
             "model_path": self.model_path,
             "features": self.features,
@@ -81,13 +81,17 @@ class TFoSInferenceOperator(_TFoSRunOperator):
         }
         if self.model_output:
             inference["output"] = self.model_output
-        return {
+        spec = {
             "kind": "inference",
             "num_nodes": self.num_nodes,
             "data": self.data,
             "inference": inference,
             "env": dict(self.env),
         }
+        shipped = self.user_code if code else None  # a data function of the user's (format "function")
+        if shipped is not None:
+            spec["code"] = {"packages": list(shipped.packages), "hash": shipped.digest}
+        return spec
 
     def num_executors(self) -> int:
         return self.num_nodes

@@ -28,7 +28,7 @@ from __future__ import annotations
 import json
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import timedelta
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
@@ -40,6 +40,7 @@ from airflow.sdk.exceptions import AirflowException
 from airflow_tfos.hooks.local import ApplicationAlreadyRunningError
 from airflow_tfos.hooks.run_dir import RunDirHook
 from airflow_tfos.hooks.state import TERMINAL_STATES, YARN_STATES, AppState
+from airflow_tfos.hooks.user_code import ShippedCode, UserCodeError, code_package, comma_list, import_path_of
 from airflow_tfos.links.tfos import (
     REPORT_URL_KEY,
     TRACKING_URL_KEY,
@@ -99,7 +100,20 @@ def resolve_run_dir(run_dir: str | None, context: Context) -> str:
 class _TFoSRunOperator(ResumableJobMixin, BaseOperator):
     """What training and launch share: the spec, the idempotent submit, waiting, the result, lineage."""
 
-    template_fields: Sequence[str] = ("run_dir", "args", "data", "validation_data", "feed", "env", "conf", "warm_start")
+    template_fields: Sequence[str] = (
+        "run_dir",
+        "args",
+        "data",
+        "validation_data",
+        "feed",
+        "env",
+        "conf",
+        "warm_start",
+        "py_files",
+        "archives",
+        "files",
+        "packed_env",
+    )
     template_fields_renderers = {"args": "json", "data": "json", "feed": "json", "conf": "json"}
     operator_extra_links = (SparkApplicationLink(), TensorBoardLink(), TrainingReportLink())
     ui_color = "#f4a460"
@@ -114,7 +128,7 @@ class _TFoSRunOperator(ResumableJobMixin, BaseOperator):
     def __init__(
         self,
         *,
-        train_fn: str | None = None,
+        train_fn: str | Callable | None = None,
         args: dict | list | None = None,
         num_nodes: int = 2,
         input_mode: str = "SPARK",
@@ -142,10 +156,23 @@ class _TFoSRunOperator(ResumableJobMixin, BaseOperator):
         poll_interval: float = 15.0,
         deferrable: bool = conf.getboolean("operators", "default_deferrable", fallback=False),
         durable: bool = True,
+        py_files: str | list[str] | None = None,
+        archives: str | list[str] | None = None,
+        files: str | list[str] | None = None,
+        packed_env: str | None = None,
+        ship_code: bool = True,
         **kwargs: Any,
     ) -> None:
         super().__init__(durable=durable, **kwargs)
-        self.train_fn = train_fn
+        try:
+            self.train_fn = import_path_of(train_fn) if train_fn is not None else None
+        except UserCodeError as exc:
+            raise RunConfigError(f"{type(self).__name__} {self.task_id!r}: {exc}") from None
+        self.py_files = py_files
+        self.archives = archives
+        self.files = files
+        self.packed_env = packed_env
+        self.ship_code = ship_code
         self.args = args
         self.num_nodes = num_nodes
         self.input_mode = input_mode
@@ -203,15 +230,19 @@ class _TFoSRunOperator(ResumableJobMixin, BaseOperator):
             check_run_dir(self.run_dir, f"{where}: run_dir")
         if self.poll_interval <= 0:
             raise RunConfigError(f"{where}: poll_interval must be > 0, got {self.poll_interval}")
-        spec = self.build_spec()
+        spec = self.build_spec(code=False)
         if not templated(spec):
             try:
                 parse_spec(spec)
             except SpecError as exc:
                 raise RunConfigError(f"{where}: {exc}") from None
 
-    def build_spec(self) -> dict[str, Any]:
-        """The spec.json this task asks for (its hash identifies the run's request)."""
+    def build_spec(self, *, code: bool = True) -> dict[str, Any]:
+        """The spec.json this task asks for (its hash identifies the run's request).
+
+        :param code: name the shipped code and its hash (zipping it on the first call), so that a change of
+            the code is a new request; False at parse time, which does no I/O.
+        """
         spec: dict[str, Any] = {
             "train_fn": self.train_fn,
             "args": self.args,
@@ -233,7 +264,39 @@ class _TFoSRunOperator(ResumableJobMixin, BaseOperator):
         }
         if self.serve:
             spec["serve"] = True
+        shipped = self.user_code if code else None
+        if shipped is not None:
+            spec["code"] = {"packages": list(shipped.packages), "hash": shipped.digest}
         return spec
+
+    def user_functions(self) -> list[str]:
+        """Import paths of the user's functions the application runs (``train_fn``, data functions)."""
+        paths = [self.train_fn] if self.train_fn else []
+        for data in (self.data, self.validation_data):
+            if isinstance(data, dict) and data.get("format") == "function" and data.get("function"):
+                paths.append(str(data["function"]))
+        return paths
+
+    @cached_property
+    def user_code(self) -> ShippedCode | None:
+        """The zip of the user's code shipped with ``--py-files`` (None: nothing to ship, or ``ship_code=False``)."""
+        if not self.ship_code:
+            return None
+        own_environment = bool(self.py_files or self.packed_env)
+        packages = []
+        for path in self.user_functions():
+            try:
+                package = code_package(path)
+            except UserCodeError:
+                if own_environment:  # the user ships it: py_files or a packed environment
+                    continue
+                raise
+            if package is not None:
+                packages.append(package)
+        shipped = self.hook.ship_user_code(packages) if packages else None
+        if shipped is not None:
+            self.log.info("shipping your code with --py-files: %s", shipped.describe())
+        return shipped
 
     # --- hooks ------------------------------------------------------------------------------------------
 
@@ -242,7 +305,13 @@ class _TFoSRunOperator(ResumableJobMixin, BaseOperator):
         from airflow_tfos.hooks.tfos import TFoSHook
 
         return TFoSHook(
-            spark_conn_id=self.spark_conn_id, yarn_conn_id=self.yarn_conn_id, webhdfs_conn_id=self.webhdfs_conn_id
+            spark_conn_id=self.spark_conn_id,
+            yarn_conn_id=self.yarn_conn_id,
+            webhdfs_conn_id=self.webhdfs_conn_id,
+            py_files=comma_list(self.py_files),
+            archives=comma_list(self.archives),
+            files=comma_list(self.files),
+            packed_env=self.packed_env,
         )
 
     @cached_property

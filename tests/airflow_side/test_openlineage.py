@@ -52,6 +52,7 @@ def train_op(tmp_path, **kwargs) -> TFoSTrainOperator:
         "run_dir": str(tmp_path / "run"),
         "poll_interval": 0.01,
         "deferrable": False,
+        "ship_code": False,  # pkg.mod is not importable here: nothing to ship
         **kwargs,
     }
     return TFoSTrainOperator(**options)

@@ -36,6 +36,7 @@ def train_op(run_dir, **kwargs) -> TFoSTrainOperator:
         "run_dir": str(run_dir),
         "poll_interval": 0.01,
         "deferrable": False,
+        "ship_code": False,  # pkg.mod is not importable here: nothing to ship
         **kwargs,
     }
     return TFoSTrainOperator(**options)
@@ -280,7 +281,8 @@ class TestDurableState:
 
     def test_launch_reattaches_through_the_durable_state(self, tmp_path):
         op = TFoSLaunchClusterOperator(
-            task_id="launch", train_fn="pkg.mod:main_fun", num_nodes=2, run_dir=str(tmp_path), poll_interval=0.01
+            task_id="launch", train_fn="pkg.mod:main_fun", num_nodes=2, run_dir=str(tmp_path), poll_interval=0.01,
+            ship_code=False
         )
         backend = FakeBackend()
         backend.add("application_1_0008", "RUNNING")
@@ -369,7 +371,8 @@ class TestDeferrable:
 class TestLifecycle:
     def test_launch_returns_once_the_driver_serves(self, tmp_path):
         op = TFoSLaunchClusterOperator(
-            task_id="launch", train_fn="pkg.mod:main_fun", num_nodes=2, run_dir=str(tmp_path), poll_interval=0.01
+            task_id="launch", train_fn="pkg.mod:main_fun", num_nodes=2, run_dir=str(tmp_path), poll_interval=0.01,
+            ship_code=False
         )
         backend = FakeBackend()
         backend.next_script = [("RUNNING", "UNDEFINED")]
@@ -383,7 +386,8 @@ class TestLifecycle:
 
     def test_launch_fails_when_the_application_dies_before_ready(self, tmp_path):
         op = TFoSLaunchClusterOperator(
-            task_id="launch", train_fn="pkg.mod:main_fun", num_nodes=2, run_dir=str(tmp_path), poll_interval=0.01
+            task_id="launch", train_fn="pkg.mod:main_fun", num_nodes=2, run_dir=str(tmp_path), poll_interval=0.01,
+            ship_code=False
         )
         backend = FakeBackend()
         backend.next_script = [("FAILED", "FAILED")]

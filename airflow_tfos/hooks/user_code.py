@@ -1,0 +1,203 @@
+"""The user's own code: naming a training function, and shipping the package it lives in.
+
+Airflow users keep their training modules beside their DAGs (the DAGs folder is on the task's
+``sys.path``) or in a repository on ``PYTHONPATH``; neither is on the Spark driver's or the executors'
+path. When the module of ``train_fn`` (or of a ``data`` function) is importable where the task runs but
+is not installed in site-packages, its top-level package (or the module alone, when it is not in a
+package) is zipped, content-hashed and cached like the runtime zip, and shipped with ``--py-files``.
+The zip's hash goes into the spec, so a change of the code is a new request and an unchanged rerun is
+not. Pure Python: no Airflow, no Spark.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import io
+import os
+import sys
+import sysconfig
+import zipfile
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+#: The largest package shipped with --py-files; larger code belongs in a packed environment.
+MAX_SHIPPED_MB = 50
+_SKIPPED_DIRS = frozenset({"__pycache__", ".git", ".hg", ".svn", ".mypy_cache", ".pytest_cache", ".ruff_cache"})
+_SKIPPED_SUFFIXES = (".pyc", ".pyo")
+
+
+class UserCodeError(ValueError):
+    """The user's code cannot be named or shipped; the message says what to change."""
+
+
+def import_path_of(fn: str | Callable, what: str = "train_fn") -> str:
+    """``fn`` as ``package.module:function``: a string is returned as it is, a function is named by its module
+    and qualified name, which must be importable on the cluster (no lambda, nested function or ``__main__``)."""
+    if isinstance(fn, str):
+        return fn
+    if not callable(fn):
+        raise UserCodeError(f"{what} must be 'package.module:function' or a function, not {type(fn).__name__}")
+    module = getattr(fn, "__module__", None)
+    qualname = getattr(fn, "__qualname__", None) or getattr(fn, "__name__", None)
+    if not module or not qualname:
+        raise UserCodeError(f"{what} {fn!r} has no module or name: pass 'package.module:function'")
+    if qualname == "<lambda>" or "<lambda>" in qualname:
+        raise UserCodeError(
+            f"{what} is a lambda, which the cluster cannot import by name: define it with def at the top "
+            f"level of a module (e.g. beside the DAG) and pass that function"
+        )
+    if "<locals>" in qualname:
+        raise UserCodeError(
+            f"{what} {qualname.replace('.<locals>', '')!r} is defined inside a function, which the cluster cannot "
+            f"import by name: move it to the top level of module {module!r}"
+        )
+    if module == "__main__":
+        raise UserCodeError(
+            f"{what} {qualname!r} is defined in __main__, which the cluster cannot import: move it into a module "
+            "of its own (e.g. beside the DAG) and import it from there"
+        )
+    return f"{module}:{qualname}"
+
+
+def comma_list(value: str | Iterable[str] | None) -> str | None:
+    """Paths given as a list (or already as a comma-separated string) as spark-submit's comma-separated list."""
+    if value is None or isinstance(value, str):
+        return value or None
+    return ",".join(str(v) for v in value) or None
+
+
+@dataclass(frozen=True)
+class CodePackage:
+    """The code to ship for one top-level module or package.
+
+    :param name: the top-level module or package name.
+    :param root: the file (a module) or directory (a package).
+    """
+
+    name: str
+    root: Path
+
+    def files(self) -> list[tuple[str, Path]]:
+        """``(name in the zip, file)`` for every file of the module or package, in a stable order."""
+        if self.root.is_file():
+            return [(self.root.name, self.root)]
+        found = []
+        for folder, dirs, names in os.walk(self.root):
+            dirs[:] = sorted(d for d in dirs if d not in _SKIPPED_DIRS and not d.startswith("."))
+            for name in sorted(names):
+                if name.endswith(_SKIPPED_SUFFIXES) or name.startswith("."):
+                    continue
+                path = Path(folder, name)
+                found.append((f"{self.name}/{path.relative_to(self.root).as_posix()}", path))
+        return found
+
+
+def _installed_roots() -> list[Path]:
+    paths = sysconfig.get_paths()
+    roots = {paths.get(key) for key in ("stdlib", "platstdlib", "purelib", "platlib")}
+    roots.update(p for p in sys.path if p.endswith(("site-packages", "dist-packages")))
+    return [Path(p).resolve() for p in roots if p]
+
+
+def code_package(import_path: str, what: str = "train_fn") -> CodePackage | None:
+    """The top-level module or package that holds ``import_path``'s module when it must be shipped, else None.
+
+    None for modules installed in site-packages (or the standard library) and for airflow-tfos itself: the
+    cluster's Python environment has those, or the runtime zip brings them.
+    """
+    module = import_path.partition(":")[0]
+    top = module.split(".")[0]
+    if top == "airflow_tfos":
+        return None
+    try:
+        spec = importlib.util.find_spec(top)
+    except (ImportError, ValueError) as exc:
+        raise UserCodeError(f"cannot find {what}'s module {module!r} where this task runs: {exc}") from exc
+    if spec is None:
+        raise UserCodeError(
+            f"{what} {import_path!r}: module {top!r} is not importable where this task runs, so it cannot be "
+            "shipped to the cluster. Put it beside the DAG (in the DAGs folder) or on PYTHONPATH, or, if the "
+            "cluster already has it, pass py_files= or packed_env= (or ship_code=False)"
+        )
+    if spec.origin in (None, "built-in", "frozen") and not spec.submodule_search_locations:
+        return None
+    locations = list(spec.submodule_search_locations or [])
+    root = Path(locations[0]) if locations else Path(spec.origin)
+    resolved = root.resolve()
+    if any(resolved == base or base in resolved.parents for base in _installed_roots()):
+        return None
+    return CodePackage(top, root)
+
+
+@dataclass(frozen=True)
+class ShippedCode:
+    """A zip of the user's code, ready for ``--py-files``.
+
+    :param path: the zip, named by its content hash.
+    :param digest: the content hash (part of the spec).
+    :param packages: the top-level modules and packages in it.
+    :param size: its size in bytes.
+    """
+
+    path: Path
+    digest: str
+    packages: tuple[str, ...]
+    size: int
+
+    def describe(self) -> str:
+        return f"{', '.join(self.packages)} ({self.size / 2**10:.1f} KiB, {self.path.name})"
+
+
+def code_zip(
+    packages: Iterable[CodePackage], cache_dir: str | Path, max_mb: float = MAX_SHIPPED_MB
+) -> ShippedCode | None:
+    """Zip ``packages`` once per content into ``cache_dir``; None when there is nothing to ship.
+
+    The zip's name holds the hash of its content, and a cached zip is used only when its own content
+    still has that hash. Raises :class:`UserCodeError` when the code is larger than ``max_mb``.
+    """
+    unique = {p.name: p for p in packages}
+    if not unique:
+        return None
+    entries: list[tuple[str, bytes]] = []
+    total = 0
+    for name in sorted(unique):
+        for arcname, path in unique[name].files():
+            data = path.read_bytes()
+            total += len(data)
+            if total > max_mb * 2**20:
+                raise UserCodeError(
+                    f"the code to ship ({', '.join(sorted(unique))}, from {unique[name].root.parent}) is larger "
+                    f"than {max_mb:g} MB: ship large code and data as a packed environment (packed_env=) or as "
+                    "files (files=), or keep only the training code beside the DAG"
+                )
+            entries.append((arcname, data))
+    digest = _digest(entries)
+    target = Path(cache_dir) / f"user-code-{digest}.zip"
+    if not target.exists() or _zip_digest(target) != digest:
+        buffer = io.BytesIO()
+        with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as archive:
+            for arcname, data in entries:
+                archive.writestr(zipfile.ZipInfo(arcname, date_time=(1980, 1, 1, 0, 0, 0)), data)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+        tmp.write_bytes(buffer.getvalue())
+        os.replace(tmp, target)
+    return ShippedCode(target, digest, tuple(sorted(unique)), target.stat().st_size)
+
+
+def _digest(entries: Iterable[tuple[str, bytes]]) -> str:
+    digest = hashlib.sha256()
+    for name, data in entries:
+        digest.update(name.encode() + b"\0" + hashlib.sha256(data).digest())
+    return digest.hexdigest()[:16]
+
+
+def _zip_digest(path: Path) -> str | None:
+    try:
+        with zipfile.ZipFile(path) as archive:
+            return _digest((info.filename, archive.read(info)) for info in archive.infolist())
+    except (OSError, zipfile.BadZipFile):
+        return None
