@@ -62,7 +62,8 @@ def test_every_listed_class_and_module_imports_without_tensorflow():
         f"for m in {modules!r}: importlib.import_module(m)\n"
         f"for c in {classes!r}:\n"
         "    mod, name = c.rsplit('.', 1); getattr(importlib.import_module(mod), name)\n"
-        "from airflow_tfos.operators import *\nfrom airflow_tfos.sensors import *\n"
+        "from airflow_tfos.operators import *\nfrom airflow_tfos.sensors import *\nfrom airflow_tfos.hooks import *\n"
+        "from airflow_tfos.hooks import TFoSHook, YarnHook, RunDirHook, ModelRegistryHook\n"
         "bad = [m for m in sys.modules if m.split('.')[0] in ('tensorflow', 'keras')]\n"
         "print(bad); sys.exit(1 if bad else 0)\n"
     )
