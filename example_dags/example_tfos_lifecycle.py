@@ -4,7 +4,8 @@
     launch         starts the training application; returns once its TF cluster takes feed requests
     feed           one feed: the day's training data; waits until it is trained on
     checkpointed   waits for a published checkpoint of at least 20 steps (never a half-written one)
-    shutdown       graceful stop, then kill after a grace; runs whatever happened before (all_done)
+    shutdown       graceful stop, then kill after a grace; runs whatever happened before (all_done), and
+                   finds the launch task's run without its XCom
     app_finished   the application ended FINISHED; fails at once with the diagnostics on FAILED/KILLED
 
 Settings as in example_tfos_nightly.py (``TFOS_EXAMPLE_BASE``, the ``tfos_spark`` connection).
@@ -56,7 +57,7 @@ with DAG(
 
     feed = TFoSFeedOperator(
         task_id="feed",
-        run_dir="{{ " + LAUNCHED + "['run_dir'] }}",
+        launch_task_id="launch",  # the launch task's run, found with no XCom
         spark_conn_id=SPARK_CONN,
         data={"format": "parquet", "path": f"{DATA}/train"},
         feed_timeout=1200,
@@ -72,7 +73,7 @@ with DAG(
 
     shutdown = TFoSShutdownClusterOperator(
         task_id="shutdown",
-        run_dir="{{ " + LAUNCHED + "['run_dir'] }}",
+        launch_task_id="launch",  # runs (all_done) even when the launch failed before pushing any XCom
         spark_conn_id=SPARK_CONN,
         grace_secs=60,
         trigger_rule="all_done",

@@ -21,7 +21,7 @@ from airflow_tfos.hooks.apps import ApplicationClient
 from airflow_tfos.hooks.run_dir import RunDirHook
 from airflow_tfos.hooks.state import AppState
 from airflow_tfos.links.tfos import TRACKING_URL_KEY, SparkApplicationLink, TrainingReportLink
-from airflow_tfos.operators.train import templated
+from airflow_tfos.operators.train import resolve_run_dir, templated
 from airflow_tfos.runs import RunConfigError, check_run_dir, run_key, run_tag, safe_name
 from airflow_tfos.sensors.tfos import application_failure
 from airflow_tfos.spec import SpecError, check_data
@@ -33,7 +33,9 @@ if TYPE_CHECKING:
 
 
 class _RunTaskOperator(BaseOperator):
-    """A task acting on the application that works on ``run_dir``."""
+    """A task acting on the application that works on ``run_dir``, or on the default run directory of the
+    launch task ``launch_task_id`` in the same DAG run (found as the launch task found it, with no XCom: a
+    shutdown with ``trigger_rule="all_done"`` runs even when the launch failed before pushing anything)."""
 
     template_fields: Sequence[str] = ("run_dir", "application_id")
     operator_extra_links = (SparkApplicationLink(), TrainingReportLink())
@@ -41,7 +43,8 @@ class _RunTaskOperator(BaseOperator):
     def __init__(
         self,
         *,
-        run_dir: str,
+        run_dir: str | None = None,
+        launch_task_id: str | None = None,
         application_id: str | None = None,
         spark_conn_id: str = "spark_default",
         yarn_conn_id: str = "yarn_default",
@@ -50,9 +53,16 @@ class _RunTaskOperator(BaseOperator):
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
-        if not templated(run_dir):
-            check_run_dir(run_dir, f"{type(self).__name__} {self.task_id!r}: run_dir")
+        where = f"{type(self).__name__} {self.task_id!r}"
+        if (run_dir is None) == (launch_task_id is None):
+            raise RunConfigError(
+                f"{where}: give run_dir (the launch task's run directory) or launch_task_id (the launch task, "
+                "whose default run directory in this DAG run is used), not both or neither"
+            )
+        if run_dir is not None and not templated(run_dir):
+            check_run_dir(run_dir, f"{where}: run_dir")
         self.run_dir = run_dir
+        self.launch_task_id = launch_task_id
         self.application_id = application_id
         self.spark_conn_id = spark_conn_id
         self.yarn_conn_id = yarn_conn_id
@@ -68,6 +78,11 @@ class _RunTaskOperator(BaseOperator):
     @cached_property
     def run_dir_hook(self) -> RunDirHook:
         return RunDirHook(self.run_dir, webhdfs_conn_id=self.webhdfs_conn_id)
+
+    def resolve(self, context: Context) -> str:
+        """The run directory this task acts on (``run_dir`` rendered, else the launch task's default one)."""
+        self.run_dir = resolve_run_dir(self.run_dir, context, self.launch_task_id)
+        return self.run_dir
 
     def live_application(self) -> AppState | None:
         """The application named by ``application_id`` if it is live, else a live one with the run's tag."""
@@ -90,7 +105,8 @@ class TFoSFeedOperator(_RunTaskOperator):
     Idempotent by ``feed_id``: a feed already done returns its result; a feed already requested is
     waited for, not requested again.
 
-    :param run_dir: the run directory of the application (templated), e.g. the launch task's XCom.
+    :param run_dir: the run directory of the application (templated); or
+    :param launch_task_id: the launch task, whose default run directory in this DAG run is used.
     :param data: what to feed (templated), as ``data`` of :class:`TFoSTrainOperator`.
     :param args: replaces the spec's ``args`` for this feed (templated), e.g. ``{"epochs": 2}``.
     :param feed_id: the feed's id (templated); default ``<task_id>-<logical date>``.
@@ -131,6 +147,7 @@ class TFoSFeedOperator(_RunTaskOperator):
         return self._feed_result
 
     def _feed(self, context: Context) -> dict[str, Any]:
+        self.resolve(context)
         feed_id = self.feed_id or safe_name(
             f"{self.task_id}-{run_key(context['dag_run'].logical_date, context['dag_run'].run_id)}"
         )
@@ -214,7 +231,9 @@ class TFoSShutdownClusterOperator(_RunTaskOperator):
     A no-op when no application is live (already stopped, finished, or never started): running it
     twice is safe. Meant for ``trigger_rule="all_done"``.
 
-    :param run_dir: the run directory (templated).
+    :param run_dir: the run directory (templated); or
+    :param launch_task_id: the launch task, whose default run directory in this DAG run is used (no XCom
+        needed, so the shutdown runs even when the launch failed).
     :param application_id: the application (templated); default: the live one with the run's tag.
     :param grace_secs: how long the graceful stop may take before the application is killed.
     :param reason: recorded with the stop request.
@@ -228,6 +247,7 @@ class TFoSShutdownClusterOperator(_RunTaskOperator):
         self.reason = reason
 
     def execute(self, context: Context) -> Any:
+        self.resolve(context)
         app = self.live_application()
         if app is None:
             self.log.info("no live application works on %s: nothing to stop", self.run_dir)

@@ -88,13 +88,13 @@ def run_dir_base() -> str:
     return os.path.join(home, "tfos-runs")
 
 
-def resolve_run_dir(run_dir: str | None, context: Context) -> str:
-    """``run_dir`` as given, else the default one of this task in this DAG run."""
+def resolve_run_dir(run_dir: str | None, context: Context, task_id: str | None = None) -> str:
+    """``run_dir`` as given, else the default one of this task (or of task ``task_id``) in this DAG run."""
     if run_dir:
         check_run_dir(run_dir)
         return run_dir.rstrip("/")
     ti, dag_run = context["ti"], context["dag_run"]
-    return default_run_dir(run_dir_base(), ti.dag_id, ti.task_id, dag_run.logical_date, dag_run.run_id)
+    return default_run_dir(run_dir_base(), ti.dag_id, task_id or ti.task_id, dag_run.logical_date, dag_run.run_id)
 
 
 class _TFoSRunOperator(ResumableJobMixin, BaseOperator):
@@ -680,10 +680,24 @@ class TFoSLaunchClusterOperator(_TFoSRunOperator):
                 self.finish(app)  # raises if it failed
                 return self.result(app, spec_hash(self.build_spec()))
             if time.monotonic() > deadline:
+                self.stop_unready(app.app_id)
                 raise AirflowException(
-                    f"application {app.app_id} was not ready within {self.ready_timeout:.0f} s (ready_timeout)"
+                    f"application {app.app_id} was not ready within {self.ready_timeout:.0f} s (ready_timeout): "
+                    "it was stopped; see its driver log for why, or raise ready_timeout"
                 )
             time.sleep(min(self.poll_interval, 5.0))
+
+    def stop_unready(self, app_id: str | None) -> None:
+        """Kill an application that did not come up: nothing of a failed launch may outlive its task."""
+        if not app_id:
+            return
+        self.log.warning("application %s is not ready: killing it so that nothing outlives this launch", app_id)
+        try:
+            state = self.hook.kill(app_id)
+        except Exception as exc:
+            self.log.error("cannot kill application %s: %s", app_id, exc)
+            return
+        self.rundir.add_event("launch_failed", application_id=app_id, state=state.state)
 
     def launch_complete(self, context: Context, event: dict[str, Any]) -> Any:
         self.run_dir = resolve_run_dir(self.run_dir, context)
@@ -694,4 +708,8 @@ class TFoSLaunchClusterOperator(_TFoSRunOperator):
             app = AppState.from_json(event["app"])
             self.finish(app)
             return self.result(app, spec_hash(self.build_spec()))
-        raise AirflowException(f"the application did not become ready: {event.get('message') or event}")
+        app_id = self.submitted_application()
+        self.stop_unready(app_id)
+        raise AirflowException(
+            f"application {app_id} did not become ready: {event.get('message') or event}; it was stopped"
+        )

@@ -395,6 +395,32 @@ class TestLifecycle:
         with pytest.raises(AirflowException, match="FAILED/FAILED"):
             op.execute(make_context("launch"))
 
+    def test_a_launch_not_ready_in_time_stops_what_it_submitted(self, tmp_path):
+        op = TFoSLaunchClusterOperator(
+            task_id="launch", train_fn="pkg.mod:main_fun", num_nodes=2, run_dir=str(tmp_path), poll_interval=0.01,
+            ship_code=False, ready_timeout=0.05
+        )
+        backend = FakeBackend()
+        backend.next_script = [("RUNNING", "UNDEFINED")]  # up, but its driver never serves
+        use_backend(op, backend)
+        with pytest.raises(AirflowException, match=r"not ready within 0 s \(ready_timeout\): it was stopped"):
+            op.execute(make_context("launch"))
+        (app_id,) = backend.apps
+        assert backend.killed == [app_id] and backend.apps[app_id].is_terminal
+        assert [e["application_id"] for e in RunDir(str(tmp_path)).events("launch_failed")] == [app_id]
+
+    def test_a_deferred_launch_that_timed_out_stops_what_it_submitted(self, tmp_path):
+        op = TFoSLaunchClusterOperator(
+            task_id="launch", train_fn="pkg.mod:main_fun", num_nodes=2, run_dir=str(tmp_path), ship_code=False
+        )
+        backend = FakeBackend()
+        app = backend.add("application_1_0007", "RUNNING")
+        RunDir(str(tmp_path)).add_event("submitted", application_id=app.app_id, try_number=1)
+        use_backend(op, backend)
+        with pytest.raises(AirflowException, match="did not become ready: timed out"):
+            op.launch_complete(make_context("launch"), {"status": "timeout", "message": "timed out"})
+        assert backend.killed == [app.app_id]
+
     def _feed_op(self, tmp_path, **kwargs):
         return TFoSFeedOperator(
             task_id="feed",
@@ -480,6 +506,26 @@ class TestLifecycle:
         use_backend(op, backend)
         assert op.execute(make_context("stop"))["state"] == "KILLED"
         assert backend.killed == ["application_1_0001"]
+
+    def test_shutdown_finds_the_launch_tasks_run_with_no_xcom(self, tmp_path, monkeypatch):
+        from airflow_tfos.operators.train import resolve_run_dir
+
+        monkeypatch.setenv("AIRFLOW_TFOS_RUN_DIR_BASE", str(tmp_path))
+        launched = resolve_run_dir(None, make_context("launch"))  # where the launch task put its run
+        assert launched.startswith(str(tmp_path)) and "/launch/" in launched
+        backend = FakeBackend()
+        backend.add("application_1_0002", "RUNNING", tags=[run_tag(launched)])
+        op = TFoSShutdownClusterOperator(task_id="stop", launch_task_id="launch", grace_secs=0.05, poll_interval=0.01)
+        use_backend(op, backend)
+        assert op.execute(make_context("stop"))["state"] == "KILLED"
+        assert backend.killed == ["application_1_0002"] and op.run_dir == launched
+        assert RunDir(launched).stop_requested() is not None
+
+    def test_a_run_task_needs_run_dir_or_launch_task_id(self):
+        with pytest.raises(RunConfigError, match="give run_dir .* or launch_task_id"):
+            TFoSShutdownClusterOperator(task_id="stop")
+        with pytest.raises(RunConfigError, match="not both or neither"):
+            TFoSFeedOperator(task_id="feed", run_dir="/runs/x", launch_task_id="launch")
 
     def test_shutdown_twice_is_a_no_op(self, tmp_path):
         backend = FakeBackend()

@@ -1,0 +1,129 @@
+"""A user's own DAG and training module, as a new user writes them: both in a DAGs folder outside the
+repository (on no test path: not on PYTHONPATH, not in the package), run with real Airflow
+(``airflow dags test``) against a real local Spark cluster. The module reaches the Spark driver and
+executors only because the operator ships it (``--py-files``); a rerun submits nothing; a change of the
+module trains again."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from airflow_tfos.rundir import RunDir
+from tests.conftest import REPO, write_linear_parquet
+
+pytestmark = pytest.mark.integration
+
+TRAINING_MODULE = '''
+"""The user's training code, kept beside the DAG."""
+
+VERSION = {version}
+
+
+def main_fun(args, ctx):
+    import tensorflow as tf
+
+    from airflow_tfos.runtime.checkpoint import RunCheckpointer, export_model, fit_resumable
+
+    strategy = tf.distribute.MultiWorkerMirroredStrategy()
+    with strategy.scope():
+        model = tf.keras.Sequential([tf.keras.Input(shape=(2,)), tf.keras.layers.Dense(1)])
+        model.compile(optimizer=tf.keras.optimizers.SGD(0.1), loss="mse")
+    checkpointer = RunCheckpointer(ctx, model=model, every_steps=10)
+    histories = fit_resumable(model, ctx.dataset(), epochs=args["epochs"], steps_per_epoch=ctx.steps_per_epoch,
+                              checkpointer=checkpointer, verbose=0)
+    loss = histories[-1].history["loss"][-1]
+    export_model(ctx, model, metrics={{"loss": loss, "version": VERSION}})
+    return {{"loss": loss, "version": VERSION}}
+'''
+
+DAG_FILE = '''
+import os
+from datetime import datetime
+
+from airflow.sdk import DAG
+
+from airflow_tfos.operators import TFoSTrainOperator
+from my_training import main_fun
+
+with DAG("user_nightly", schedule=None, start_date=datetime(2026, 11, 1), catchup=False):
+    TFoSTrainOperator(
+        task_id="train",
+        train_fn=main_fun,
+        args={"epochs": 2},
+        num_nodes=2,
+        data={"format": "parquet", "path": os.environ["USER_DATA"]},
+        feed={"features": ["x"], "label": "y", "batch_size": 30},
+        run_dir=os.environ["USER_RUN_DIR"],
+        spark_conn_id="spark_user",
+        executor_memory="768m",
+        conf={"spark.ui.enabled": "false", "spark.ui.showConsoleProgress": "false"},
+        poll_interval=1.0,
+    )
+'''
+
+
+@pytest.fixture(scope="module")
+def user_airflow(tmp_path_factory):
+    home = tmp_path_factory.mktemp("user-airflow")
+    dags = tmp_path_factory.mktemp("user-dags")
+    (dags / "my_training.py").write_text(TRAINING_MODULE.format(version=1))
+    (dags / "user_nightly.py").write_text(DAG_FILE)
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}  # the module is on no path but the DAGs folder
+    env.update(
+        {
+            "AIRFLOW_HOME": str(home),
+            "AIRFLOW__CORE__DAGS_FOLDER": str(dags),
+            "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+            "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{home}/airflow.db",
+            "AIRFLOW_CONN_SPARK_USER": json.dumps({"conn_type": "spark", "host": "local-cluster[2,1,1024]"}),
+            "AIRFLOW_TFOS_LOCAL_DIR": str(home / "tfos-local"),
+            "SPARK_LOCAL_IP": "127.0.0.1",
+            "USER_DATA": write_linear_parquet(home / "data", seed=11),
+            "USER_RUN_DIR": str(home / "runs" / "train"),
+        }
+    )
+    done = subprocess.run(
+        [sys.executable, "-m", "airflow", "db", "migrate"], env=env, capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    return env, dags
+
+
+def dags_test(env: dict[str, str]) -> subprocess.CompletedProcess:
+    cwd = Path(env["AIRFLOW_HOME"])  # not the repository: nothing of it on the driver's path by accident
+    return subprocess.run(
+        [sys.executable, "-m", "airflow", "dags", "test", "user_nightly", "2026-11-20"],
+        env=env, cwd=cwd, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+
+
+def test_a_dag_with_its_module_beside_it_trains_reruns_as_a_no_op_and_trains_again_after_a_change(user_airflow):
+    env, dags = user_airflow
+    assert str(REPO) not in env.get("PYTHONPATH", "")
+    rundir = RunDir(env["USER_RUN_DIR"])
+
+    first = dags_test(env)
+    out = first.stdout + first.stderr
+    assert first.returncode == 0 and "state=failed" not in out, out[-6000:]
+    assert "shipping your code with --py-files: my_training" in out
+    assert "XCom not found" not in out  # a normal run logs no error
+    export = rundir.export_success()
+    assert export["metrics"]["version"] == 1 and export["metrics"]["loss"] < 1.0
+    assert len(rundir.events("submit")) == 1
+    assert json.loads((Path(env["USER_RUN_DIR"]) / "spec.json").read_text())["code"]["packages"] == ["my_training"]
+
+    again = dags_test(env)
+    assert again.returncode == 0, (again.stdout + again.stderr)[-6000:]
+    assert len(rundir.events("submit")) == 1  # the same code, the same spec: nothing submitted
+
+    (dags / "my_training.py").write_text(TRAINING_MODULE.format(version=2))
+    changed = dags_test(env)
+    assert changed.returncode == 0, (changed.stdout + changed.stderr)[-6000:]
+    assert len(rundir.events("submit")) == 2  # the fixed code is a new request
+    assert rundir.export_success()["metrics"]["version"] == 2
