@@ -407,10 +407,10 @@ class _TFoSRunOperator(ResumableJobMixin, BaseOperator):
                 digest,
             )
         rundir.write_spec(spec)
-        latest = rundir.latest_checkpoint()
+        latest = rundir.latest_checkpoint() if self.kind == "train" else None
         if latest:
             self.log.info("resuming from checkpoint step %d (%s)", latest.step, latest.path)
-        else:
+        elif self.kind == "train":
             self.log.info("no checkpoint in %s: training starts from the beginning", self.run_dir)
         tag = run_tag(self.run_dir)
         ti = context["ti"]

@@ -27,7 +27,9 @@ def progress_line(status: dict[str, Any] | None) -> str | None:
     if not status:
         return None
     progress = status.get("progress") or {}
-    parts = [f"state {status.get('state')}", f"checkpoint step {status.get('step', 0)}"]
+    parts = [f"state {status.get('state')}"]
+    if status.get("step"):  # none before the first checkpoint, and never for batch inference
+        parts.append(f"checkpoint step {status['step']}")
     if progress.get("step") is not None:
         total = progress.get("total_steps")
         parts.append(

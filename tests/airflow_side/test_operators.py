@@ -557,7 +557,7 @@ class TestInference:
         assert op.execute(make_context("score"))["output_path"] == str(tmp_path / "out")
         assert backend.submitted == []
 
-    def test_submits_an_inference_spec(self, tmp_path):
+    def test_submits_an_inference_spec(self, tmp_path, capsys):
         op, backend = self._op(tmp_path), FakeBackend()
         use_backend(op, backend)
 
@@ -569,6 +569,9 @@ class TestInference:
         op.execute(make_context("score"))
         spec = RunDir(str(tmp_path / "run")).read_spec()
         assert spec["kind"] == "inference" and spec["inference"]["features"] == ["x"]
+        out = capsys.readouterr().out
+        assert "submitted application" in out  # it logs, but only about inference
+        assert "checkpoint" not in out and "training starts" not in out
 
     def test_fails_when_no_output_was_written(self, tmp_path):
         op, backend = self._op(tmp_path), FakeBackend()

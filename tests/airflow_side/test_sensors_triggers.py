@@ -250,3 +250,5 @@ class TestTriggers:
             == "state RUNNING, checkpoint step 40, step 50/200 (25%), epoch 1, loss 0.2500, 4.0 steps/s, ETA 38 s"
         )
         assert progress_line(None) is None
+        # no checkpoint yet (or batch inference, which never has one): no "checkpoint step 0"
+        assert progress_line({"state": "RUNNING", "step": 0}) == "state RUNNING"
