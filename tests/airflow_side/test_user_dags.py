@@ -35,9 +35,9 @@ def main_fun(args, ctx):
         model = tf.keras.Sequential([tf.keras.Input(shape=(2,)), tf.keras.layers.Dense(1)])
         model.compile(optimizer=tf.keras.optimizers.SGD(0.1), loss="mse")
     checkpointer = RunCheckpointer(ctx, model=model, every_steps=10)
-    histories = fit_resumable(model, ctx.dataset(), epochs=args["epochs"], steps_per_epoch=ctx.steps_per_epoch,
-                              checkpointer=checkpointer, verbose=0)
-    loss = histories[-1].history["loss"][-1]
+    fit_resumable(model, ctx.dataset(), epochs=args["epochs"], steps_per_epoch=ctx.steps_per_epoch,
+                  checkpointer=checkpointer, verbose=0)
+    loss = float(model.evaluate(ctx.dataset(), steps=ctx.steps_per_epoch, verbose=0))
     export_model(ctx, model, metrics={{"loss": loss, "version": VERSION}})
     return {{"loss": loss, "version": VERSION}}
 '''
