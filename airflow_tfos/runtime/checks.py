@@ -134,7 +134,8 @@ def snapshot_resources(sc, *, wanted_slots: int = 0, wait_seconds: float = 0.0) 
 def _task_slots(sc) -> tuple[int | None, int]:
     """Return (concurrent task slots, registered executors) of the default resource profile."""
     jsc = sc._jsc.sc()
-    executors = max(len(sc.statusTracker().getExecutorInfos()) - 1, 0)
+    # the driver counts itself among the executors; pyspark 3.5's StatusTracker has no getExecutorInfos
+    executors = max(len(jsc.statusTracker().getExecutorInfos()) - 1, 0)
     try:
         profile = jsc.resourceProfileManager().defaultResourceProfile()
         return int(jsc.maxNumConcurrentTasks(profile)), executors

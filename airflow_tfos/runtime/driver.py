@@ -5,7 +5,7 @@ directory, builds the input, runs the TF cluster (with automatic recovery), then
 requests found in ``feeds/``, in order, each once. It keeps ``status.json`` current (state, application
 id, attempt, latest checkpoint step, heartbeat, and the chief's ``progress.json`` as ``progress``),
 honours a stop request (waits for the next checkpoint, at most ``stop_grace_secs``, then stops the
-cluster), records the events ``application`` (``application_id``, ``spec_hash``) and
+cluster), records the events ``application`` (``application_id``, ``spec_hash``, ``spark_version``) and
 ``application_end`` (``application_id``, ``state``, ``exit_code``, ``seconds``), writes the training
 report (``report/report.html``, :mod:`airflow_tfos.report`; best effort) and exits non-zero on failure:
 
@@ -250,7 +250,7 @@ def run_driver(
     spark = builder.getOrCreate()
     started = time.monotonic()
     app_id = spark.sparkContext.applicationId
-    _record(rundir, "application", application_id=app_id, spec_hash=digest)
+    _record(rundir, "application", application_id=app_id, spec_hash=digest, spark_version=spark.version)
     code = EXIT_FAILED
     try:
         code = _run_application(spark, spec, rundir, train_fn, digest, heartbeat_secs)
