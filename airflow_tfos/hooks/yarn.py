@@ -46,6 +46,7 @@ from airflow_tfos.hooks.yarn_rest import (
     conf_value,
     container_limit_from_new_application,
     decode_reply,
+    foreign_redirect,
     negotiate_header,
     parse_connection,
     parse_rm_addresses,
@@ -68,6 +69,7 @@ __all__ = [
     "conf_value",
     "container_limit_from_new_application",
     "decode_reply",
+    "foreign_redirect",
     "negotiate_header",
     "parse_connection",
     "parse_rm_addresses",
@@ -282,7 +284,9 @@ class YarnHook(BaseHook):
                     if kind == "done":
                         self._active = address
                         return outcome
-                    if kind == "redirect":
+                    if kind == "redirect" and detail not in settings.addresses:
+                        kind, detail = "next", foreign_redirect(detail, settings)
+                    elif kind == "redirect":
                         log.info("ResourceManager %s is standby; following its redirect to %s", address, detail)
                         address = detail
                         continue
