@@ -2,7 +2,8 @@
 
 Every method exists twice: ``get_application`` (requests, for operators and sensors) and
 ``aget_application`` (httpx, for triggers). Both run the same request plan: try each RM of the
-connection, follow a standby RM's redirect to the active one, move on from a standby or an RM that
+connection, follow a standby RM's redirect to the active one (only to an RM of the connection: a
+redirect elsewhere is refused, naming the address), move on from a standby or an RM that
 cannot be reached, retry 5xx answers and dropped connections with backoff, and give up after
 ``max_retries`` rounds or ``max_retry_seconds``, naming every address tried.
 
