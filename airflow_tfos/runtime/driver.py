@@ -152,6 +152,7 @@ def _fail(rundir: RunDir | None, message: str, code: int, **fields: Any) -> int:
     log.error("%s", message)
     sys.stderr.write(f"airflow-tfos driver: {message}\n")
     if rundir is not None:
+        fields = {key: value for key, value in fields.items() if value is not None}  # unknown: keep the last
         try:
             rundir.write_status("FAILED", error=message, exit_code=code, **fields)
             rundir.add_event("failed", error=message, exit_code=code)
