@@ -71,6 +71,20 @@ def _event_name(kind: str) -> str:
     return re.sub(r"[^A-Za-z0-9_-]", "_", kind)
 
 
+def _feed_request(feed_id: str, raw: bytes) -> dict[str, Any]:
+    """A feed request file's content, with its id; marked ``invalid`` (and why) when it is unusable."""
+    try:
+        request = json.loads(raw)
+    except ValueError as exc:
+        return {"feed_id": feed_id, "requested": 0.0, "invalid": f"it is not valid JSON ({exc})"}
+    if not isinstance(request, dict):
+        return {"feed_id": feed_id, "requested": 0.0, "invalid": f"it holds a {type(request).__name__}, not an object"}
+    requested = request.get("requested")
+    if isinstance(requested, bool) or not isinstance(requested, int | float):
+        return {"feed_id": feed_id, "requested": 0.0, "invalid": "it has no time of request ('requested')"}
+    return {**request, "feed_id": feed_id}
+
+
 @dataclass(frozen=True)
 class Checkpoint:
     """A published, complete checkpoint."""
@@ -197,15 +211,37 @@ class RunDir:
         return True
 
     def pending_feeds(self) -> list[dict[str, Any]]:
-        """Requests not yet served, oldest first."""
+        """Requests not yet served, oldest first, each with its ``feed_id`` (the file's name).
+
+        A request file that is not a JSON object with a time of request comes back as
+        ``{"feed_id": ..., "requested": 0, "invalid": <why>}``, so that it can be answered with that error.
+        """
         names = self.storage.listdir(self.path(FEEDS))
         done = {n[: -len(".done.json")] for n in names if n.endswith(".done.json")}
-        requests = [
-            self._read_json(FEEDS, n)
-            for n in names
-            if n.endswith(".json") and not n.endswith(".done.json") and n[: -len(".json")] not in done
-        ]
-        return sorted((r for r in requests if r), key=lambda r: (r["requested"], r["feed_id"]))
+        requests = []
+        for name in names:
+            feed_id = name[: -len(".json")]
+            if not name.endswith(".json") or name.endswith(".done.json") or feed_id in done:
+                continue
+            path = self.path(FEEDS, name)
+            try:
+                raw = self.storage.read_bytes(path)
+            except FileNotFoundError:
+                continue  # withdrawn meanwhile
+            except OSError as exc:
+                raise RunDirError(f"cannot read {path}: {exc}") from exc
+            requests.append(_feed_request(feed_id, raw))
+        return sorted(requests, key=lambda r: (r["requested"], r["feed_id"]))
+
+    def withdraw_feed(self, feed_id: str) -> None:
+        """Remove a feed's request and done record (to request it anew after it failed)."""
+        for name in (f"{feed_id}.json", f"{feed_id}.done.json"):  # the request first: never pending twice
+            path = self.path(FEEDS, name)
+            try:
+                if self.storage.exists(path):
+                    self.storage.delete(path)
+            except OSError as exc:
+                raise RunDirError(f"cannot remove {path}: {exc}") from exc
 
     def mark_feed_done(self, feed_id: str, **result: Any) -> None:
         self._write_json({**result, "feed_id": feed_id, "done": time.time()}, FEEDS, f"{feed_id}.done.json")

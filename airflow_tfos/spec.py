@@ -52,6 +52,17 @@ _REQUIRED = ("num_nodes",)
 KINDS = ("train", "inference")
 _INFERENCE_FIELDS = {"model_path", "features", "output_path", "output_col", "output", "signature", "batch_size"}
 _DATA_FIELDS = {"format", "path", "table", "function", "options"}
+#: The fields of ``feed`` (those of ``airflow_tfos.runtime.feed.plan.Feed``) and the JSON types they take.
+_FEED_FIELDS = {
+    "features": (list, tuple, str),
+    "label": (str, type(None)),
+    "batch_size": int,
+    "shuffle": bool,
+    "shuffle_window": int,
+    "balance": str,
+    "seed": int,
+    "cast_floats": (str, type(None)),
+}
 
 
 class SpecError(ValueError):
@@ -120,6 +131,8 @@ def parse_spec(raw: Any) -> RunSpec:
             check_data(getattr(spec, name), name)
     if spec.input_mode == "SPARK" and spec.data is not None and not spec.feed:
         raise SpecError("spec.json input_mode SPARK with data needs 'feed' (features, label, batch_size)")
+    if spec.feed is not None:
+        check_feed(spec.feed)
     if spec.validation_data is not None and spec.input_mode != "SPARK":
         raise SpecError("spec.json validation_data is fed by Spark: use input_mode SPARK")
     return spec
@@ -152,6 +165,23 @@ def check_data(data: dict, name: str) -> None:
         raise SpecError(f"spec.json {name} with format {fmt!r} needs {needs!r}")
     if fmt == "function":
         split_import_path(data["function"], f"{name}.function")
+
+
+def check_feed(feed: dict) -> None:
+    """Raise :class:`SpecError` naming the field unless ``feed`` has only known fields of the right types."""
+    unknown = sorted(set(feed) - set(_FEED_FIELDS))
+    if unknown:
+        raise SpecError(
+            f"spec.json feed has unknown field(s): {', '.join(unknown)} (known: {', '.join(sorted(_FEED_FIELDS))})"
+        )
+    if "features" not in feed:
+        raise SpecError("spec.json feed needs 'features' (the feature column or columns)")
+    for name, value in feed.items():
+        expected = _FEED_FIELDS[name]
+        if (isinstance(value, bool) and expected is int) or not isinstance(value, expected):
+            raise SpecError(f"spec.json feed field {name!r} has the wrong type {type(value).__name__}")
+    if not isinstance(feed["features"], str) and not all(isinstance(f, str) for f in feed["features"]):
+        raise SpecError("spec.json feed field 'features' must name columns (strings)")
 
 
 def split_import_path(path: str, name: str) -> tuple[str, str]:

@@ -44,6 +44,7 @@ import psutil
 
 from airflow_tfos.hooks.state import AppState
 from airflow_tfos.localrun import write_json_atomically
+from airflow_tfos.procgroup import signal_group
 
 log = logging.getLogger(__name__)
 
@@ -478,6 +479,12 @@ class LocalBackend:
 
     # --- kill ----------------------------------------------------------------------------------------
 
+    def _signal_group(self, record: dict[str, Any], sig: int) -> None:
+        """Signal the application's process group if its leader is seen alive just before: only then is
+        the group id surely the application's (once the leader has gone, it may be reused)."""
+        if self._leader(record) is not None:
+            signal_group(record["pgid"], sig, leader_unreaped=True)
+
     def kill(self, app_id: str, grace_secs: float = 30, *, reason: str = "kill requested") -> AppState:
         """SIGTERM the application's process group, then SIGKILL whatever is left after ``grace_secs``.
 
@@ -497,26 +504,26 @@ class LocalBackend:
             write_json_atomically(kill_file, {"reason": reason, "time": time.time(), "grace_secs": grace_secs})
         leader = self._leader(record)
         # The process group is surely ours while its leader lives (a pgid is free for reuse only once
-        # every member has gone): its members, marked or not, are looked up now and after the grace period.
+        # every member has gone): its members, marked or not, are looked up, and the group signalled,
+        # only while the leader is seen alive just before.
         group = record["pgid"] if leader is not None else None
         targets = {p.pid: p for p in self._members(app_id, group)}
         if leader is not None:
             targets.setdefault(leader.pid, leader)
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(record["pgid"], signal.SIGTERM)
+            self._signal_group(record, signal.SIGTERM)
         for process in targets.values():
             with contextlib.suppress(psutil.NoSuchProcess, psutil.AccessDenied):
                 process.terminate()
         log.info("sent SIGTERM to local application %s (%d processes); grace %.0f s", app_id, len(targets), grace_secs)
         _, left = psutil.wait_procs(list(targets.values()), timeout=max(grace_secs, 0.1))
+        group = record["pgid"] if group is not None and self._leader(record) is not None else None
         left += [p for p in self._members(app_id, group) if p.pid not in targets]
         if left:
             log.warning(
                 "local application %s: %d processes still alive after %.0f s: SIGKILL", app_id, len(left), grace_secs
             )
-            if leader is not None and self._leader(record) is not None:
-                with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.killpg(record["pgid"], signal.SIGKILL)
+            if group is not None:
+                self._signal_group(record, signal.SIGKILL)
             for process in left:
                 with contextlib.suppress(psutil.NoSuchProcess, psutil.AccessDenied):
                     process.kill()

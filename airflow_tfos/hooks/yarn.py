@@ -2,7 +2,8 @@
 
 Every method exists twice: ``get_application`` (requests, for operators and sensors) and
 ``aget_application`` (httpx, for triggers). Both run the same request plan: try each RM of the
-connection, follow a standby RM's redirect to the active one, move on from a standby or an RM that
+connection, follow a standby RM's redirect to the active one (only to an RM of the connection: a
+redirect elsewhere is refused, naming the address), move on from a standby or an RM that
 cannot be reached, retry 5xx answers and dropped connections with backoff, and give up after
 ``max_retries`` rounds or ``max_retry_seconds``, naming every address tried.
 
@@ -46,6 +47,7 @@ from airflow_tfos.hooks.yarn_rest import (
     conf_value,
     container_limit_from_new_application,
     decode_reply,
+    foreign_redirect,
     negotiate_header,
     parse_connection,
     parse_rm_addresses,
@@ -68,6 +70,7 @@ __all__ = [
     "conf_value",
     "container_limit_from_new_application",
     "decode_reply",
+    "foreign_redirect",
     "negotiate_header",
     "parse_connection",
     "parse_rm_addresses",
@@ -282,7 +285,9 @@ class YarnHook(BaseHook):
                     if kind == "done":
                         self._active = address
                         return outcome
-                    if kind == "redirect":
+                    if kind == "redirect" and detail not in settings.addresses:
+                        kind, detail = "next", foreign_redirect(detail, settings)
+                    elif kind == "redirect":
                         log.info("ResourceManager %s is standby; following its redirect to %s", address, detail)
                         address = detail
                         continue

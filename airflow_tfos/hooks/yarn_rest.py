@@ -281,14 +281,31 @@ def classify_reply(reply: Reply) -> tuple[str, str]:
     """
     if reply.status in (301, 302, 303, 307, 308):
         location = urlsplit(reply.headers.get("location", ""))
-        if location.scheme in DEFAULT_PORTS and location.netloc:
-            return "redirect", f"{location.scheme}://{location.netloc}"
+        if location.scheme in DEFAULT_PORTS and location.hostname:
+            try:
+                port = location.port or DEFAULT_PORTS[location.scheme]
+            except ValueError:
+                return "next", f"HTTP {reply.status} with a bad port in its Location"
+            return "redirect", f"{location.scheme}://{location.hostname}:{port}"
         return "next", f"HTTP {reply.status} without an absolute Location"
     if "standby rm" in reply.text[:300].lower() and not reply.text.lstrip().startswith("{"):
         return "next", "standby ResourceManager (it named no active one)"
     if reply.status >= 500:
         return "next", f"HTTP {reply.status}"
     return "done", ""
+
+
+def foreign_redirect(target: str, settings: RmSettings) -> str:
+    """Why a redirect to ``target``, an address that is not one of the connection's RMs, is not followed.
+
+    A standby RM names the active one; following it anywhere would send the request (and its credentials)
+    to any host a proxy or a misconfigured RM names, and remember that host as the active RM.
+    """
+    return (
+        f"redirected to {target}, which is not a ResourceManager of connection {settings.conn_id!r} "
+        f"(its RMs: {', '.join(settings.addresses)}); not followed. If {target} is an RM of this cluster, "
+        f"add it to the host (or extra 'rm_addresses') of connection {settings.conn_id!r}"
+    )
 
 
 def decode_reply(reply: Reply, *, conn_id: str, what: str, app_id: str | None = None) -> dict[str, Any]:

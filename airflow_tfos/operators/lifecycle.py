@@ -153,9 +153,12 @@ class TFoSFeedOperator(_RunTaskOperator):
         )
         rundir = self.run_dir_hook.rundir
         done = rundir.feed_result(feed_id)
-        if done is not None:
+        if done is not None and not done.get("error"):
             self.log.info("feed %s was done already (step %s)", feed_id, done.get("step"))
             return done
+        if done is not None:  # a try that failed: this one asks again, with this task's data
+            self.log.info("feed %s failed before (%s): requesting it again", feed_id, done["error"])
+            rundir.withdraw_feed(feed_id)
         app = self.live_application()
         if app is None:
             raise AirflowException(
@@ -188,27 +191,35 @@ class TFoSFeedOperator(_RunTaskOperator):
             result = self.run_dir_hook.check(condition)
             if result is not None:
                 self.log.info("feed %s done at step %s", feed_id, result.get("step"))
-                return result
+                return feed_outcome(feed_id, result)
             state = self.apps.get(app.app_id)
             if state.is_terminal:
                 result = self.run_dir_hook.check(condition)
                 if result is not None:
-                    return result
-                raise AirflowException(
-                    f"feed {feed_id} was not done: {application_failure(state) or str(state) + ' ended'}"
-                )
+                    return feed_outcome(feed_id, result)
+                raise AirflowException(self._not_done(feed_id, state))
             if deadline is not None and time.monotonic() > deadline:
                 raise AirflowException(f"feed {feed_id} was not done within {self.feed_timeout:.0f} s (feed_timeout)")
             time.sleep(self.poll_interval)
 
     def execute_complete(self, context: Context, event: dict[str, Any]) -> Any:
         if event.get("status") == "done":
-            self._feed_result = event["result"]
+            self._feed_result = feed_outcome(event["result"].get("feed_id", "?"), event["result"])
             return self._feed_result
         if event.get("status") == "app_ended":
-            state = AppState.from_json(event["app"])
-            raise AirflowException(f"the feed was not done: {application_failure(state) or str(state) + ' ended'}")
+            raise AirflowException(self._not_done(self.feed_id or "", AppState.from_json(event["app"])))
         raise AirflowException(f"the feed was not done: {event.get('message') or event}")
+
+    def _not_done(self, feed_id: str, state: AppState) -> str:
+        """Why a feed was not done by an application that ended: the driver's error first, when it left one."""
+        try:
+            error = (self.run_dir_hook.rundir.read_status() or {}).get("error")
+        except Exception as exc:  # the application's own account still says something
+            self.log.warning("cannot read the status of %s: %s", self.run_dir, exc)
+            error = None
+        ended = application_failure(state) or f"{state} ended"
+        what = f"feed {feed_id} was not done" if feed_id else "the feed was not done"
+        return f"{error} ({what}: {ended})" if error else f"{what}: {ended}"
 
     # --- OpenLineage (asked for by the OpenLineage provider; its classes are imported only then) ------------
 
@@ -223,6 +234,16 @@ class TFoSFeedOperator(_RunTaskOperator):
         from airflow_tfos.operators.lineage import feed_operator_lineage
 
         return feed_operator_lineage(self, self._feed_result)
+
+
+def feed_outcome(feed_id: str, record: dict[str, Any]) -> dict[str, Any]:
+    """A feed's done record, or the exception its error stands for (the error first, in the driver's words)."""
+    error = record.get("error")
+    if not error:
+        return record
+    if record.get("exit_code") == 2:
+        raise AirflowException(f"{error} (feed {feed_id} failed on its input; the application serves on)")
+    raise AirflowException(f"{error} (feed {feed_id} failed: the application failed with it)")
 
 
 class TFoSShutdownClusterOperator(_RunTaskOperator):

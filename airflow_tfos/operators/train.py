@@ -542,11 +542,13 @@ class _TFoSRunOperator(ResumableJobMixin, BaseOperator):
         status = self.rundir.read_status() or {}
         latest = self.rundir.latest_checkpoint()
         resume = f"the next try resumes from checkpoint step {latest.step}" if latest else "no checkpoint was published"
-        error = status.get("error") or "no error recorded in status.json"
+        error = status.get("error")
         diagnostics = (app.diagnostics or "").strip().splitlines()
+        ended = f"application {app.app_id} ended {app.state}/{app.final_status}"
+        if error:  # the driver's own words first
+            raise AirflowException(f"{error} ({ended}{'; ' + diagnostics[0] if diagnostics else ''}); {resume}")
         raise AirflowException(
-            f"application {app.app_id} ended {app.state}/{app.final_status} ({error}"
-            f"{'; ' + diagnostics[-1] if diagnostics else ''}); {resume}"
+            f"{ended} (no error recorded in status.json{'; ' + diagnostics[-1] if diagnostics else ''}); {resume}"
         )
 
     def execute_complete(self, context: Context, event: dict[str, Any]) -> Any:

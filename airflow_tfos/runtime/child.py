@@ -15,6 +15,7 @@ them, ``rows_per_sec``, ``peak_rss_mb`` of the Spark task while it read), and ``
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
 import os
@@ -47,6 +48,22 @@ RETRYABLE = frozenset(
 )
 
 
+#: How a port bind failure reads: TF's gRPC server (``UnknownError: Could not start gRPC server``, logged
+#: with "Failed to add port to server"), or the OS (``EADDRINUSE``). The port a node picked was free when
+#: it looked, but something took it before TF bound it: a fresh TF cluster picks fresh ports.
+PORT_CLASH_MARKERS = ("could not start grpc server", "failed to add port", "address already in use")
+
+
+def is_retryable(exc: BaseException) -> bool:
+    """Whether a fresh TF cluster may get past ``exc``: a lost peer, the network, or a port taken meanwhile."""
+    if type(exc).__name__ in RETRYABLE:
+        return True
+    if isinstance(exc, OSError) and exc.errno == errno.EADDRINUSE:
+        return True
+    text = str(exc).lower()
+    return any(marker in text for marker in PORT_CLASH_MARKERS)
+
+
 def _watch_parent(parent_pid: int) -> None:
     """Exit if the Spark task that started this process goes away (backs up PR_SET_PDEATHSIG)."""
     while True:
@@ -58,7 +75,7 @@ def _watch_parent(parent_pid: int) -> None:
 def _write_error(node_dir: Path, exc: BaseException, reason: str | None = None) -> None:
     record = {
         "type": type(exc).__name__,
-        "retryable": type(exc).__name__ in RETRYABLE,
+        "retryable": is_retryable(exc),
         "reason": reason or f"{type(exc).__name__}: {exc}",
         "traceback": "".join(traceback.format_exception(exc)),
     }

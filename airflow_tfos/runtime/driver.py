@@ -12,6 +12,10 @@ report (``report/report.html``, :mod:`airflow_tfos.report`; best effort) and exi
 - 0: trained (or already exported for this spec, or stopped on request);
 - 1: training failed (the error is in status.json and on stderr; checkpoints are kept);
 - 2: the spec, the training function or the input cannot be used.
+
+A feed request whose own input cannot be used (its data, columns, fields) fails alone: it is marked
+done with ``error`` and ``exit_code`` 2, and the driver goes on serving. Whatever ends the driver,
+status.json is left with the final state and, on failure, the error.
 """
 
 from __future__ import annotations
@@ -25,10 +29,11 @@ import time
 from typing import Any
 
 from airflow_tfos.rundir import RunDir, RunDirError, spec_hash
-from airflow_tfos.runtime.errors import RunCancelledError, TFoSRuntimeError
+from airflow_tfos.runtime.errors import ClusterConfigError, RunCancelledError, TFoSRuntimeError
 from airflow_tfos.runtime.feed.plan import Feed, FeedConfigError
 from airflow_tfos.runtime.launcher import TFClusterRun
 from airflow_tfos.runtime.spec import RunSpec, SpecError, import_callable, parse_spec
+from airflow_tfos.spec import check_data
 
 log = logging.getLogger("airflow_tfos.driver")
 
@@ -90,11 +95,26 @@ class _Watch(threading.Thread):
         return None
 
     def run(self) -> None:
+        outage: float | None = None  # when the storage stopped answering, while it does not
         while not self.finished.wait(self.interval):
             try:
                 self.beat()
-            except RunDirError as exc:
-                log.warning("cannot update status: %s", exc)
+            except Exception as exc:  # any storage error: the heartbeat must outlive an outage
+                if outage is None:
+                    outage = time.monotonic()
+                    log.warning(
+                        "cannot update status.json in %s (%s: %s); retrying every %.0f s",
+                        self.rundir.uri,
+                        type(exc).__name__,
+                        exc,
+                        self.interval,
+                    )
+                else:
+                    log.debug("status.json still cannot be updated: %s", exc)
+                continue
+            if outage is not None:
+                log.info("status.json is updated again after %.0f s", time.monotonic() - outage)
+                outage = None
 
     def beat(self) -> None:
         step = self.step()
@@ -132,10 +152,11 @@ def _fail(rundir: RunDir | None, message: str, code: int, **fields: Any) -> int:
     log.error("%s", message)
     sys.stderr.write(f"airflow-tfos driver: {message}\n")
     if rundir is not None:
+        fields = {key: value for key, value in fields.items() if value is not None}  # unknown: keep the last
         try:
-            rundir.write_status("FAILED", error=message, **fields)
-            rundir.add_event("failed", error=message)
-        except RunDirError as exc:
+            rundir.write_status("FAILED", error=message, exit_code=code, **fields)
+            rundir.add_event("failed", error=message, exit_code=code)
+        except Exception as exc:  # the storage may be what failed: say so, and still exit with the code
             sys.stderr.write(f"airflow-tfos driver: cannot record the failure either: {exc}\n")
     return code
 
@@ -168,29 +189,92 @@ def _run_once(spark, spec: RunSpec, rundir: RunDir, train_fn, args, data, watch:
     return tf_run.start().wait()
 
 
-def _serve_feed(spark, spec: RunSpec, rundir: RunDir, train_fn, watch: _Watch, digest: str, request: dict[str, Any]):
-    log.info("serving feed %s", request["feed_id"])
+#: Fields of a feed request (``feed_id`` and ``requested`` are written by :meth:`RunDir.request_feed`).
+FEED_REQUEST_FIELDS = frozenset({"feed_id", "requested", "data", "args"})
+
+
+def feed_request_input(spec: RunSpec, request: dict[str, Any]) -> tuple[dict[str, Any] | None, Any]:
+    """Check a feed request; return its ``(data, args)`` or raise :class:`SpecError` naming what is wrong."""
+    feed_id = request.get("feed_id")
+    if request.get("invalid"):
+        raise SpecError(f"feed request {feed_id} cannot be read: {request['invalid']}")
+    unknown = sorted(set(request) - FEED_REQUEST_FIELDS)
+    if unknown:
+        raise SpecError(
+            f"feed request {feed_id} has unknown field(s): {', '.join(unknown)} (known: data, args)"
+        )
+    data = request.get("data")
+    if data is not None:
+        if not isinstance(data, dict):
+            raise SpecError(f"feed request {feed_id}: data must be a JSON object, not {type(data).__name__}")
+        check_data(data, "feed data")
+        if spec.input_mode == "SPARK" and not spec.feed:
+            raise SpecError(
+                f"feed request {feed_id} has data, but spec.json has no 'feed' (features, label, batch_size)"
+            )
     args = request.get("args", spec.args)
-    result = _run_once(spark, spec, rundir, train_fn, args, request.get("data"), watch, digest)
-    rundir.mark_feed_done(request["feed_id"], step=watch.step(), result=_jsonable(result))
+    if not isinstance(args, dict | list | None):
+        raise SpecError(f"feed request {feed_id}: args must be a JSON object or list, not {type(args).__name__}")
+    return data, args
+
+
+def _serve_feed(spark, spec: RunSpec, rundir: RunDir, train_fn, watch: _Watch, digest: str, request: dict[str, Any]):
+    """Run one feed request and mark it done. A feed whose own input is unusable is marked done with the
+    error (exit code 2) and None is returned; a failure of the TF cluster is marked too, then raised."""
+    feed_id = request["feed_id"]
+    log.info("serving feed %s", feed_id)
+    try:
+        data, args = feed_request_input(spec, request)
+        result = _run_once(spark, spec, rundir, train_fn, args, data, watch, digest)
+    except (SpecError, FeedConfigError) as exc:
+        log.error("feed %s failed on its input; the cluster serves on: %s", feed_id, exc)
+        rundir.mark_feed_done(feed_id, step=_step_or_none(watch), error=str(exc), exit_code=EXIT_BAD_INPUT)
+        return None
+    except RunCancelledError:
+        raise  # a stop request, or the cluster cancelled: the feed was not done
+    except Exception as exc:  # the cluster failed: the feed says why, then the driver ends
+        try:
+            rundir.mark_feed_done(feed_id, step=_step_or_none(watch), error=str(exc), exit_code=EXIT_FAILED)
+        except Exception as record_error:
+            log.warning("cannot mark feed %s as failed: %s", feed_id, record_error)
+        raise
+    rundir.mark_feed_done(feed_id, step=watch.step(), result=_jsonable(result))
     return result
 
 
 def _serve(spark, spec: RunSpec, rundir: RunDir, train_fn, watch: _Watch, digest: str, result: Any) -> Any:
-    """Serving mode: run each feed request as it arrives, until a stop request."""
+    """Serving mode: run each feed request as it arrives, until a stop request.
+
+    A feed that fails on its own input fails alone; the run directory failing to answer is waited out.
+    """
     watch.base["serving"] = True
     watch.beat()
     log.info("serving feed requests from %s until a stop request", rundir.path("feeds"))
+    outage: float | None = None
     while not watch.stopping.is_set():
-        pending = rundir.pending_feeds()
+        try:
+            pending = rundir.pending_feeds()
+        except (RunDirError, OSError) as exc:
+            if outage is None:
+                outage = time.monotonic()
+                log.warning("cannot look for feed requests in %s (%s); trying again", rundir.uri, exc)
+            pending = []
+        else:
+            if outage is not None:
+                log.info("feed requests can be read again after %.0f s", time.monotonic() - outage)
+                outage = None
         for request in pending:
             if watch.stopping.is_set():
                 break
-            result = _serve_feed(spark, spec, rundir, train_fn, watch, digest, request)
+            served = _serve_feed(spark, spec, rundir, train_fn, watch, digest, request)
+            result = served if served is not None else result
         if not pending:
             watch.stopping.wait(SERVE_POLL_SECS)
-            if rundir.stop_requested():
-                watch.stopping.set()
+            try:
+                if rundir.stop_requested():
+                    watch.stopping.set()
+            except (RunDirError, OSError):
+                pass  # already said above; the heartbeat thread also looks for stop requests
     log.info("stop requested: no more feeds are served")
     return result
 
@@ -301,16 +385,28 @@ def _run_application(spark, spec: RunSpec, rundir: RunDir, train_fn, digest: str
         with watch.lock:
             watch.finished.set()
         return _fail(rundir, "the TF cluster was cancelled", EXIT_FAILED, **base)
-    except (SpecError, FeedConfigError) as exc:
+    except (SpecError, FeedConfigError, ClusterConfigError) as exc:
         with watch.lock:
             watch.finished.set()
         return _fail(rundir, str(exc), EXIT_BAD_INPUT, **base)
     except TFoSRuntimeError as exc:
         with watch.lock:
             watch.finished.set()
-        return _fail(rundir, str(exc), EXIT_FAILED, **base, step=watch.step())
+        return _fail(rundir, str(exc), EXIT_FAILED, **base, step=_step_or_none(watch))
+    except Exception as exc:  # whatever else ended the run, status.json says it
+        log.exception("the driver failed")
+        with watch.lock:
+            watch.finished.set()
+        return _fail(rundir, f"{type(exc).__name__}: {exc}", EXIT_FAILED, **base)
     finally:
         watch.finished.set()
+
+
+def _step_or_none(watch: _Watch) -> int | None:
+    try:
+        return watch.step()
+    except (RunDirError, OSError):
+        return None
 
 
 def _record(rundir: RunDir, kind: str, **fields: Any) -> None:

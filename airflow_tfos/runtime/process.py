@@ -20,6 +20,8 @@ import threading
 import time
 from collections.abc import Mapping, Sequence
 
+from airflow_tfos.procgroup import signal_group
+
 log = logging.getLogger(__name__)
 
 _PR_SET_PDEATHSIG = 1
@@ -99,28 +101,37 @@ class ChildProcess:
         return "".join(self._tail)
 
     def stop(self, grace_secs: float = 5.0) -> int | None:
-        """Stop the child's whole process group: SIGTERM, then SIGKILL after ``grace_secs``."""
+        """Stop the child's whole process group: SIGTERM, then SIGKILL after ``grace_secs``.
+
+        The group is signalled before the child is reaped, while its id is surely the child's; a child
+        reaped already (by :meth:`wait`) leaves a group that is signalled only if it still has members.
+        """
         if self._proc is None:
             return None
         pgid = self._proc.pid  # the child leads its own session and process group
-        if self._proc.poll() is None:
-            _signal_group(pgid, signal.SIGTERM)
+        if not self._exited():
+            signal_group(pgid, signal.SIGTERM, leader_unreaped=True)
             deadline = time.monotonic() + grace_secs
-            while self._proc.poll() is None and time.monotonic() < deadline:
+            while not self._exited() and time.monotonic() < deadline:
                 time.sleep(0.05)
         # Whatever the child started (TensorBoard, data loaders) goes too, even if it exited itself.
-        _signal_group(pgid, signal.SIGKILL)
+        signal_group(pgid, signal.SIGKILL, leader_unreaped=self._proc.returncode is None)
         code = self._proc.wait()
         if self._pump is not None:
             self._pump.join(timeout=5)
         return code
 
-
-def _signal_group(pgid: int, sig: int) -> None:
-    try:
-        os.killpg(pgid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass
+    def _exited(self) -> bool:
+        """Whether the child has ended, without reaping it (a zombie keeps its pid, the group's id, taken)."""
+        assert self._proc is not None
+        if self._proc.returncode is not None:
+            return True
+        if not hasattr(os, "waitid"):
+            return self._proc.poll() is not None
+        try:
+            return os.waitid(os.P_PID, self._proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
+        except ChildProcessError:  # reaped meanwhile by another thread's poll()
+            return True
 
 
 def describe_exit(code: int) -> str:

@@ -321,10 +321,11 @@ class TestTrainFailure:
             rundir.write_status("FAILED", error="node worker:1 failed: OOM")
 
         backend.on_submit = fail
-        with pytest.raises(
-            AirflowException, match=r"FAILED/FAILED \(node worker:1 failed: OOM.*resumes from checkpoint step 30"
-        ):
+        with pytest.raises(AirflowException) as failed:
             op.execute(make_context())
+        message = str(failed.value)
+        assert message.startswith("node worker:1 failed: OOM (application "), message  # the driver's words first
+        assert "ended FAILED/FAILED" in message and message.endswith("resumes from checkpoint step 30")
 
     def test_success_without_export_returns_no_export_path(self, tmp_path):
         op, backend = train_op(tmp_path), FakeBackend()
@@ -468,6 +469,59 @@ class TestLifecycle:
         op = self._feed_op(tmp_path)
         use_backend(op, backend)
         with pytest.raises(AirflowException, match="executor lost"):
+            op.execute(make_context("feed"))
+
+    def test_a_feed_the_driver_refused_fails_the_task_with_the_cause_first(self, tmp_path):
+        rundir = RunDir(str(tmp_path))
+        backend = FakeBackend()
+        app = backend.add("application_1_0001", "RUNNING", tags=[run_tag(str(tmp_path))])
+        cause = "column 'y' is not in the training DataFrame (its columns: x, labels); fix Feed(features=...)"
+
+        def refused(app_id):
+            if rundir.feed_result("feed-20261121T000000") is None:
+                rundir.mark_feed_done("feed-20261121T000000", step=0, error=cause, exit_code=2)
+            return app
+
+        backend.get_state = refused
+        op = self._feed_op(tmp_path)
+        use_backend(op, backend)
+        with pytest.raises(AirflowException) as failed:
+            op.execute(make_context("feed"))
+        assert str(failed.value).startswith(cause + " (feed feed-20261121T000000 failed on its input")
+        with pytest.raises(AirflowException, match=r"^column 'y' is not in the training DataFrame"):
+            op.execute_complete(make_context("feed"), {"status": "done", "result": rundir.feed_result(op_id(op))})
+
+    def test_a_corrected_feed_task_is_requested_again_and_succeeds(self, tmp_path):
+        rundir = RunDir(str(tmp_path))
+        rundir.request_feed("feed-20261121T000000", {"data": {"format": "parquet", "path": "/data/wrong"}})
+        rundir.mark_feed_done("feed-20261121T000000", step=0, error="cannot read data '/data/wrong'", exit_code=2)
+        backend = FakeBackend()
+        app = backend.add("application_1_0001", "RUNNING", tags=[run_tag(str(tmp_path))])
+        requested = []
+
+        def serves(app_id):
+            for request in rundir.pending_feeds():
+                requested.append(request["data"])
+                rundir.mark_feed_done(request["feed_id"], step=12, result=None)
+            return app
+
+        backend.get_state = serves
+        op = self._feed_op(tmp_path)  # the same task, its data corrected, cleared and run again
+        use_backend(op, backend)
+        done = op.execute(make_context("feed"))
+        assert done["step"] == 12 and "error" not in done
+        assert requested == [DATA]
+
+    def test_a_feed_whose_application_failed_names_the_driver_error_first(self, tmp_path):
+        backend = FakeBackend()
+        tag = run_tag(str(tmp_path))
+        backend.add("application_1_0001", "RUNNING", tags=[tag])
+        failed = AppState("application_1_0001", "FAILED", "FAILED", diagnostics="spark-submit exited with code 1")
+        backend.script["application_1_0001"] = [AppStateFactory.running("application_1_0001", tag), failed]
+        RunDir(str(tmp_path)).write_status("FAILED", error="TF node worker:1 failed: ResourceExhaustedError: OOM")
+        op = self._feed_op(tmp_path)
+        use_backend(op, backend)
+        with pytest.raises(AirflowException, match=r"^TF node worker:1 failed: ResourceExhaustedError: OOM \(feed "):
             op.execute(make_context("feed"))
 
     def test_deferred_feed_watches_the_run_dir_and_the_application(self, tmp_path):
@@ -625,3 +679,8 @@ class TestSparkApplicationLink:
         assert SparkApplicationLink().get_link(op, ti_key=None) == self.UI
         # pushed under the link's own key as well: the UI reads that one, also while the task runs
         assert context["ti"].xcoms[SparkApplicationLink().xcom_key] == self.UI
+
+
+def op_id(op: TFoSFeedOperator) -> str:
+    """The feed id a feed task of the test context uses."""
+    return op.feed_id or "feed-20261121T000000"

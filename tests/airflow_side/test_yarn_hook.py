@@ -136,18 +136,31 @@ class TestKill:
 class TestHighAvailability:
     def test_follows_the_standby_redirect(self, ha_rm, connect):
         app_id = ha_rm.add_application("a")
-        hook = connect([ha_rm.addresses[1]])  # only the standby: the active RM is reached by its redirect
+        standby_first = [ha_rm.addresses[1], ha_rm.addresses[0]]
+        hook = connect(standby_first)  # the standby is asked first; its redirect names the active RM
         assert hook.get_application(app_id).state == "RUNNING"
         assert [r.rm for r in ha_rm.requests] == [1, 0]
         assert ha_rm.requests[-1].query["user.name"] == ["alice"]
         hook.get_application(app_id)  # the active RM is remembered
         assert [r.rm for r in ha_rm.requests] == [1, 0, 0]
-        assert asyncio.run(connect([ha_rm.addresses[1]]).aget_application(app_id)).app_id == app_id
+        assert asyncio.run(connect(standby_first).aget_application(app_id)).app_id == app_id
 
     def test_kill_through_the_standby_redirect(self, ha_rm, connect):
         app_id = ha_rm.add_application("a")
-        hook = connect([ha_rm.addresses[1]])
+        hook = connect([ha_rm.addresses[1], ha_rm.addresses[0]])
         assert hook.kill_application(app_id, timeout=10, poll_interval=0.05).state == "KILLED"
+
+    def test_a_redirect_to_an_address_not_in_the_connection_is_refused(self, ha_rm, connect):
+        app_id = ha_rm.add_application("a")
+        active = f"http://{ha_rm.addresses[0]}"
+        hook = connect([ha_rm.addresses[1]], max_retries=1)  # only the standby: its redirect names another host
+        for call in (lambda: hook.get_application(app_id), lambda: asyncio.run(hook.aget_application(app_id))):
+            with pytest.raises(YarnUnavailableError) as refused:
+                call()
+            message = str(refused.value)
+            assert f"redirected to {active}, which is not a ResourceManager of connection {CONN_ID!r}" in message
+            assert "extra 'rm_addresses'" in message
+        assert {r.rm for r in ha_rm.requests} == {1}  # the active RM, never configured, was never asked
 
     def test_failover_between_calls(self, ha_rm, connect):
         app_id = ha_rm.add_application("a")

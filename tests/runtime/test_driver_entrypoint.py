@@ -106,6 +106,15 @@ def test_a_stop_request_stops_at_the_next_checkpoint(tmp_path, data_path):
         ({"train_fn": "not-an-import-path", "num_nodes": 2}, "must look like 'package.module:function'"),
         ({"train_fn": "no_such_module_xyz:main", "num_nodes": 2}, "cannot import train_fn"),
         ({"train_fn": "tests.runtime.programs:nope", "num_nodes": 2}, "has no 'nope'"),
+        (
+            {
+                "train_fn": "tests.runtime.programs:spec_training",
+                "num_nodes": 2,
+                "data": {"format": "parquet", "path": "/no/such/data"},
+                "feed": {"features": ["x"], "lable": "y"},
+            },
+            "feed has unknown field(s): lable",
+        ),
     ],
 )
 def test_a_bad_spec_fails_with_exit_2_and_the_error_in_status(tmp_path, spec, message):
