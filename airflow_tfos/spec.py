@@ -47,6 +47,7 @@ _FIELDS = {
     "warm_start": (str, type(None)),
     "inference": (dict, type(None)),
     "code": (dict, type(None)),
+    "serve_idle_secs": (int, float, type(None)),
 }
 _REQUIRED = ("num_nodes",)
 KINDS = ("train", "inference")
@@ -95,6 +96,7 @@ class RunSpec:
     warm_start: str | None = None
     inference: dict | None = None
     code: dict | None = None
+    serve_idle_secs: float | None = None
 
 
 def parse_spec(raw: Any) -> RunSpec:

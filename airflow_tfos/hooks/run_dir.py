@@ -12,6 +12,38 @@ from airflow_tfos.rundir import RunDir
 from airflow_tfos.storage import Storage, storage_for
 
 HDFS_SCHEMES = ("hdfs", "webhdfs", "swebhdfs")
+#: The event the runtime records when a TF cluster attempt fails (a node lost), before it retries.
+ATTEMPT_FAILED = "attempt_failed"
+
+
+class RunWatch:
+    """What a task waiting on a run logs: the progress line whenever it changes, and each failed attempt
+    of the TF cluster (a lost node, and whether a new attempt resumes from the latest checkpoint) once."""
+
+    def __init__(self) -> None:
+        self.last_line: str | None = None
+        self.seen: set[tuple[Any, Any]] = set()
+
+    def lines(self, status: dict[str, Any] | None, failures: list[dict[str, Any]]) -> list[str]:
+        from airflow_tfos.triggers.tfos import progress_line
+
+        out = []
+        for event in failures:
+            key = (event.get("run_id"), event.get("attempt"))
+            if key in self.seen:
+                continue
+            self.seen.add(key)
+            then = (
+                "a new attempt resumes from the latest checkpoint"
+                if event.get("retrying")
+                else "no attempts are left: the run fails"
+            )
+            out.append(f"TF cluster attempt {event.get('attempt')} failed: {event.get('reason')}; {then}")
+        line = progress_line(status)
+        if line and line != self.last_line:
+            out.append(line)
+            self.last_line = line
+        return out
 
 
 def _scheme(uri: str) -> str:
@@ -46,6 +78,17 @@ class RunDirHook(BaseHook):
     async def aread_status(self) -> dict[str, Any] | None:
         """status.json, without blocking the event loop (for triggers)."""
         return await asyncio.to_thread(self.rundir.read_status)
+
+    def watch_lines(self, watch: RunWatch) -> list[str]:
+        """What a task waiting on the run should log now (see :class:`RunWatch`); storage errors are a line too."""
+        try:
+            return watch.lines(self.rundir.read_status(), self.rundir.events(ATTEMPT_FAILED))
+        except Exception as exc:
+            return [f"cannot read the run's status: {exc}"]
+
+    async def awatch_lines(self, watch: RunWatch) -> list[str]:
+        """:meth:`watch_lines`, without blocking the event loop (for triggers)."""
+        return await asyncio.to_thread(self.watch_lines, watch)
 
     async def acheck(self, condition: dict[str, Any]) -> dict[str, Any] | None:
         """:meth:`check`, without blocking the event loop (for triggers)."""

@@ -18,7 +18,7 @@ from airflow.sdk.configuration import conf
 from airflow.sdk.exceptions import AirflowException
 
 from airflow_tfos.hooks.apps import ApplicationClient
-from airflow_tfos.hooks.run_dir import RunDirHook
+from airflow_tfos.hooks.run_dir import RunDirHook, RunWatch
 from airflow_tfos.hooks.state import AppState
 from airflow_tfos.links.tfos import TRACKING_URL_KEY, SparkApplicationLink, TrainingReportLink
 from airflow_tfos.operators.train import resolve_run_dir, templated
@@ -187,11 +187,14 @@ class TFoSFeedOperator(_RunTaskOperator):
                 method_name="execute_complete",
             )
         deadline = None if self.feed_timeout is None else time.monotonic() + self.feed_timeout
+        watch = RunWatch()
         while True:
             result = self.run_dir_hook.check(condition)
             if result is not None:
                 self.log.info("feed %s done at step %s", feed_id, result.get("step"))
                 return feed_outcome(feed_id, result)
+            for line in self.run_dir_hook.watch_lines(watch):
+                self.log.info("feed %s: %s", feed_id, line)
             state = self.apps.get(app.app_id)
             if state.is_terminal:
                 result = self.run_dir_hook.check(condition)

@@ -38,7 +38,7 @@ from airflow.sdk.configuration import conf
 from airflow.sdk.exceptions import AirflowException
 
 from airflow_tfos.hooks.local import ApplicationAlreadyRunningError
-from airflow_tfos.hooks.run_dir import RunDirHook
+from airflow_tfos.hooks.run_dir import RunDirHook, RunWatch
 from airflow_tfos.hooks.state import TERMINAL_STATES, YARN_STATES, AppState
 from airflow_tfos.hooks.user_code import ShippedCode, UserCodeError, code_package, comma_list, import_path_of
 from airflow_tfos.links.tfos import (
@@ -453,15 +453,10 @@ class _TFoSRunOperator(ResumableJobMixin, BaseOperator):
 
     def wait_for_end(self, app: AppState) -> AppState:
         """Poll until the application ends, logging training progress from status.json."""
-        last = None
+        watch = RunWatch()
         while not app.is_terminal:
-            try:
-                line = progress_line(self.rundir.read_status())
-            except Exception as exc:
-                line = f"cannot read status.json: {exc}"
-            if line and line != last:
+            for line in self.run_dir_hook.watch_lines(watch):
                 self.log.info("%s: %s", app.app_id, line)
-                last = line
             time.sleep(self.poll_interval)
             app = self.hook.get_state(app.app_id)
             self.push_tracking_url(app.tracking_url)
@@ -642,14 +637,22 @@ class TFoSLaunchClusterOperator(_TFoSRunOperator):
     checkpoint, until :class:`~airflow_tfos.operators.lifecycle.TFoSShutdownClusterOperator` stops it.
     Pushes ``application_id`` and ``run_dir``. Parameters as :class:`TFoSTrainOperator`, plus:
 
-    :param ready_timeout: seconds to wait for the application to come up.
+    :param ready_timeout: seconds to wait for the application to come up; an application not serving by
+        then is killed before the task fails.
+    :param idle_timeout: seconds the serving application waits without any feed request before it stops by
+        itself (None: until a shutdown), so that a DAG run that failed before its shutdown task, or whose
+        shutdown never ran, does not hold the cluster's executors for good.
     """
 
     serve = True
 
-    def __init__(self, *, ready_timeout: float = 1800.0, **kwargs: Any) -> None:
+    def __init__(self, *, ready_timeout: float = 1800.0, idle_timeout: float | None = 3600.0, **kwargs: Any) -> None:
+        self.idle_timeout = idle_timeout
         super().__init__(**kwargs)
         self.ready_timeout = ready_timeout
+
+    def build_spec(self, *, code: bool = True) -> dict[str, Any]:
+        return {**super().build_spec(code=code), "serve_idle_secs": self.idle_timeout}
 
     def execute(self, context: Context) -> Any:
         return self.launch_and_wait(context)

@@ -77,6 +77,8 @@ class _Watch(threading.Thread):
         self.finished = threading.Event()
         self.lock = threading.Lock()
         self._stop_seen: tuple[float, int] | None = None
+        #: set when a serving driver stopped itself after ``serve_idle_secs`` without a feed request
+        self.idle = False
 
     def attach(self, tf_run: TFClusterRun) -> None:
         """Watch this TF cluster (stop requests cancel it; its progress goes into status.json)."""
@@ -246,11 +248,14 @@ def _serve(spark, spec: RunSpec, rundir: RunDir, train_fn, watch: _Watch, digest
     """Serving mode: run each feed request as it arrives, until a stop request.
 
     A feed that fails on its own input fails alone; the run directory failing to answer is waited out.
+    With ``serve_idle_secs``, a driver that has had no feed request for that long stops by itself (its
+    launch task failed or is gone, and no shutdown came): nothing holds the cluster's executors for good.
     """
     watch.base["serving"] = True
     watch.beat()
     log.info("serving feed requests from %s until a stop request", rundir.path("feeds"))
     outage: float | None = None
+    idle_limit, busy_at = spec.serve_idle_secs, time.monotonic()
     while not watch.stopping.is_set():
         try:
             pending = rundir.pending_feeds()
@@ -268,14 +273,26 @@ def _serve(spark, spec: RunSpec, rundir: RunDir, train_fn, watch: _Watch, digest
                 break
             served = _serve_feed(spark, spec, rundir, train_fn, watch, digest, request)
             result = served if served is not None else result
+            busy_at = time.monotonic()
         if not pending:
-            watch.stopping.wait(SERVE_POLL_SECS)
+            idle = time.monotonic() - busy_at
+            if idle_limit is not None and idle >= idle_limit:
+                log.warning(
+                    "no feed request for %.0f s (serve_idle_secs=%s, the launch task's idle_timeout): stopping",
+                    idle,
+                    idle_limit,
+                )
+                _record(rundir, "idle_stop", idle_secs=round(idle, 1), serve_idle_secs=idle_limit)
+                watch.idle = True
+                watch.stopping.set()
+                break
+            watch.stopping.wait(SERVE_POLL_SECS if idle_limit is None else min(SERVE_POLL_SECS, idle_limit))
             try:
                 if rundir.stop_requested():
                     watch.stopping.set()
             except (RunDirError, OSError):
                 pass  # already said above; the heartbeat thread also looks for stop requests
-    log.info("stop requested: no more feeds are served")
+    log.info("%s: no more feeds are served", "idle" if watch.idle else "stop requested")
     return result
 
 
@@ -369,7 +386,10 @@ def _run_application(spark, spec: RunSpec, rundir: RunDir, train_fn, digest: str
             result = _run_once(spark, spec, rundir, train_fn, spec.args, spec.data, watch, digest)
         if spec.serve:
             result = _serve(spark, spec, rundir, train_fn, watch, digest, result)
-            watch.finish("SUCCEEDED", result=_jsonable(result))
+            if watch.idle:
+                watch.finish("STOPPED", result=_jsonable(result), reason="idle")
+            else:
+                watch.finish("SUCCEEDED", result=_jsonable(result))
             return EXIT_OK
         for request in rundir.pending_feeds():
             if watch.stopping.is_set():

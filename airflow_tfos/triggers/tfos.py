@@ -10,7 +10,7 @@ from typing import Any
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 from airflow_tfos.hooks.apps import ApplicationClient, latest
-from airflow_tfos.hooks.run_dir import RunDirHook
+from airflow_tfos.hooks.run_dir import RunDirHook, RunWatch
 from airflow_tfos.hooks.state import AppState
 
 #: How many polls in a row may fail (network, RM failover) before the trigger gives up.
@@ -224,12 +224,16 @@ class TFoSRunDirTrigger(BaseTrigger):
         client = ApplicationClient(spark_conn_id=self.spark_conn_id, yarn_conn_id=self.yarn_conn_id)
         deadline = None if self.timeout is None else time.monotonic() + self.timeout
         errors = 0
+        watch = RunWatch()
         while True:
             try:
                 result = await rundir.acheck(self.condition)
                 if result is not None:
                     yield TriggerEvent({"status": "done", "result": result})
                     return
+                if self.application_id:  # a live run (a feed, a launch): its progress and lost nodes
+                    for line in await rundir.awatch_lines(watch):
+                        self.log.info("%s: %s", self.application_id, line)
                 if self.application_id:
                     state = await client.aget(self.application_id)
                     if state.is_terminal:

@@ -454,6 +454,31 @@ class TestLifecycle:
         use_backend(again, FakeBackend())
         assert again.execute(make_context("feed"))["step"] == 12
 
+    def test_a_waiting_feed_logs_progress_and_each_lost_node_once(self, tmp_path, capsys):
+        rundir = RunDir(str(tmp_path))
+        backend = FakeBackend()
+        app = backend.add("application_1_0001", "RUNNING", tags=[run_tag(str(tmp_path))])
+        op = self._feed_op(tmp_path)
+        use_backend(op, backend)
+        polls = iter(range(1000))
+        progress = {"step": 12, "total_steps": 40, "epoch": 1, "epochs": 4, "loss": 0.5}
+
+        def served(app_id):  # the driver's side, as the feed is trained on
+            poll = next(polls)
+            if poll == 1:
+                rundir.write_status("RUNNING", step=10, progress=progress)
+                rundir.add_event("attempt_failed", run_id="r1", attempt=0, reason="worker:0 lost", retrying=True)
+            if poll == 5:
+                rundir.mark_feed_done("feed-20261121T000000", step=40)
+            return app
+
+        backend.get_state = served
+        assert op.execute(make_context("feed"))["step"] == 40
+        out = capsys.readouterr().out
+        lost = "TF cluster attempt 0 failed: worker:0 lost; a new attempt resumes from the latest checkpoint"
+        assert out.count(lost) == 1
+        assert out.count("state RUNNING, checkpoint step 10, step 12/40 (30%), epoch 1/4, loss 0.5000") == 1
+
     def test_feed_without_live_application_says_to_launch_first(self, tmp_path):
         op = self._feed_op(tmp_path)
         use_backend(op, FakeBackend())

@@ -120,3 +120,18 @@ def test_bad_feed_settings_are_spec_errors_not_type_errors(feed, message):
 
 def test_the_spec_knows_every_feed_field():
     assert set(_FEED_FIELDS) == set(Feed.__dataclass_fields__)
+
+
+def test_a_serving_driver_without_feed_requests_for_serve_idle_secs_stops_by_itself(tmp_path):
+    from airflow_tfos.runtime import driver
+
+    rundir = RunDir(str(tmp_path / "run"))
+    spec = parse_spec({"train_fn": "pkg.mod:main_fun", "num_nodes": 2, "serve": True, "serve_idle_secs": 0.3})
+    watch = driver._Watch(rundir, spec, {"application_id": "app-1", "spec_hash": "abc"}, 60.0)
+    started = time.monotonic()
+    assert driver._serve(None, spec, rundir, None, watch, "abc", "trained") == "trained"
+    assert time.monotonic() - started < 3.0  # stopped after the idle time, not after a stop request
+    assert watch.idle and watch.stopping.is_set()
+    (event,) = rundir.events("idle_stop")
+    assert event["serve_idle_secs"] == 0.3 and event["idle_secs"] >= 0.3
+    assert rundir.read_status()["serving"] is True
