@@ -120,7 +120,8 @@ import json, pickle
 import numpy as np
 native = pickle.load(open({str(tmp_path / "native.pickle")!r}, "rb"))
 once = native.dataset_fn(repeat=False)(None)
-print(int(once.cardinality()), once.element_spec[0].shape, once.element_spec[0].dtype.name, once.element_spec[1].dtype.name)
+x_spec, y_spec = once.element_spec
+print(int(once.cardinality()), x_spec.shape, x_spec.dtype.name, y_spec.dtype.name)
 forever = iter(native.dataset_fn()(None))
 for epoch in range(2):
     batches = [next(forever) for _ in range(native.steps_per_worker)]

@@ -1,0 +1,96 @@
+"""ParameterServerStrategy fed from Spark, on local clusters of their own (ps, chief and 2 or 3 workers).
+
+Each cluster runs in a driver process of its own (tests/runtime/ps_driver.py): the session's cluster
+has too few executors, and a process holds one SparkContext.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from tests.conftest import REPO
+from tests.runtime.helpers import read_records
+from tests.runtime.ps_driver import BATCH, ID_ROWS
+
+pytestmark = pytest.mark.integration
+
+#: Seconds a run may take to end once the chief has returned (the driver's view).
+END_WITHIN = 10.0
+
+
+def _drive(num_nodes: int, run_dir, scenarios: list[str]) -> dict:
+    done = subprocess.run(
+        [sys.executable, "-m", "tests.runtime.ps_driver", str(num_nodes), str(run_dir), *scenarios],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=580,
+    )
+    results = {}
+    for line in done.stdout.replace("\r", "\n").splitlines():
+        if line.startswith("RESULT "):
+            _, scenario, payload = line.split(" ", 2)
+            results[scenario] = json.loads(payload)
+    assert done.returncode == 0 and set(results) == set(scenarios), done.stdout[-3000:] + done.stderr[-5000:]
+    return {"results": results, "run_dir": run_dir}
+
+
+@pytest.fixture(scope="module")
+def two_workers(tmp_path_factory):
+    return _drive(4, tmp_path_factory.mktemp("ps-2-workers"), ["count_ids", "keras", "unfed"])
+
+
+@pytest.fixture(scope="module")
+def three_workers(tmp_path_factory):
+    return _drive(5, tmp_path_factory.mktemp("ps-3-workers"), ["count_ids", "unfed"])
+
+
+def _check_ids_counted(run: dict, workers: int) -> None:
+    result = run["results"]["count_ids"]
+    nodes = read_records(str(run["run_dir"] / "count_ids"), "node")
+    worker_pids = {str(nodes[f"worker:{i}"]["pid"]) for i in range(workers)}
+    assert len(worker_pids) == workers
+    steps = ID_ROWS // BATCH
+    assert result["steps_per_epoch"] == steps  # every row once: no padding, every worker a whole share
+    assert result["chief_rows"] == 0  # the chief holds no share
+    expected_ids = {str(3 * i + 1) for i in range(ID_ROWS)}
+    for epoch, record in enumerate(result["epochs"]):
+        assert record["batches"] == steps
+        assert record["x_id_mismatch"] == 0  # features and labels decoded from the same record
+        # A variable on the parameter server counted each id: every id of the DataFrame, each once per epoch.
+        assert set(record["trained"]) == expected_ids
+        assert set(record["trained"].values()) == {epoch + 1}
+        # Every batch was produced in a worker's process, each worker giving its own share's batches.
+        assert set(record["batches_by_pid"]) == worker_pids
+        assert str(result["chief_pid"]) not in record["batches_by_pid"]
+        assert set(record["batches_by_pid"].values()) == {steps // workers}
+    for i in range(workers):
+        assert "airflow-tfos-" in nodes[f"worker:{i}"]["cwd"]  # the worker ran in its node directory
+
+
+def test_two_workers_train_every_fed_id_once_per_epoch_from_their_own_processes(two_workers):
+    _check_ids_counted(two_workers, 2)
+
+
+def test_three_workers_train_every_fed_id_once_per_epoch_from_their_own_processes(three_workers):
+    _check_ids_counted(three_workers, 3)
+
+
+def test_keras_fit_with_validation_data_converges_under_parameter_servers(two_workers):
+    result = two_workers["results"]["keras"]
+    # y = 3 a - 2 b + 1, fed from Spark to the workers only.
+    assert result["kernel"] == pytest.approx([3.0, -2.0], abs=0.05)
+    assert result["bias"] == pytest.approx([1.0], abs=0.05)
+    assert result["loss"][-1] < result["loss"][0] / 100
+    assert len(result["val_loss"]) == 6 and result["val_loss"][-1] < 1e-3
+    assert result["validation_steps"] >= 20 and result["steps_per_epoch"] >= 124
+
+
+@pytest.mark.parametrize("scenario", ["count_ids", "unfed"])
+def test_the_run_ends_within_seconds_of_the_chief_returning(two_workers, three_workers, scenario):
+    for run in (two_workers, three_workers):
+        assert run["results"][scenario]["ended_after"] < END_WITHIN
