@@ -7,11 +7,15 @@ has too few executors, and a process holds one SparkContext.
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import sys
+import time
 
 import pytest
 
+from airflow_tfos.rundir import RunDir
 from tests.conftest import REPO
 from tests.runtime.helpers import read_records
 from tests.runtime.ps_driver import BATCH, ID_ROWS
@@ -22,21 +26,25 @@ pytestmark = pytest.mark.integration
 END_WITHIN = 10.0
 
 
-def _drive(num_nodes: int, run_dir, scenarios: list[str]) -> dict:
-    done = subprocess.run(
-        [sys.executable, "-m", "tests.runtime.ps_driver", str(num_nodes), str(run_dir), *scenarios],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=580,
-    )
+def _command(num_nodes: int, run_dir, scenarios: list[str]) -> list[str]:
+    return [sys.executable, "-m", "tests.runtime.ps_driver", str(num_nodes), str(run_dir), *scenarios]
+
+
+def _results(returncode: int, out: str, err: str, scenarios: list[str]) -> dict:
     results = {}
-    for line in done.stdout.replace("\r", "\n").splitlines():
+    for line in out.replace("\r", "\n").splitlines():
         if line.startswith("RESULT "):
             _, scenario, payload = line.split(" ", 2)
             results[scenario] = json.loads(payload)
-    assert done.returncode == 0 and set(results) == set(scenarios), done.stdout[-3000:] + done.stderr[-5000:]
-    return {"results": results, "run_dir": run_dir}
+    assert returncode == 0 and set(results) == set(scenarios), out[-3000:] + err[-5000:]
+    return results
+
+
+def _drive(num_nodes: int, run_dir, scenarios: list[str]) -> dict:
+    done = subprocess.run(
+        _command(num_nodes, run_dir, scenarios), cwd=REPO, capture_output=True, text=True, timeout=580
+    )
+    return {"results": _results(done.returncode, done.stdout, done.stderr, scenarios), "run_dir": run_dir}
 
 
 @pytest.fixture(scope="module")
@@ -94,3 +102,42 @@ def test_keras_fit_with_validation_data_converges_under_parameter_servers(two_wo
 def test_the_run_ends_within_seconds_of_the_chief_returning(two_workers, three_workers, scenario):
     for run in (two_workers, three_workers):
         assert run["results"][scenario]["ended_after"] < END_WITHIN
+
+
+def _chief_progress(run_dir, min_step: int, within: float = 240) -> dict:
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        try:
+            record = json.loads((run_dir / "progress-chief.json").read_text())
+            if record["step"] >= min_step and record["attempt"] == 0:
+                return record
+        except (OSError, ValueError):
+            pass
+        time.sleep(0.05)
+    raise AssertionError(f"the chief did not reach step {min_step} within {within} s")
+
+
+def test_a_worker_lost_under_parameter_servers_restarts_the_stage_from_the_last_checkpoint(tmp_path):
+    driver = subprocess.Popen(
+        _command(4, tmp_path, ["recover"]), cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    run_dir = tmp_path / "recover"
+    try:
+        _chief_progress(run_dir, min_step=12)
+        os.kill(read_records(str(run_dir), "node")["worker:0"]["pid"], signal.SIGKILL)
+        step_at_kill = json.loads((run_dir / "progress-chief.json").read_text())["step"]
+        out, err = driver.communicate(timeout=400)
+    finally:
+        if driver.poll() is None:
+            driver.kill()
+            driver.communicate()
+    result = _results(driver.returncode, out, err, ["recover"])["recover"]
+    assert result["step"] == 40 and result["attempt"] >= 1  # the planned steps, on a fresh TF cluster
+    restored = read_records(str(run_dir), f"restore{result['attempt']}")["chief:0"]["step"]
+    assert restored > 0 and restored % 5 == 0  # from a checkpoint the chief saved before the loss
+    # The coordinator may run a few more steps on the other worker before the stage fails: at most one
+    # checkpoint interval (+1 for the progress file lagging a step) is trained again.
+    assert restored >= step_at_kill - (5 + 1), (step_at_kill, restored)
+    failed = RunDir(str(run_dir)).events("attempt_failed")
+    assert failed[0]["retrying"] and "worker:0" in failed[0]["reason"], failed
+    assert "process killed by SIGKILL" in failed[0]["reason"]
