@@ -44,7 +44,9 @@ def _drive(num_nodes: int, run_dir, scenarios: list[str]) -> dict:
     done = subprocess.run(
         _command(num_nodes, run_dir, scenarios), cwd=REPO, capture_output=True, text=True, timeout=580
     )
-    return {"results": _results(done.returncode, done.stdout, done.stderr, scenarios), "run_dir": run_dir}
+    results = _results(done.returncode, done.stdout, done.stderr, scenarios)
+    (run_dir / "results.json").write_text(json.dumps(results))  # for a look after the test
+    return {"results": results, "run_dir": run_dir}
 
 
 @pytest.fixture(scope="module")
