@@ -2,9 +2,11 @@
 
 On the driver, :func:`prepare_dataframe` keeps the fed columns, tags validation rows, and repartitions
 so that partition ``i`` is TF node ``i``'s data: rows go round-robin to the training nodes (chief or
-master, then workers) and parameter servers and evaluators get none. In each barrier task,
-:func:`spill_partition` writes the partition to local disk and :func:`plan_shares` turns every
-node's row count (exchanged with ``allGather``) into the same number of steps per epoch everywhere.
+master, then workers; under parameter servers with a chief, the workers alone) and parameter servers
+and evaluators get none. In each barrier task, :func:`spill_partition` writes the partition to local
+disk and :func:`plan_shares` turns every node's row count (exchanged with ``allGather``) into the same
+number of steps per epoch everywhere; under parameter servers :func:`write_native_shares` then
+rewrites each worker's share as the record file its TF process reads (:mod:`.native`).
 """
 
 from __future__ import annotations
