@@ -21,6 +21,10 @@
    dataset each epoch. Rounds alternate between the models; medians are printed.
 3. Peak resident memory of a worker (the Spark task that spills, and the TF process) at 1x and 10x
    the data size.
+4. ``--readers``: rows per second out of one node's share on local disk, in one process, for rows of
+   784 floats + a label, batches of 256, shuffled: the ``from_generator`` pipeline over the Arrow
+   spill (``ctx.dataset()``, MultiWorkerMirroredStrategy) against the fixed-width records read by
+   TF's own ops (``ctx.dataset_fn``, parameter servers). Alternating rounds; medians are printed.
 """
 
 from __future__ import annotations
@@ -282,11 +286,76 @@ def peak_memory(spark, rows: int) -> None:
     print(f"peak_rss_ratio 10x/1x TF process: {peaks[10][1] / peaks[1][1]:.2f}")
 
 
+def _image_spill(path: str, rows: int, feed) -> dict[str, int]:
+    import numpy as np
+    import pyarrow as pa
+
+    from airflow_tfos.runtime.feed.spill import SpillWriter
+
+    writer = SpillWriter(path, feed.columns)
+    rng = np.random.default_rng(0)
+    for start in range(0, rows, 10_000):
+        n = min(10_000, rows - start)
+        offsets = pa.array(np.arange(n + 1, dtype=np.int32) * 784)
+        images = pa.ListArray.from_arrays(offsets, pa.array(rng.random(n * 784, dtype=np.float32)))
+        writer.write(pa.record_batch({"image": images, "label": pa.array(rng.integers(0, 10, n))}))
+    return writer.close().widths
+
+
+def reader_rates(rows: int, rounds: int) -> None:
+    """Rows/s of one full shuffled pass: the generator over the Arrow spill against TF's record reader."""
+    import os
+
+    from airflow_tfos.runtime.feed.dataset import FeedShare, make_dataset
+    from airflow_tfos.runtime.feed.native import NativeShares, record_columns, write_records
+    from airflow_tfos.runtime.feed.plan import Feed
+    from airflow_tfos.runtime.feed.spill import read_batches
+
+    feed = Feed(features="image", label="label", batch_size=256)
+    steps = rows // feed.batch_size
+    with tempfile.TemporaryDirectory() as tmp:
+        spill = os.path.join(tmp, "train.arrow")
+        widths = _image_spill(spill, rows, feed)
+        share = FeedShare("train", spill, rows, steps, widths, feed)
+        columns = record_columns(feed, {"image": "<f4", "label": "<i8"}, widths)
+        native = NativeShares("train", columns, steps * feed.batch_size, steps, 1, feed)
+        started = time.monotonic()
+        write_records(read_batches(spill), columns, os.path.join(tmp, native.file_name))
+        seconds = time.monotonic() - started
+        print(f"readers: {rows} rows rewritten as {native.record_bytes}-byte records in {seconds:.2f} s")
+        here = os.getcwd()
+        os.chdir(tmp)  # the record file is opened by its relative name, as on a worker
+        try:
+            pipelines = {
+                "generator (ctx.dataset)": lambda: make_dataset(share),
+                "records (ctx.dataset_fn)": lambda: native.build(False),
+            }
+            rates: dict[str, list[float]] = {name: [] for name in pipelines}
+            for build in pipelines.values():  # one uncounted pass each
+                for _ in build():
+                    pass
+            for _ in range(rounds):
+                for name, build in pipelines.items():
+                    dataset = build()
+                    started = time.monotonic()
+                    count = sum(int(y.shape[0]) for _x, y in dataset)
+                    rates[name].append(count / (time.monotonic() - started))
+        finally:
+            os.chdir(here)
+    for name, values in rates.items():
+        each = ", ".join(f"{v:,.0f}" for v in values)
+        print(f"readers: {name}: median {statistics.median(values):,.0f} rows/s ({each})")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--small", action="store_true", help="a quick run on less data")
+    parser.add_argument("--readers", action="store_true", help="only the two readers of a share, no Spark")
     options = parser.parse_args()
     scale = 0.2 if options.small else 1.0
+    if options.readers:
+        reader_rates(int(100_000 * scale), rounds=3)
+        return 0
 
     conf = local_cluster_conf("bench-feed", 2, 3072, "2g")
     from pyspark.sql import SparkSession

@@ -148,11 +148,16 @@ def decider_ids(roles: Sequence[NodeRole]) -> frozenset[int]:
     (ParameterServerStrategy's coordinator) while workers and ps only serve it. Every other node is
     stopped once the deciders are done.
     """
-    has_ps = any(r.job_name == PS for r in roles)
-    coordinators = [r for r in roles if r.job_name in (CHIEF, MASTER)]
-    if has_ps and coordinators:
-        return frozenset(r.executor_id for r in coordinators)
+    if ps_coordinated(roles):
+        return frozenset(r.executor_id for r in roles if r.job_name in (CHIEF, MASTER))
     return frozenset(r.executor_id for r in roles if r.job_name in TRAINING_JOBS)
+
+
+def ps_coordinated(roles: Sequence[NodeRole]) -> bool:
+    """Whether the cluster has parameter servers and a chief/master: ParameterServerStrategy's layout,
+    where the chief coordinates and only the workers run training steps (and so read data)."""
+    has_ps = any(r.job_name == PS for r in roles)
+    return has_ps and any(r.job_name in (CHIEF, MASTER) for r in roles)
 
 
 def gpu_env(assigned: Sequence[str], gpus_per_node: int, label: str) -> dict[str, str]:

@@ -75,21 +75,66 @@ class NodeContext:
 
     @property
     def steps_per_epoch(self) -> int:
-        """Batches per epoch of the training data: the same on every node."""
-        return self._share("train").steps_per_epoch
+        """Batches per epoch of the training data: the same on every node. Under parameter servers, the
+        steps the chief schedules for one epoch: every worker's batches, every row once."""
+        share = self._share("train")
+        return share.native.steps_per_epoch if share.native is not None else share.steps_per_epoch
 
     @property
     def validation_steps(self) -> int | None:
-        """Batches per pass over the validation data (the same on every node), or None without it."""
+        """Batches per pass over the validation data (as :attr:`steps_per_epoch`), or None without it."""
         share = self.feed_shares.get("validation")
-        return share.steps_per_epoch if share else None
+        if share is None:
+            return None
+        return share.native.steps_per_epoch if share.native is not None else share.steps_per_epoch
+
+    @property
+    def dataset_fn(self):
+        """Under parameter servers: the function to give ``coordinator.create_per_worker_dataset`` or Keras
+        ``tf.keras.utils.experimental.DatasetCreator``. On each worker it yields that worker's own share,
+        read from its local disk by TensorFlow's ops, epoch after epoch without end: schedule
+        :attr:`steps_per_epoch` steps per epoch (Keras: ``steps_per_epoch=ctx.steps_per_epoch``)."""
+        return self._native("train").dataset_fn(repeat=True)
+
+    @property
+    def validation_dataset_fn(self):
+        """:attr:`dataset_fn` for the validation data (``validation_steps=ctx.validation_steps``), or None."""
+        return self._native("validation").dataset_fn(repeat=True) if "validation" in self.feed_shares else None
+
+    @property
+    def epoch_dataset_fn(self):
+        """Like :attr:`dataset_fn`, but each worker's dataset ends after one epoch of its share: for custom
+        loops that take batches with ``iterator.get_next_as_optional()`` and so train on every row
+        exactly once per epoch, whichever worker runs each step."""
+        return self._native("train").dataset_fn(repeat=False)
+
+    def _native(self, split: str):
+        share = self._share(split)
+        if share.native is None:
+            raise RuntimeError(
+                "ctx.dataset_fn is for ParameterServerStrategy (num_ps > 0 and a chief); this node reads its "
+                "own data: use ctx.dataset() (and ctx.validation_dataset())"
+            )
+        return share.native
 
     def dataset(self, split: str = "train"):
         """This node's data as a ``tf.data.Dataset`` of ``(features, label)`` batches, one epoch long
         (``steps_per_epoch`` batches); every iteration replays it from the executor's local disk."""
         from airflow_tfos.runtime.feed.dataset import make_dataset
 
-        return make_dataset(self._share(split))
+        return make_dataset(self._local(split))
+
+    def _local(self, split: str) -> FeedShare:
+        share = self._share(split)
+        if share.native is not None:
+            name = "dataset_fn" if split == "train" else "validation_dataset_fn"
+            raise RuntimeError(
+                f"under parameter servers the chief coordinates and the workers read the data, each its own "
+                f"share: instead of ctx.dataset() use coordinator.create_per_worker_dataset(ctx.{name}), or "
+                f"model.fit(tf.keras.utils.experimental.DatasetCreator(ctx.{name}), "
+                "steps_per_epoch=ctx.steps_per_epoch, ...)"
+            )
+        return share
 
     def validation_dataset(self):
         """The validation data as a ``tf.data.Dataset``, or None when none was fed."""
@@ -99,7 +144,7 @@ class NodeContext:
         """Iterate one epoch of this node's data as NumPy batches (for loops that do not use tf.data)."""
         from airflow_tfos.runtime.feed.dataset import iter_epoch
 
-        return iter_epoch(self._share(split), epoch)
+        return iter_epoch(self._local(split), epoch)
 
     # --- InputMode.TENSORFLOW --------------------------------------------------------------------
 

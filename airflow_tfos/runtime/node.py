@@ -148,6 +148,7 @@ def _run_node(job: NodeJob, task, role: NodeRole, host: str, node_dir: Path, par
     try:
         if job.feed is not None:
             shares, notes = spark_side.plan_shares(infos, job.roles, role, job.feed)
+            shares = spark_side.write_native_shares(shares, str(node_dir))
         elif job.row_feed is not None:
             mgr = job.row_feed.manager(infos, job.roles, role, str(node_dir))
     except FeedConfigError as exc:
@@ -180,7 +181,10 @@ def _run_node(job: NodeJob, task, role: NodeRole, host: str, node_dir: Path, par
         mgr=mgr,
         warm_start=job.warm_start,
     )
-    proc = _node_process(job, node_dir, ctx, env, f"TF node {role.label}")
+    # A worker fed under parameter servers runs in its node directory, where the relative name of its
+    # record file, in the graph the chief traced, finds this worker's own share.
+    reads_records = any(share.native is not None and share.rows for share in shares.values())
+    proc = _node_process(job, node_dir, ctx, env, f"TF node {role.label}", cwd=str(node_dir) if reads_records else None)
     tensorboard = _tensorboard(job, env, host, tb_port) if tb_port else None
     if is_result:
         _publish_cluster_info(job, cluster_spec, tb_url)
@@ -202,20 +206,23 @@ def _run_node(job: NodeJob, task, role: NodeRole, host: str, node_dir: Path, par
             tensorboard.stop(1.0)
 
 
-def _node_process(job: NodeJob, node_dir: Path, ctx: NodeContext, env: dict[str, str], name: str) -> ChildProcess:
+def _node_process(
+    job: NodeJob, node_dir: Path, ctx: NodeContext, env: dict[str, str], name: str, cwd: str | None = None
+) -> ChildProcess:
     """Leave the program and the node's context in ``node_dir`` for a (not yet started) node process."""
     from pyspark import cloudpickle
 
     (node_dir / child_files.PAYLOAD).write_bytes(job.payload)
     (node_dir / child_files.CONTEXT).write_bytes(cloudpickle.dumps(ctx))
     argv = [sys.executable, "-m", "airflow_tfos.runtime.child", str(node_dir), f"--run-id={job.run_id}"]
-    return ChildProcess(argv, env=env, name=name)
+    return ChildProcess(argv, env=env, name=name, cwd=cwd)
 
 
 def _node_env(job: NodeJob, tf_config: str | None) -> dict[str, str]:
     env = dict(os.environ)
     env.update(job.env)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
+    # Absolute: a node may run in a directory of its own (a worker fed under parameter servers).
+    env["PYTHONPATH"] = os.pathsep.join(os.path.abspath(p) for p in sys.path if p)
     env["PYTHONUNBUFFERED"] = "1"
     env["AIRFLOW_TFOS_RUN_ID"] = job.run_id
     env.pop("TF_CONFIG", None)

@@ -42,12 +42,22 @@ class ChildProcess:
     :param env: the complete environment of the child.
     :param name: a label for the logs.
     :param tail_lines: how many of the last stderr lines to keep for error messages.
+    :param cwd: the child's working directory (None: the parent's).
     """
 
-    def __init__(self, argv: Sequence[str], *, env: Mapping[str, str], name: str, tail_lines: int = 60):
+    def __init__(
+        self,
+        argv: Sequence[str],
+        *,
+        env: Mapping[str, str],
+        name: str,
+        tail_lines: int = 60,
+        cwd: str | None = None,
+    ):
         self.argv = list(argv)
         self.env = dict(env)
         self.name = name
+        self.cwd = cwd
         self._tail: collections.deque[str] = collections.deque(maxlen=tail_lines)
         self._proc: subprocess.Popen | None = None
         self._pump: threading.Thread | None = None
@@ -60,6 +70,7 @@ class ChildProcess:
         self._proc = subprocess.Popen(
             self.argv,
             env=self.env,
+            cwd=self.cwd,
             stdin=subprocess.DEVNULL,
             stdout=None,
             stderr=subprocess.PIPE,

@@ -60,7 +60,7 @@ def test_dataframe_feed_trains_in_step_with_validation_data(spark, tmp_path, cap
     assert "steps of 32 rows per epoch on every node" in logged and "repeated" in logged
 
 
-def test_scalar_and_array_columns_replayed_each_epoch_with_ps_left_out(spark, tmp_path):
+def test_scalar_and_array_columns_replayed_each_epoch_with_the_evaluator_left_out(spark, tmp_path):
     frame = spark.range(0, 1000, numPartitions=4).selectExpr(
         "cast(id as float) as a",
         "cast(id * 2 as double) as b",
@@ -69,10 +69,16 @@ def test_scalar_and_array_columns_replayed_each_epoch_with_ps_left_out(spark, tm
     )
     feed = Feed(features=["a", "b", "image"], label="label", batch_size=100, balance="drop")
     result = run_cluster(
-        spark.sparkContext, programs.feed_shapes, num_nodes=3, num_ps=1, run_dir=str(tmp_path), data=frame, feed=feed
+        spark.sparkContext,
+        programs.feed_shapes,
+        num_nodes=3,
+        eval_node=True,
+        run_dir=str(tmp_path),
+        data=frame,
+        feed=feed,
     )
     records = read_records(str(tmp_path), "shapes")
-    assert records["ps:0"] == {"has_feed": False}
+    assert records["evaluator:0"] == {"has_feed": False}
     assert result["shapes"] == {"a": [[100], "float32"], "b": [[100], "float32"], "image": [[100, 784], "float32"]}
     for label in ("chief:0", "worker:0"):
         assert records[label]["steps"] == 5  # 500 rows per node, full batches of 100

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from airflow_tfos.runtime.feed.native import NativeShares
 from airflow_tfos.runtime.feed.plan import Feed
 from airflow_tfos.runtime.feed.spill import check_column, count_batches, read_batches, spill_schema, to_numpy
 
@@ -29,6 +30,8 @@ class FeedShare:
     :param spill_seconds: how long reading the partition from Spark and spilling it took.
     :param spill_peak_rss_mb: the Spark task's peak resident memory while spilling.
     :param spill_started_at: when the Spark task began to read its partition (seconds since the epoch).
+    :param native: under parameter servers, the workers' record files read by TF's own ops (the chief
+        holds no rows: its share has ``rows=0`` and no ``path``).
     """
 
     split: str
@@ -41,6 +44,7 @@ class FeedShare:
     spill_seconds: float = 0.0
     spill_peak_rss_mb: float = 0.0
     spill_started_at: float = 0.0
+    native: NativeShares | None = None
 
     @property
     def rows_per_epoch(self) -> int:
@@ -186,12 +190,13 @@ def _empty(share: FeedShare) -> dict[str, np.ndarray]:
     """Zero rows of each fed column with the spilled types and widths: the pipeline's signature."""
     schema = spill_schema(share.path)
     return {
-        name: np.empty((0, share.widths[name]) if name in share.widths else (0,), dtype=_element_type(schema, name))
+        name: np.empty((0, share.widths[name]) if name in share.widths else (0,), dtype=element_type(schema, name))
         for name in share.feed.columns
     }
 
 
-def _element_type(schema, name: str) -> np.dtype:
+def element_type(schema, name: str) -> np.dtype:
+    """The NumPy type of column ``name``'s elements (of its arrays, for an array column)."""
     kind = schema.field(name).type
     if hasattr(kind, "value_type"):
         kind = kind.value_type

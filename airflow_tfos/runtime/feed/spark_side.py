@@ -2,18 +2,22 @@
 
 On the driver, :func:`prepare_dataframe` keeps the fed columns, tags validation rows, and repartitions
 so that partition ``i`` is TF node ``i``'s data: rows go round-robin to the training nodes (chief or
-master, then workers) and parameter servers and evaluators get none. In each barrier task,
-:func:`spill_partition` writes the partition to local disk and :func:`plan_shares` turns every
-node's row count (exchanged with ``allGather``) into the same number of steps per epoch everywhere.
+master, then workers; under parameter servers with a chief, the workers alone) and parameter servers
+and evaluators get none. In each barrier task, :func:`spill_partition` writes the partition to local
+disk and :func:`plan_shares` turns every node's row count (exchanged with ``allGather``) into the same
+number of steps per epoch everywhere; under parameter servers :func:`write_native_shares` then
+rewrites each worker's share as the record file its TF process reads (:mod:`.native`).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Iterable, Sequence
 
-from airflow_tfos.runtime.cluster import NodeRole
+from airflow_tfos.runtime.cluster import NodeRole, ps_coordinated
 from airflow_tfos.runtime.feed.dataset import FeedShare
+from airflow_tfos.runtime.feed.native import NativeShares, record_columns
 from airflow_tfos.runtime.feed.plan import Feed, FeedConfigError, balance, check_schema
 from airflow_tfos.runtime.feed.spill import SpillWriter
 
@@ -27,6 +31,20 @@ def training_order(roles: Sequence[NodeRole]) -> list[NodeRole]:
     coordinators = [r for r in roles if r.job_name in ("chief", "master")]
     workers = sorted((r for r in roles if r.job_name == "worker"), key=lambda r: r.task_index)
     return coordinators + workers
+
+
+def feed_order(roles: Sequence[NodeRole]) -> list[NodeRole]:
+    """The nodes that get rows, in rank order: the training nodes, except under parameter servers with a
+    chief, where the chief only coordinates and the workers alone run steps (and so read data)."""
+    if ps_coordinated(roles):
+        workers = [r for r in training_order(roles) if r.job_name == "worker"]
+        if not workers:
+            raise FeedConfigError(
+                "a cluster with parameter servers and a chief but no workers cannot be fed: under "
+                "ParameterServerStrategy the workers read the data; raise num_nodes"
+            )
+        return workers
+    return training_order(roles)
 
 
 def _schema_fields(df) -> list[tuple[str, str]]:
@@ -76,7 +94,7 @@ def prepare_dataframe(df, feed: Feed, roles: Sequence[NodeRole], validation_df=N
         )
     n = len(roles)
     keys = partition_keys(n)
-    targets = [keys[r.executor_id] for r in training_order(roles)]
+    targets = [keys[r.executor_id] for r in feed_order(roles)]
     pick = (F.pmod(F.monotonically_increasing_id(), F.lit(len(targets))) + 1).cast("int")
     node = F.element_at(F.array(*[F.lit(k) for k in targets]), pick)
     # The node column stays: dropping it would make Spark copy every (possibly wide) row once more
@@ -120,6 +138,7 @@ def spill_partition(batches: Iterable, node_dir: str, feed: Feed, with_validatio
             del batch
             peak = max(peak, me.memory_info().rss)
         stats = {name: writer.close() for name, writer in writers.items()}
+        dtypes = {name: _spilled_types(w.path, feed) if stats[name].rows else {} for name, w in writers.items()}
     finally:
         for writer in writers.values():
             writer.abort()  # no thread or open file is left behind; the error on its way out is the one reported
@@ -128,6 +147,7 @@ def spill_partition(batches: Iterable, node_dir: str, feed: Feed, with_validatio
         name: {
             "rows": s.rows,
             "widths": s.widths,
+            "dtypes": dtypes[name],
             "path": writers[name].path,
             "bytes": s.bytes,
             "seconds": seconds,
@@ -142,8 +162,13 @@ def plan_shares(
     infos: Sequence[dict], roles: Sequence[NodeRole], me: NodeRole, feed: Feed
 ) -> tuple[dict[str, FeedShare], list[str]]:
     """Balance the nodes from everyone's spill info (indexed by executor id); return this node's shares
-    and lines for the log."""
-    order = training_order(roles)
+    and lines for the log.
+
+    Under parameter servers with a chief, every node's shares also describe the workers' record files
+    (``FeedShare.native``), and the chief, which holds no rows, gets shares of none that say so.
+    """
+    order = feed_order(roles)
+    native = ps_coordinated(roles)
     labels = [r.label for r in order]
     shares: dict[str, FeedShare] = {}
     notes: list[str] = []
@@ -151,11 +176,10 @@ def plan_shares(
         if split not in infos[order[0].executor_id]["spill"]:
             continue
         what = "training data" if split == TRAIN else "validation data"
-        widths = _common_widths([infos[r.executor_id]["spill"][split]["widths"] for r in order], what)
-        counts = [infos[r.executor_id]["spill"][split]["rows"] for r in order]
-        plan = balance(counts, feed.batch_size, feed.balance, what)
-        notes.append(f"{what}: " + plan.describe(labels, feed.batch_size))
         spilled = [infos[r.executor_id]["spill"][split] for r in order]
+        widths = _common_widths([s["widths"] for s in spilled], what)
+        plan = balance([s["rows"] for s in spilled], feed.batch_size, feed.balance, what)
+        notes.append(f"{what}: " + plan.describe(labels, feed.batch_size))
         notes.append(
             f"{what}: read from Spark once and spilled to local disk: "
             + ", ".join(
@@ -163,8 +187,22 @@ def plan_shares(
                 for label, s in zip(labels, spilled, strict=True)
             )
         )
+        records = None
+        if native:
+            dtypes = next(s["dtypes"] for s in spilled if s["dtypes"])
+            records = NativeShares(
+                split=split,
+                columns=record_columns(feed, dtypes, widths),
+                rows_per_epoch=plan.steps_per_epoch * feed.batch_size,
+                steps_per_worker=plan.steps_per_epoch,
+                num_workers=len(order),
+                feed=feed,
+            )
+            notes.append(
+                f"{what}: parameter servers: the chief schedules {records.steps_per_epoch} steps per epoch; each "
+                f"worker reads its own share as {records.record_bytes}-byte records in TensorFlow"
+            )
         if me in order:
-            rank = order.index(me)
             mine = infos[me.executor_id]["spill"][split]
             shares[split] = FeedShare(
                 split=split,
@@ -173,12 +211,24 @@ def plan_shares(
                 steps_per_epoch=plan.steps_per_epoch,
                 widths=widths,
                 feed=feed,
-                rank=rank,
+                rank=order.index(me),
                 spill_seconds=mine["seconds"],
                 spill_started_at=mine["started_at"],
                 spill_peak_rss_mb=mine["peak_rss_mb"],
+                native=records,
             )
+        elif records is not None and me.job_name in ("chief", "master"):
+            shares[split] = FeedShare(split, "", 0, plan.steps_per_epoch, widths, feed, native=records)
     return shares, notes
+
+
+def _spilled_types(path: str, feed: Feed) -> dict[str, str]:
+    """Each fed column's NumPy element type in a spill file."""
+    from airflow_tfos.runtime.feed.dataset import element_type
+    from airflow_tfos.runtime.feed.spill import spill_schema
+
+    schema = spill_schema(path)
+    return {name: element_type(schema, name).str for name in feed.columns}
 
 
 def _common_widths(per_node: Sequence[dict[str, int]], what: str) -> dict[str, int]:
@@ -191,3 +241,25 @@ def _common_widths(per_node: Sequence[dict[str, int]], what: str) -> dict[str, i
                     f"{width}) on different nodes: every row must have the same number of elements"
                 )
     return merged
+
+
+def write_native_shares(shares: dict[str, FeedShare], node_dir: str) -> dict[str, FeedShare]:
+    """On a worker of a parameter-server cluster: rewrite each spilled share as the record file its TF
+    process reads (in ``node_dir``, that process's working directory), then drop the Arrow spill."""
+    import time
+
+    from airflow_tfos.runtime.feed.native import write_records
+    from airflow_tfos.runtime.feed.spill import read_batches
+
+    written = {}
+    for split, share in shares.items():
+        if share.native is None or not share.rows:
+            written[split] = share
+            continue
+        started = time.monotonic()
+        target = os.path.join(node_dir, share.native.file_name)
+        write_records(read_batches(share.path), share.native.columns, target)
+        os.remove(share.path)
+        seconds = share.spill_seconds + time.monotonic() - started
+        written[split] = dataclasses.replace(share, path=target, spill_seconds=seconds)
+    return written

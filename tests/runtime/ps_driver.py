@@ -1,0 +1,95 @@
+"""A Spark driver of its own for the parameter-server tests, which need more executors than the session's.
+
+    python -m tests.runtime.ps_driver <num_nodes> <run_dir> <scenario>...
+
+Starts ``local-cluster[num_nodes,1,...]`` (one TF node per one-core executor, one parameter server) and
+runs each scenario in turn, printing ``RESULT <scenario> <json>`` with the chief's return value and
+``ended_after``: the seconds from the chief's return to the run's end as the driver saw it.
+Scenarios: ``unfed``, ``count_ids``, ``keras``, ``recover`` (a test kills a worker while it trains).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+
+from tests.conftest import local_cluster_conf
+from tests.runtime import ps_programs
+
+#: Rows of the count_ids data (ids 3 i + 1, so that an id is not a row's position): 400 in each of the
+#: 3 input partitions, dealt round-robin, give 2 or 3 workers equal shares, so no row is repeated.
+ID_ROWS = 1200
+BATCH = 25
+
+
+def id_frame(spark):
+    return spark.range(0, ID_ROWS, numPartitions=3).selectExpr(
+        "array(cast(id * 3 + 1 as double)) as x", "id * 3 + 1 as id"
+    )
+
+
+def linear_frame(spark, rows: int, seed: int):
+    base = spark.range(0, rows, numPartitions=3).selectExpr(f"rand({seed}) as a", f"rand({seed + 1}) as b")
+    return base.selectExpr("array(a, b) as x", "3 * a - 2 * b + 1 as y")
+
+
+def run_scenario(sc, spark, num_nodes: int, run_dir: str, scenario: str) -> dict:
+    from airflow_tfos.runtime import TFClusterRun
+    from airflow_tfos.runtime.feed import Feed
+
+    kwargs = {"num_nodes": num_nodes, "num_ps": 1, "run_dir": run_dir}
+    if scenario == "unfed":
+        tf_run = TFClusterRun(sc, ps_programs.ps_unfed, {"steps": 10}, **kwargs)
+    elif scenario == "count_ids":
+        feed = Feed(features="x", label="id", batch_size=BATCH, shuffle_window=100)
+        args = {"max_id": 3 * ID_ROWS, "epochs": 2}
+        tf_run = TFClusterRun(sc, ps_programs.ps_count_ids, args, data=id_frame(spark), feed=feed, **kwargs)
+    elif scenario == "keras":
+        feed = Feed(features="x", label="y", batch_size=32)
+        tf_run = TFClusterRun(
+            sc,
+            ps_programs.ps_keras_fit,
+            {"epochs": 6},
+            data=linear_frame(spark, 4000, 1),
+            validation_data=linear_frame(spark, 640, 7),
+            feed=feed,
+            **kwargs,
+        )
+    elif scenario == "recover":
+        args = {"steps": 40, "every": 5, "sleep": 0.25}
+        feed = Feed(features="x", label="y", batch_size=16)
+        tf_run = TFClusterRun(
+            sc, ps_programs.ps_recoverable, args, data=linear_frame(spark, 800, 3), feed=feed, max_attempts=3, **kwargs
+        )
+    else:
+        raise SystemExit(f"unknown scenario {scenario}")
+    result = tf_run.start().wait(400)
+    ended = time.time()
+    return {**result, "ended_after": round(ended - result["returned_at"], 2), "run_id": tf_run.run_id}
+
+
+def main(num_nodes: int, run_dir: str, scenarios: list[str]) -> int:
+    from pathlib import Path
+
+    from pyspark import SparkContext
+    from pyspark.sql import SparkSession
+
+    conf = local_cluster_conf(num_nodes, app_name="airflow-tfos-ps").set("spark.executor.memory", "640m")
+    sc = SparkContext(conf=conf)
+    sc.setLogLevel("ERROR")
+    spark = SparkSession(sc)
+    try:
+        for scenario in scenarios:
+            scenario_dir = Path(run_dir) / scenario
+            scenario_dir.mkdir(parents=True, exist_ok=True)
+            result = run_scenario(sc, spark, num_nodes, str(scenario_dir), scenario)
+            sys.stdout.write(f"RESULT {scenario} {json.dumps(result)}\n")
+            sys.stdout.flush()
+    finally:
+        sc.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(int(sys.argv[1]), sys.argv[2], sys.argv[3:]))

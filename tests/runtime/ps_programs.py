@@ -1,0 +1,208 @@
+"""ParameterServerStrategy programs run on TF nodes by tests/runtime/test_ps_feed.py.
+
+The layout is the README's: parameter servers and workers serve (``tf.distribute.Server(...).join()``),
+the chief builds the strategy and a ``ClusterCoordinator`` and schedules the steps.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+#: Written by each worker into its working directory, and read there by the data pipeline.
+PID_FILE = "pid.txt"
+
+
+def _write(ctx, name: str, record: dict) -> None:
+    target = Path(ctx.run_dir) / f"{name}-{ctx.job_name}-{ctx.task_index}.json"
+    tmp = target.with_suffix(".tmp")
+    tmp.write_text(json.dumps(record))
+    tmp.replace(target)
+
+
+def _serve(ctx) -> None:
+    """Record this node's pid (in the run directory and in its working directory), then serve."""
+    import tensorflow as tf
+
+    if ctx.feed_shares:  # a fed worker runs in its own node directory
+        Path(PID_FILE).write_text(str(os.getpid()))
+    if ctx.run_dir:
+        _write(ctx, "node", {"pid": os.getpid(), "cwd": os.getcwd()})
+    resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
+    server = tf.distribute.Server(
+        resolver.cluster_spec(), job_name=ctx.job_name, task_index=ctx.task_index, protocol="grpc", start=True
+    )
+    server.join()
+
+
+def _coordinator():
+    import tensorflow as tf
+
+    strategy = tf.distribute.experimental.ParameterServerStrategy(
+        tf.distribute.cluster_resolver.TFConfigClusterResolver()
+    )
+    return strategy, tf.distribute.experimental.coordinator.ClusterCoordinator(strategy)
+
+
+def ps_unfed(args, ctx):
+    """A few PS steps on no data; the chief returns the time it returned."""
+    import tensorflow as tf
+
+    if ctx.job_name in ("ps", "worker"):
+        _serve(ctx)
+        return None
+    strategy, coordinator = _coordinator()
+    with strategy.scope():
+        total = tf.Variable(0.0)
+
+    @tf.function
+    def step():
+        total.assign_add(1.0)
+
+    for _ in range(args.get("steps", 10)):
+        coordinator.schedule(step)
+    coordinator.join()
+    return {"total": float(total.numpy()), "returned_at": time.time()}
+
+
+def ps_count_ids(args, ctx):
+    """Count, in a variable on the parameter server, how often each fed id is trained on, epoch by epoch.
+
+    The chief takes batches with ``get_next_as_optional`` from ``ctx.epoch_dataset_fn``, scheduling steps
+    until it has seen ``ctx.steps_per_epoch`` batches. Each batch carries the pid of the process whose
+    pipeline produced it (read from that process's working directory by ``tf.io.read_file``).
+    """
+    import tensorflow as tf
+
+    if ctx.job_name in ("ps", "worker"):
+        _serve(ctx)
+        return None
+    strategy, coordinator = _coordinator()
+    with strategy.scope():
+        counts = tf.Variable(tf.zeros([args["max_id"] + 1], tf.int32))
+
+    def dataset_fn(input_context=None):
+        batches = ctx.epoch_dataset_fn(input_context)
+        return batches.map(lambda x, ids: (x, ids, tf.io.read_file(PID_FILE)))
+
+    per_worker = coordinator.create_per_worker_dataset(dataset_fn)
+
+    @tf.function
+    def step(iterator):
+        batch = iterator.get_next_as_optional()
+
+        def train():
+            x, ids, pid = batch.get_value()
+            counts.scatter_nd_add(tf.expand_dims(ids, 1), tf.ones_like(ids, tf.int32))
+            return tf.constant(1), pid, tf.reduce_sum(tf.cast(x[:, 0], tf.int64) - ids)
+
+        def nothing():
+            return tf.constant(0), tf.constant(""), tf.constant(0, tf.int64)
+
+        return tf.cond(batch.has_value(), train, nothing)
+
+    epochs = []
+    for _ in range(args.get("epochs", 2)):
+        iterator = iter(per_worker)
+        batches, pids, mismatch, scheduled = 0, {}, 0, 0
+        while batches < ctx.steps_per_epoch:
+            results = [coordinator.schedule(step, args=(iterator,)) for _ in range(ctx.steps_per_epoch - batches)]
+            scheduled += len(results)
+            coordinator.join()
+            for result in results:
+                got, pid, diff = result.fetch()
+                batches += int(got)
+                mismatch += int(diff)
+                if got:
+                    pids[pid.decode()] = pids.get(pid.decode(), 0) + 1
+        values = counts.numpy()
+        epochs.append(
+            {
+                "batches": batches,
+                "scheduled": scheduled,
+                "batches_by_pid": pids,
+                "x_id_mismatch": mismatch,
+                "trained": {str(i): int(c) for i, c in enumerate(values) if c},
+            }
+        )
+    return {
+        "epochs": epochs,
+        "steps_per_epoch": ctx.steps_per_epoch,
+        "chief_pid": os.getpid(),
+        "chief_rows": ctx.feed_shares["train"].rows,
+        "returned_at": time.time(),
+    }
+
+
+def ps_keras_fit(args, ctx):
+    """Keras ``fit`` under ParameterServerStrategy on the fed data, with validation data."""
+    import tensorflow as tf
+
+    if ctx.job_name in ("ps", "worker"):
+        _serve(ctx)
+        return None
+    strategy, _ = _coordinator()
+    with strategy.scope():
+        model = tf.keras.Sequential([tf.keras.Input(shape=(2,)), tf.keras.layers.Dense(1)])
+        model.compile(optimizer=tf.keras.optimizers.SGD(args.get("lr", 0.1)), loss="mse")
+    creator = tf.keras.utils.experimental.DatasetCreator
+    history = model.fit(
+        creator(ctx.dataset_fn),
+        epochs=args.get("epochs", 5),
+        steps_per_epoch=ctx.steps_per_epoch,
+        validation_data=creator(ctx.validation_dataset_fn),
+        validation_steps=ctx.validation_steps,
+        verbose=0,
+    )
+    kernel, bias = model.get_weights()
+    return {
+        "loss": history.history["loss"],
+        "val_loss": history.history.get("val_loss"),
+        "kernel": kernel.ravel().tolist(),
+        "bias": bias.tolist(),
+        "steps_per_epoch": ctx.steps_per_epoch,
+        "validation_steps": ctx.validation_steps,
+        "returned_at": time.time(),
+    }
+
+
+def ps_recoverable(args, ctx):
+    """Fed PS training with the chief's own checkpoints every args['every'] steps, resumable after a lost node.
+
+    The chief records its progress (step, attempt) after every step and sleeps a little, so that a test
+    can kill a worker mid-training; each attempt records the step it restored.
+    """
+    import tensorflow as tf
+
+    if ctx.job_name in ("ps", "worker"):
+        _serve(ctx)
+        return None
+    strategy, coordinator = _coordinator()
+    with strategy.scope():
+        weight = tf.Variable(0.0)
+        step = tf.Variable(0, dtype=tf.int64)
+    manager = tf.train.CheckpointManager(
+        tf.train.Checkpoint(weight=weight, step=step), str(Path(ctx.run_dir) / "ps-checkpoints"), max_to_keep=2
+    )
+    manager.restore_or_initialize()
+    _write(ctx, f"restore{ctx.attempt}", {"step": int(step.numpy())})
+    iterator = iter(coordinator.create_per_worker_dataset(ctx.dataset_fn))
+
+    @tf.function
+    def train(iterator):
+        x, y = next(iterator)
+        weight.assign_add(0.01 * tf.reduce_mean(tf.cast(y, tf.float32) - weight * x[:, 0]))
+        step.assign_add(1)
+
+    progress = Path(ctx.run_dir) / "progress-chief.json"
+    while int(step.numpy()) < args["steps"]:
+        coordinator.schedule(train, args=(iterator,))
+        coordinator.join()
+        done = int(step.numpy())
+        if done % args["every"] == 0:
+            manager.save(checkpoint_number=done)
+        progress.write_text(json.dumps({"step": done, "attempt": ctx.attempt}))
+        time.sleep(args.get("sleep", 0.2))
+    return {"step": int(step.numpy()), "attempt": ctx.attempt, "returned_at": time.time()}

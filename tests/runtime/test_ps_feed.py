@@ -1,0 +1,145 @@
+"""ParameterServerStrategy fed from Spark, on local clusters of their own (ps, chief and 2 or 3 workers).
+
+Each cluster runs in a driver process of its own (tests/runtime/ps_driver.py): the session's cluster
+has too few executors, and a process holds one SparkContext.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from airflow_tfos.rundir import RunDir
+from tests.conftest import REPO
+from tests.runtime.helpers import read_records
+from tests.runtime.ps_driver import BATCH, ID_ROWS
+
+pytestmark = pytest.mark.integration
+
+#: Seconds a run may take to end once the chief has returned (the driver's view).
+END_WITHIN = 10.0
+
+
+def _command(num_nodes: int, run_dir, scenarios: list[str]) -> list[str]:
+    return [sys.executable, "-m", "tests.runtime.ps_driver", str(num_nodes), str(run_dir), *scenarios]
+
+
+def _results(returncode: int, out: str, err: str, scenarios: list[str]) -> dict:
+    results = {}
+    for line in out.replace("\r", "\n").splitlines():
+        if line.startswith("RESULT "):
+            _, scenario, payload = line.split(" ", 2)
+            results[scenario] = json.loads(payload)
+    assert returncode == 0 and set(results) == set(scenarios), out[-3000:] + err[-5000:]
+    return results
+
+
+def _drive(num_nodes: int, run_dir, scenarios: list[str]) -> dict:
+    done = subprocess.run(
+        _command(num_nodes, run_dir, scenarios), cwd=REPO, capture_output=True, text=True, timeout=580
+    )
+    results = _results(done.returncode, done.stdout, done.stderr, scenarios)
+    (run_dir / "results.json").write_text(json.dumps(results))  # for a look after the test
+    return {"results": results, "run_dir": run_dir}
+
+
+@pytest.fixture(scope="module")
+def two_workers(tmp_path_factory):
+    return _drive(4, tmp_path_factory.mktemp("ps-2-workers"), ["count_ids", "keras", "unfed"])
+
+
+@pytest.fixture(scope="module")
+def three_workers(tmp_path_factory):
+    return _drive(5, tmp_path_factory.mktemp("ps-3-workers"), ["count_ids", "unfed"])
+
+
+def _check_ids_counted(run: dict, workers: int) -> None:
+    result = run["results"]["count_ids"]
+    nodes = read_records(str(run["run_dir"] / "count_ids"), "node")
+    worker_pids = {str(nodes[f"worker:{i}"]["pid"]) for i in range(workers)}
+    assert len(worker_pids) == workers
+    steps = ID_ROWS // BATCH
+    assert result["steps_per_epoch"] == steps  # every row once: no padding, every worker a whole share
+    assert result["chief_rows"] == 0  # the chief holds no share
+    expected_ids = {str(3 * i + 1) for i in range(ID_ROWS)}
+    for epoch, record in enumerate(result["epochs"]):
+        assert record["batches"] == steps
+        assert record["x_id_mismatch"] == 0  # features and labels decoded from the same record
+        # A variable on the parameter server counted each id: every id of the DataFrame, each once per epoch.
+        assert set(record["trained"]) == expected_ids
+        assert set(record["trained"].values()) == {epoch + 1}
+        # Every batch was produced in a worker's process, each worker giving its own share's batches.
+        assert set(record["batches_by_pid"]) == worker_pids
+        assert str(result["chief_pid"]) not in record["batches_by_pid"]
+        assert set(record["batches_by_pid"].values()) == {steps // workers}
+    for i in range(workers):
+        assert "airflow-tfos-" in nodes[f"worker:{i}"]["cwd"]  # the worker ran in its node directory
+
+
+def test_two_workers_train_every_fed_id_once_per_epoch_from_their_own_processes(two_workers):
+    _check_ids_counted(two_workers, 2)
+
+
+def test_three_workers_train_every_fed_id_once_per_epoch_from_their_own_processes(three_workers):
+    _check_ids_counted(three_workers, 3)
+
+
+def test_keras_fit_with_validation_data_converges_under_parameter_servers(two_workers):
+    result = two_workers["results"]["keras"]
+    # y = 3 a - 2 b + 1, fed from Spark to the workers only.
+    assert result["kernel"] == pytest.approx([3.0, -2.0], abs=0.05)
+    assert result["bias"] == pytest.approx([1.0], abs=0.05)
+    assert result["loss"][-1] < result["loss"][0] / 100
+    assert len(result["val_loss"]) == 6 and result["val_loss"][-1] < 1e-3
+    assert result["validation_steps"] >= 20 and result["steps_per_epoch"] >= 124
+
+
+@pytest.mark.parametrize("scenario", ["count_ids", "unfed"])
+def test_the_run_ends_within_seconds_of_the_chief_returning(two_workers, three_workers, scenario):
+    for run in (two_workers, three_workers):
+        assert run["results"][scenario]["ended_after"] < END_WITHIN
+
+
+def _chief_progress(run_dir, min_step: int, within: float = 240) -> dict:
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        try:
+            record = json.loads((run_dir / "progress-chief.json").read_text())
+            if record["step"] >= min_step and record["attempt"] == 0:
+                return record
+        except (OSError, ValueError):
+            pass
+        time.sleep(0.05)
+    raise AssertionError(f"the chief did not reach step {min_step} within {within} s")
+
+
+def test_a_worker_lost_under_parameter_servers_restarts_the_stage_from_the_last_checkpoint(tmp_path):
+    driver = subprocess.Popen(
+        _command(4, tmp_path, ["recover"]), cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    run_dir = tmp_path / "recover"
+    try:
+        _chief_progress(run_dir, min_step=12)
+        os.kill(read_records(str(run_dir), "node")["worker:0"]["pid"], signal.SIGKILL)
+        step_at_kill = json.loads((run_dir / "progress-chief.json").read_text())["step"]
+        out, err = driver.communicate(timeout=400)
+    finally:
+        if driver.poll() is None:
+            driver.kill()
+            driver.communicate()
+    result = _results(driver.returncode, out, err, ["recover"])["recover"]
+    assert result["step"] == 40 and result["attempt"] >= 1  # the planned steps, on a fresh TF cluster
+    restored = read_records(str(run_dir), f"restore{result['attempt']}")["chief:0"]["step"]
+    assert restored > 0 and restored % 5 == 0  # from a checkpoint the chief saved before the loss
+    # The coordinator may run a few more steps on the other worker before the stage fails: at most one
+    # checkpoint interval (+1 for the progress file lagging a step) is trained again.
+    assert restored >= step_at_kill - (5 + 1), (step_at_kill, restored)
+    failed = RunDir(str(run_dir)).events("attempt_failed")
+    assert failed[0]["retrying"] and "worker:0" in failed[0]["reason"], failed
+    assert "process killed by SIGKILL" in failed[0]["reason"]
