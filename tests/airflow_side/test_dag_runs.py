@@ -143,3 +143,24 @@ def test_sensor_fails_at_once_on_a_failed_yarn_application(airflow_env):
     assert not succeeded(done)
     assert "exceeding physical memory limits" in done.stdout + done.stderr
     assert elapsed < 55, f"the sensor waited {elapsed:.0f} s instead of failing at once"
+
+
+def test_a_failed_launch_leaves_nothing_running_and_the_shutdown_still_runs(airflow_env):
+    from airflow_tfos.hooks.local import LocalBackend
+
+    started = time.monotonic()
+    done = dags_test(airflow_env, "tfos_it_launch_fails")
+    out = done.stdout + done.stderr
+    assert not succeeded(done)
+    assert "(ready_timeout): it was stopped" in out, tail(done)
+    assert "UndefinedError" not in out  # the shutdown needs no XCom of the launch to render
+    assert "nothing to stop" in out  # it ran (all_done) and found the application already gone
+    apps = [a for a in applications(airflow_env) if "tfos_it_launch_fails" in a.get("run_dir", "")]
+    assert len(apps) == 1
+    backend = LocalBackend(airflow_env["AIRFLOW_TFOS_LOCAL_DIR"])
+    deadline = time.monotonic() + 30
+    while backend.processes(apps[0]["app_id"]) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert backend.processes(apps[0]["app_id"]) == [], "processes of the failed launch's application are left"
+    sys.stdout.write(f"failed launch: nothing of it left {time.monotonic() - started:.0f} s after the run began\n")
+    assert RunDir(apps[0]["run_dir"]).events("launch_failed")

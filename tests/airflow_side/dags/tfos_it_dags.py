@@ -11,6 +11,9 @@ from datetime import datetime
 from airflow.sdk import DAG
 
 from airflow_tfos.operators import (
+    TFoSFeedOperator,
+    TFoSLaunchClusterOperator,
+    TFoSShutdownClusterOperator,
     TFoSTrainOperator,
 )
 from airflow_tfos.sensors import TFoSCheckpointSensor, YarnApplicationSensor
@@ -68,3 +71,27 @@ with DAG("tfos_it_yarn_sensor", schedule=None, start_date=START, catchup=False):
         poke_interval=1,
         timeout=60,
     )
+
+with DAG("tfos_it_launch_fails", schedule=None, start_date=START, catchup=False):
+    # the application cannot be serving within ready_timeout: the launch fails, the feed never runs,
+    # and the shutdown (all_done) finds the launch's run by launch_task_id, with no XCom to render
+    launch = TFoSLaunchClusterOperator(
+        task_id="launch",
+        train_fn="tests.runtime.programs:spec_training",
+        num_nodes=2,
+        feed=FEED,
+        ready_timeout=float(os.environ.get("TFOS_IT_READY_TIMEOUT", "3")),
+        **COMMON,
+    )
+    feed = TFoSFeedOperator(
+        task_id="feed", launch_task_id="launch", data=DATA, spark_conn_id="spark_tfos_it", poll_interval=1.0
+    )
+    shutdown = TFoSShutdownClusterOperator(
+        task_id="shutdown",
+        launch_task_id="launch",
+        spark_conn_id="spark_tfos_it",
+        grace_secs=30,
+        poll_interval=1.0,
+        trigger_rule="all_done",
+    )
+    launch >> feed >> shutdown
