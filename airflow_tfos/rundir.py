@@ -85,6 +85,27 @@ def _bad_checkpoint(record: Any) -> str | None:
     return None
 
 
+def verified_spec_hash(spec: dict[str, Any], expected: str | None = None) -> str:
+    """The hash of ``spec``, recomputed from its content; RunDirError if it differs from ``expected`` (given out
+    of band at submission) or from the ``spec_hash`` stored in it: then spec.json was changed after it was written.
+    """
+    digest = spec_hash(spec)
+    if expected is not None and digest != expected:
+        raise RunDirError(
+            f"spec.json is not the spec that was submitted: its content hashes to {digest}, the submission "
+            f"named {expected}; nothing of it was run. It was changed after submission: keep the run directory "
+            "writable by its owner only, then submit again (a new spec.json is written)"
+        )
+    stored = spec.get("spec_hash")
+    if stored is not None and stored != digest:
+        raise RunDirError(
+            f"spec.json holds the spec_hash {stored!r}, but its content hashes to {digest}: it was changed after "
+            "it was written, so nothing of it was run. Submit again; to run an edited spec by hand, remove its "
+            "spec_hash field"
+        )
+    return digest
+
+
 def _dumps(value: Any) -> bytes:
     return json.dumps(value, indent=1, sort_keys=True).encode()
 
