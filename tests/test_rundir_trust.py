@@ -10,6 +10,7 @@ import stat
 import pytest
 
 from airflow_tfos.rundir import RunDir, RunDirError
+from airflow_tfos.runs import RunConfigError, normalize_run_dir, place_run_dir
 from airflow_tfos.storage import LocalStorage, is_plain_name
 from airflow_tfos.testing.webhdfs import WebHDFSEmulator
 from airflow_tfos.webhdfs import WebHDFSError, WebHDFSStorage
@@ -183,3 +184,45 @@ def test_a_download_refuses_names_a_namenode_should_never_list(emulator, tmp_pat
     with caplog.at_level(logging.WARNING, logger="airflow_tfos.webhdfs_storage"):
         assert storage.listdir(emulator.uri("/listing/model")) == ["fine"]
     assert "../../escaped" in caplog.text
+
+
+@pytest.mark.parametrize(
+    ("given", "normalized"),
+    [
+        ("/data/runs/x/", "/data/runs/x"),
+        ("hdfs://ns//runs/./x", "hdfs://ns/runs/x"),
+        ("hdfs:///runs/x", "hdfs:///runs/x"),
+        ("file:///data/x", "file:///data/x"),
+        ("WEBHDFS://nn:9870/r", "webhdfs://nn:9870/r"),
+    ],
+)
+def test_run_dirs_are_normalised(given, normalized):
+    assert normalize_run_dir(given) == normalized
+
+
+@pytest.mark.parametrize(
+    ("given", "message"),
+    [
+        ("", "absolute path or a URI"),
+        ("runs/x", "absolute path or a URI"),
+        ("/data/../etc", r"'\.\.' segment"),
+        ("hdfs://ns/runs/..", r"'\.\.' segment"),
+        ("hdfs://ns", "no absolute path"),
+        ("/", "root of its file system"),
+        ("webhdfs://nn:9870/", "root of its file system"),
+        ("file://relative/x", "names a host"),
+    ],
+)
+def test_bad_run_dirs_are_refused(given, message):
+    with pytest.raises(RunConfigError, match=message):
+        normalize_run_dir(given)
+
+
+def test_the_base_bounds_by_whole_segments_scheme_and_host():
+    base = "hdfs://ns/tfos-runs"
+    assert place_run_dir("hdfs://ns/tfos-runs/a/b", base, must_be_under_base=True) == "hdfs://ns/tfos-runs/a/b"
+    for outside in ("hdfs://ns/tfos-runs-other/a", "hdfs://other/tfos-runs/a", "/tfos-runs/a", "hdfs://ns/tfos-runs"):
+        with pytest.raises(RunConfigError, match=r"\[tfos\] run_dir_base.*allow_run_dir_outside_base=True"):
+            place_run_dir(outside, base, must_be_under_base=True)
+    assert place_run_dir("file:///b/x", "/b", must_be_under_base=True) == "file:///b/x"  # local either way
+    assert place_run_dir("/elsewhere/x", base, must_be_under_base=False) == "/elsewhere/x"

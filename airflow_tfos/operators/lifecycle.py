@@ -21,7 +21,7 @@ from airflow_tfos.hooks.apps import ApplicationClient
 from airflow_tfos.hooks.run_dir import RunDirHook
 from airflow_tfos.hooks.state import AppState
 from airflow_tfos.links.tfos import SparkApplicationLink, TrainingReportLink
-from airflow_tfos.operators.train import templated
+from airflow_tfos.operators.run_dirs import resolve_run_dir, templated
 from airflow_tfos.runs import RunConfigError, check_run_dir, run_key, run_tag, safe_name
 from airflow_tfos.sensors.tfos import application_failure
 from airflow_tfos.spec import SpecError, check_data
@@ -33,7 +33,11 @@ if TYPE_CHECKING:
 
 
 class _RunTaskOperator(BaseOperator):
-    """A task acting on the application that works on ``run_dir``."""
+    """A task acting on the application that works on ``run_dir``.
+
+    A templated ``run_dir`` must render to a folder under ``[tfos] run_dir_base`` unless
+    ``allow_run_dir_outside_base`` (it may come from ``dag_run.conf``); ``..`` is never accepted.
+    """
 
     template_fields: Sequence[str] = ("run_dir", "application_id")
     operator_extra_links = (SparkApplicationLink(), TrainingReportLink())
@@ -47,9 +51,12 @@ class _RunTaskOperator(BaseOperator):
         yarn_conn_id: str = "yarn_default",
         webhdfs_conn_id: str | None = None,
         poll_interval: float = 10.0,
+        allow_run_dir_outside_base: bool = False,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
+        self.allow_run_dir_outside_base = allow_run_dir_outside_base
+        self._run_dir_as_written = run_dir  # before rendering: whether it is templated
         if not templated(run_dir):
             check_run_dir(run_dir, f"{type(self).__name__} {self.task_id!r}: run_dir")
         self.run_dir = run_dir
@@ -66,6 +73,15 @@ class _RunTaskOperator(BaseOperator):
     @cached_property
     def run_dir_hook(self) -> RunDirHook:
         return RunDirHook(self.run_dir, webhdfs_conn_id=self.webhdfs_conn_id)
+
+    def resolve_run_dir(self, context: Context) -> str:
+        """The rendered ``run_dir``, normalised and checked against ``[tfos] run_dir_base``."""
+        return resolve_run_dir(
+            self.run_dir,
+            context,
+            as_written=self._run_dir_as_written,
+            allow_outside_base=self.allow_run_dir_outside_base,
+        )
 
     def live_application(self) -> AppState | None:
         """The application named by ``application_id`` if it is live, else a live one with the run's tag."""
@@ -120,6 +136,7 @@ class TFoSFeedOperator(_RunTaskOperator):
         self._feed_result: dict[str, Any] | None = None
 
     def execute(self, context: Context) -> Any:
+        self.run_dir = self.resolve_run_dir(context)
         self._feed_result = self._feed(context)
         return self._feed_result
 
@@ -221,6 +238,7 @@ class TFoSShutdownClusterOperator(_RunTaskOperator):
         self.reason = reason
 
     def execute(self, context: Context) -> Any:
+        self.run_dir = self.resolve_run_dir(context)
         app = self.live_application()
         if app is None:
             self.log.info("no live application works on %s: nothing to stop", self.run_dir)
