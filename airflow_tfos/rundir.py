@@ -69,7 +69,9 @@ def spec_hash(spec: dict[str, Any]) -> str:
 def check_feed_id(feed_id: Any) -> str:
     """Return ``feed_id`` if it can name a feed's files, else raise ValueError saying what a feed id may hold."""
     if not isinstance(feed_id, str) or not _FEED_ID.match(feed_id):
-        raise ValueError(f"feed id {feed_id!r} must be 1-128 letters, digits, '_', '-' or '.' (not starting with one)")
+        raise ValueError(
+            f"feed id {feed_id!r} must be 1-128 letters, digits, '_', '-' or '.', starting with a letter or digit"
+        )
     return feed_id
 
 
@@ -301,6 +303,8 @@ class RunDir:
             if not name.endswith(".json") or name.endswith(".done.json") or feed_id in done:
                 continue
             request = self._read_json(FEEDS, name)
+            if request is None:  # removed since it was listed
+                continue
             if not isinstance(request, dict) or request.get("feed_id") != feed_id or not _FEED_ID.match(feed_id):
                 log.warning("skipping the feed request %s: it does not hold the feed id its name gives", name)
                 continue
