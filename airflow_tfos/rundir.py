@@ -60,10 +60,15 @@ class RunDirError(RuntimeError):
     """The run directory cannot be read or written as the contract says; the message says why."""
 
 
-def spec_hash(spec: dict[str, Any]) -> str:
-    """A stable hash of what a spec asks for (its canonical JSON, without its own ``spec_hash``)."""
+def spec_digest(spec: dict[str, Any]) -> str:
+    """The full SHA-256 (hex) of what a spec asks for (its canonical JSON, without its own ``spec_hash``)."""
     body = {k: v for k, v in spec.items() if k != "spec_hash"}
-    return hashlib.sha256(json.dumps(body, sort_keys=True, separators=(",", ":")).encode()).hexdigest()[:16]
+    return hashlib.sha256(json.dumps(body, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
+def spec_hash(spec: dict[str, Any]) -> str:
+    """A stable hash of what a spec asks for: the first 16 hex digits of :func:`spec_digest` (names the request)."""
+    return spec_digest(spec)[:16]
 
 
 def check_feed_id(feed_id: Any) -> str:
@@ -89,10 +94,12 @@ def _bad_checkpoint(record: Any) -> str | None:
 
 def verified_spec_hash(spec: dict[str, Any], expected: str | None = None) -> str:
     """The hash of ``spec``, recomputed from its content; RunDirError if it differs from ``expected`` (given out
-    of band at submission) or from the ``spec_hash`` stored in it: then spec.json was changed after it was written.
+    of band at submission: the full :func:`spec_digest`, or its 16-digit :func:`spec_hash`) or from the
+    ``spec_hash`` stored in it: then spec.json was changed after it was written.
     """
-    digest = spec_hash(spec)
-    if expected is not None and digest != expected:
+    full = spec_digest(spec)
+    digest = full[:16]
+    if expected is not None and expected.lower() not in (full, digest):
         raise RunDirError(
             f"spec.json is not the spec that was submitted: its content hashes to {digest}, the submission "
             f"named {expected}; nothing of it was run. It was changed after submission: keep the run directory "

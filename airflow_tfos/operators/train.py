@@ -47,7 +47,7 @@ from airflow_tfos.links.tfos import (
     TrainingReportLink,
 )
 from airflow_tfos.operators.run_dirs import resolve_run_dir, templated
-from airflow_tfos.rundir import spec_hash
+from airflow_tfos.rundir import spec_digest, spec_hash
 from airflow_tfos.runs import RunConfigError, check_run_dir, pick_winner, run_tag
 from airflow_tfos.spec import INPUT_MODES, SpecError, parse_spec, split_import_path
 from airflow_tfos.triggers.tfos import TFoSApplicationTrigger, TFoSRunDirTrigger, progress_line
@@ -330,7 +330,7 @@ class _TFoSRunOperator(ResumableJobMixin, BaseOperator):
         ti = context["ti"]
         rundir.add_event("submit", try_number=ti.try_number, resume_step=latest.step if latest else 0)
         try:
-            app_id = self._submit_application(tag, ti, digest)
+            app_id = self._submit_application(tag, ti, spec_digest(spec))
         except ApplicationAlreadyRunningError as exc:
             # another try of this task submitted first (the local backend's per-tag lock said so)
             self.log.warning("%s: attaching to the application already running", exc)

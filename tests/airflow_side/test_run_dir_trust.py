@@ -18,7 +18,7 @@ from airflow_tfos.operators import (
     TFoSShutdownClusterOperator,
     TFoSTrainOperator,
 )
-from airflow_tfos.rundir import RunDir, spec_hash
+from airflow_tfos.rundir import RunDir, spec_digest, spec_hash
 from airflow_tfos.runs import RunConfigError
 from tests.airflow_side.fakes import FakeBackend, FakeTI, make_context, use_backend
 from tests.airflow_side.test_operators import exporting, train_op
@@ -99,7 +99,8 @@ def test_the_submitted_spec_hash_reaches_the_hook_and_the_run_dir_is_private(tmp
     exporting(backend, RunDir(str(tmp_path / "run")), spec_hash(op.build_spec()))
     op.execute(make_context())
     written = RunDir(str(tmp_path / "run")).read_spec()
-    assert backend.submitted[0]["spec_hash"] == written["spec_hash"] == spec_hash(written)
+    assert backend.submitted[0]["spec_hash"] == spec_digest(written)  # all 64 digits
+    assert spec_digest(written).startswith(written["spec_hash"]) and written["spec_hash"] == spec_hash(written)
     assert stat.S_IMODE((tmp_path / "run").stat().st_mode) == 0o700
 
 

@@ -12,7 +12,7 @@ import sys
 
 import pytest
 
-from airflow_tfos.rundir import RunDir, RunDirError, spec_hash, verified_spec_hash
+from airflow_tfos.rundir import RunDir, RunDirError, spec_digest, spec_hash, verified_spec_hash
 from tests.conftest import REPO
 
 GOOD = {"train_fn": "tests.runtime.programs:spec_training", "num_nodes": 1, "args": {"epochs": 1}}
@@ -59,7 +59,8 @@ def tamper(rundir: RunDir, *, update_hash: bool) -> dict:
 def test_a_spec_changed_after_submission_is_refused_before_anything_is_imported(tmp_path, planted, update_hash):
     code, marker = planted
     rundir = RunDir(str(tmp_path / "run"))
-    submitted = rundir.write_spec(GOOD)
+    rundir.write_spec(GOOD)
+    submitted = spec_digest(GOOD)  # what the hook passes
     tamper(rundir, update_hash=update_hash)
 
     done = run_driver(rundir.uri, "--spec-hash", submitted, pythonpath=str(code))
@@ -92,7 +93,7 @@ def test_the_submitted_spec_is_run_and_one_run_by_hand_says_it_was_not_verified(
     # exported already for this spec: the driver says so and ends before starting Spark
     rundir.publish_export(rundir.export_staging(), spec_hash=digest, step=3, metrics={})
 
-    verified = run_driver(rundir.uri, "--spec-hash", digest, pythonpath=str(code))
+    verified = run_driver(rundir.uri, "--spec-hash", spec_digest(GOOD), pythonpath=str(code))
     assert verified.returncode == 0, verified.stderr[-3000:]
     assert "nothing to do" in verified.stderr and "not verified" not in verified.stderr
 
@@ -105,6 +106,9 @@ def test_verified_spec_hash():
     digest = spec_hash(GOOD)
     assert verified_spec_hash(dict(GOOD)) == digest
     assert verified_spec_hash({**GOOD, "spec_hash": digest}, digest) == digest
+    assert verified_spec_hash({**GOOD, "spec_hash": digest}, spec_digest(GOOD)) == digest  # the hook's full digest
+    with pytest.raises(RunDirError, match="not the spec that was submitted"):
+        verified_spec_hash(dict(GOOD), spec_digest(GOOD)[:20])
     with pytest.raises(RunDirError, match="not the spec that was submitted"):
         verified_spec_hash({**GOOD, "num_nodes": 2}, digest)
     with pytest.raises(RunDirError, match="holds the spec_hash"):
