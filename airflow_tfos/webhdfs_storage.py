@@ -382,9 +382,13 @@ class WebHDFSStorage:
         self._call("MKDIRS", hpath, lambda c: c.makedirs(hpath))
 
     def make_private_dir(self, path: str) -> None:
-        """MKDIRS with permission 700, then SETPERMISSION 700 (MKDIRS leaves an existing directory as it is)."""
+        """MKDIRS of the parent as usual (HDFS would give new parents the permission too), MKDIRS with
+        permission 700, then SETPERMISSION 700 (MKDIRS leaves an existing directory as it is)."""
         _, _, hpath = split_uri(path)
         mode = format(PRIVATE_DIR_MODE, "o")
+        parent = posixpath.dirname(hpath.rstrip("/"))
+        if parent not in ("", "/"):
+            self._call("MKDIRS", parent, lambda c: c.makedirs(parent))
         self._call("MKDIRS", hpath, lambda c: c.makedirs(hpath, permission=mode))
         self._call("SETPERMISSION", hpath, lambda c: c.set_permission(hpath, mode))
 

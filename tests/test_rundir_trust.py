@@ -140,6 +140,7 @@ def test_hdfs_run_directories_are_private_to_their_owner(emulator):
     asked = [(r.op, r.query.get("permission")) for r in list(emulator.requests)[before:] if r.op != "GETFILESTATUS"]
     assert ("MKDIRS", "700") in asked and ("SETPERMISSION", "700") in asked
     assert emulator.permission("/private/base/run") == "700"
+    assert emulator.permission("/private/base") == "755"  # the parents are not made private
     assert json.loads(owner.read_bytes(rundir.path("spec.json")))["train_fn"] == "m:f"
     with pytest.raises(PermissionError, match="mallory"):
         other.read_bytes(rundir.path("spec.json"))
