@@ -67,8 +67,9 @@ def get_provider_info() -> dict:
                 "description": "airflow-tfos settings.",
                 "options": {
                     "run_dir_base": {
-                        "description": "Where default run directories go (a path or URI); "
-                        "default $AIRFLOW_HOME/tfos-runs.",
+                        "description": "Where default run directories go (a path or URI); templated "
+                        "run_dir values must render to a folder under it unless the operator has "
+                        "allow_run_dir_outside_base=True. Default $AIRFLOW_HOME/tfos-runs.",
                         "version_added": "0.1.0",
                         "type": "string",
                         "example": "hdfs://nameservice1/user/airflow/tfos-runs",

@@ -23,13 +23,16 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
+import logging
 import re
 import time
 import uuid
 from dataclasses import dataclass
 from typing import Any
 
-from airflow_tfos.storage import Storage, join, storage_for
+from airflow_tfos.storage import Storage, is_plain_name, join, storage_for
+
+log = logging.getLogger(__name__)
 
 SPEC = "spec.json"
 STATUS = "status.json"
@@ -50,16 +53,66 @@ TERMINAL_STATES = frozenset({"SUCCEEDED", "FAILED", "STOPPED"})
 
 _EVENT_SEQ = itertools.count()
 _FEED_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
+_CHECKPOINT_NAME = re.compile(r"^ckpt-[0-9]{1,19}$")
 
 
 class RunDirError(RuntimeError):
     """The run directory cannot be read or written as the contract says; the message says why."""
 
 
-def spec_hash(spec: dict[str, Any]) -> str:
-    """A stable hash of what a spec asks for (its canonical JSON, without its own ``spec_hash``)."""
+def spec_digest(spec: dict[str, Any]) -> str:
+    """The full SHA-256 (hex) of what a spec asks for (its canonical JSON, without its own ``spec_hash``)."""
     body = {k: v for k, v in spec.items() if k != "spec_hash"}
-    return hashlib.sha256(json.dumps(body, sort_keys=True, separators=(",", ":")).encode()).hexdigest()[:16]
+    return hashlib.sha256(json.dumps(body, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
+def spec_hash(spec: dict[str, Any]) -> str:
+    """A stable hash of what a spec asks for: the first 16 hex digits of :func:`spec_digest` (names the request)."""
+    return spec_digest(spec)[:16]
+
+
+def check_feed_id(feed_id: Any) -> str:
+    """Return ``feed_id`` if it can name a feed's files, else raise ValueError saying what a feed id may hold."""
+    if not isinstance(feed_id, str) or not _FEED_ID.match(feed_id):
+        raise ValueError(
+            f"feed id {feed_id!r} must be 1-128 letters, digits, '_', '-' or '.', starting with a letter or digit"
+        )
+    return feed_id
+
+
+def _bad_checkpoint(record: Any) -> str | None:
+    """Why a manifest record cannot name a checkpoint of this run directory, or None if it can."""
+    if not isinstance(record, dict):
+        return f"the entry {record!r} is not a JSON object"
+    name, step = record.get("name"), record.get("step")
+    if not isinstance(name, str) or not _CHECKPOINT_NAME.match(name):
+        return f"the entry names {name!r}, not a checkpoint directory ckpt-<step>"
+    if not isinstance(step, int) or isinstance(step, bool) or step < 0:
+        return f"the entry {name!r} has the step {step!r}, not a whole number"
+    return None
+
+
+def verified_spec_hash(spec: dict[str, Any], expected: str | None = None) -> str:
+    """The hash of ``spec``, recomputed from its content; RunDirError if it differs from ``expected`` (given out
+    of band at submission: the full :func:`spec_digest`, or its 16-digit :func:`spec_hash`) or from the
+    ``spec_hash`` stored in it: then spec.json was changed after it was written.
+    """
+    full = spec_digest(spec)
+    digest = full[:16]
+    if expected is not None and expected.lower() not in (full, digest):
+        raise RunDirError(
+            f"spec.json is not the spec that was submitted: its content hashes to {digest}, the submission "
+            f"named {expected}; nothing of it was run. It was changed after submission: keep the run directory "
+            "writable by its owner only, then submit again (a new spec.json is written)"
+        )
+    stored = spec.get("spec_hash")
+    if stored is not None and stored != digest:
+        raise RunDirError(
+            f"spec.json holds the spec_hash {stored!r}, but its content hashes to {digest}: it was changed after "
+            "it was written, so nothing of it was run. Submit again; to run an edited spec by hand, remove its "
+            "spec_hash field"
+        )
+    return digest
 
 
 def _dumps(value: Any) -> bytes:
@@ -71,14 +124,17 @@ def _event_name(kind: str) -> str:
     return re.sub(r"[^A-Za-z0-9_-]", "_", kind)
 
 
-def _feed_request(feed_id: str, raw: bytes) -> dict[str, Any]:
-    """A feed request file's content, with its id; marked ``invalid`` (and why) when it is unusable."""
+def _feed_request(feed_id: str, raw: bytes) -> dict[str, Any] | None:
+    """A feed request file's content, with its id; marked ``invalid`` (and why) when it is unusable; None
+    when it names another feed than its file does."""
     try:
         request = json.loads(raw)
     except ValueError as exc:
         return {"feed_id": feed_id, "requested": 0.0, "invalid": f"it is not valid JSON ({exc})"}
     if not isinstance(request, dict):
         return {"feed_id": feed_id, "requested": 0.0, "invalid": f"it holds a {type(request).__name__}, not an object"}
+    if request.get("feed_id", feed_id) != feed_id:
+        return None
     requested = request.get("requested")
     if isinstance(requested, bool) or not isinstance(requested, int | float):
         return {"feed_id": feed_id, "requested": 0.0, "invalid": "it has no time of request ('requested')"}
@@ -109,6 +165,13 @@ class RunDir:
         self.storage = storage or storage_for(uri)
 
     def path(self, *parts: str) -> str:
+        """The path of ``parts`` inside the run directory; RunDirError if one would lead out of it."""
+        for part in parts:
+            if not all(is_plain_name(segment) for segment in part.strip("/").split("/")):
+                raise RunDirError(
+                    f"refusing the path {part!r} in the run directory {self.uri}: every part must be a plain name "
+                    "(not empty, '.' or '..', no NUL)"
+                )
         return join(self.uri, *parts)
 
     def _read_json(self, *parts: str) -> Any | None:
@@ -132,9 +195,30 @@ class RunDir:
 
     # --- spec and status ---------------------------------------------------------------------------
 
+    def make_private(self) -> None:
+        """Create the run directory readable and writable by its owner only (0700), where the storage allows."""
+        make_private = getattr(self.storage, "make_private_dir", None)
+        try:
+            if make_private is None:  # a storage plugged in without permissions
+                log.info(
+                    "%s cannot restrict who reads %s: created with its defaults", type(self.storage).__name__, self.uri
+                )
+                self.storage.makedirs(self.uri)
+            else:
+                make_private(self.uri)
+        except OSError as exc:
+            raise RunDirError(
+                f"cannot create the run directory {self.uri} private to its owner (0700): {exc}; "
+                "give a run directory that this user can create, or owns"
+            ) from exc
+
     def write_spec(self, spec: dict[str, Any]) -> str:
-        """Write spec.json with its hash; return the hash."""
+        """Create the run directory private to its owner if needed, write spec.json with its hash; return the hash."""
         digest = spec_hash(spec)
+        try:
+            self.make_private()
+        except RunDirError as exc:
+            raise RunDirError(f"cannot write {self.path(SPEC)}: {exc}") from exc
         self._write_json({**spec, "spec_hash": digest}, SPEC)
         return digest
 
@@ -164,13 +248,14 @@ class RunDir:
         """Rename a fully written checkpoint into place, then name it in the manifest; keep the last ``keep``."""
         name = f"ckpt-{int(step)}"
         final = self.path(CHECKPOINTS, name)
+        manifest = self._read_json(CHECKPOINTS, MANIFEST) or {"history": []}
+        kept = self._manifest_records(manifest, strict=True)
         if self.storage.exists(final):
             self.storage.delete(staging)  # the same step was published already (a retried save)
         else:
             self.storage.rename(staging, final)
         record = {"name": name, "step": int(step), "epoch": epoch, "time": time.time()}
-        manifest = self._read_json(CHECKPOINTS, MANIFEST) or {"history": []}
-        history = [h for h in manifest["history"] if h["name"] != name] + [record]
+        history = [h for h in kept if h["name"] != name] + [record]
         history.sort(key=lambda h: h["step"])
         manifest = {"latest": record, "history": history[-keep:] if keep > 0 else history}
         self._write_json(manifest, CHECKPOINTS, MANIFEST)
@@ -178,10 +263,33 @@ class RunDir:
             self.storage.delete(self.path(CHECKPOINTS, old["name"]))
         return Checkpoint(final, int(step), epoch, record["time"])
 
+    def _manifest_records(self, manifest: Any, *, strict: bool) -> list[dict[str, Any]]:
+        """The manifest's history; a bad entry raises RunDirError (``strict``, before deleting) or is skipped."""
+        history = manifest.get("history", []) if isinstance(manifest, dict) else None
+        where = self.path(CHECKPOINTS, MANIFEST)
+        if not isinstance(history, list):
+            if strict:
+                raise RunDirError(f"{where} has no list 'history': it was not written by airflow-tfos; remove it")
+            log.warning("ignoring %s: it has no list 'history'", where)
+            return []
+        records = []
+        for record in history:
+            problem = _bad_checkpoint(record)
+            if problem is None:
+                records.append(record)
+            elif strict:
+                raise RunDirError(
+                    f"refusing to publish a checkpoint: {where} is not as airflow-tfos writes it ({problem}); "
+                    "remove that entry (or the manifest) and check who else writes this run directory"
+                )
+            else:
+                log.warning("skipping an entry of %s: %s", where, problem)
+        return records
+
     def latest_checkpoint(self) -> Checkpoint | None:
         """The newest complete checkpoint the manifest names (a half-written one is never named)."""
         manifest = self._read_json(CHECKPOINTS, MANIFEST)
-        for record in reversed((manifest or {}).get("history", [])):
+        for record in reversed(self._manifest_records(manifest or {}, strict=False)):
             path = self.path(CHECKPOINTS, record["name"])
             if self.storage.exists(path):
                 return Checkpoint(path, record["step"], record.get("epoch"), record.get("time"))
@@ -190,7 +298,7 @@ class RunDir:
     def checkpoint_history(self) -> list[dict[str, Any]]:
         """The manifest's records (``name``, ``step``, ``epoch``, ``time``) of the kept checkpoints, oldest first."""
         manifest = self._read_json(CHECKPOINTS, MANIFEST)
-        return list((manifest or {}).get("history", []))
+        return self._manifest_records(manifest or {}, strict=False)
 
     def discard_staging(self) -> int:
         """Remove checkpoints left half-written by a crash; return how many there were."""
@@ -203,8 +311,7 @@ class RunDir:
 
     def request_feed(self, feed_id: str, request: dict[str, Any]) -> bool:
         """Ask for a feed; False (and nothing written) if a request with this id exists already."""
-        if not _FEED_ID.match(feed_id):
-            raise ValueError(f"feed id {feed_id!r} must be 1-128 letters, digits, '_', '-' or '.'")
+        check_feed_id(feed_id)
         if self.storage.exists(self.path(FEEDS, f"{feed_id}.json")):
             return False
         self._write_json({**request, "feed_id": feed_id, "requested": time.time()}, FEEDS, f"{feed_id}.json")
@@ -215,13 +322,17 @@ class RunDir:
 
         A request file that is not a JSON object with a time of request comes back as
         ``{"feed_id": ..., "requested": 0, "invalid": <why>}``, so that it can be answered with that error.
+        A file whose name is not a feed id, or whose content names another feed, is skipped.
         """
-        names = self.storage.listdir(self.path(FEEDS))
+        names = [n for n in self.storage.listdir(self.path(FEEDS)) if is_plain_name(n)]
         done = {n[: -len(".done.json")] for n in names if n.endswith(".done.json")}
         requests = []
         for name in names:
             feed_id = name[: -len(".json")]
             if not name.endswith(".json") or name.endswith(".done.json") or feed_id in done:
+                continue
+            if not _FEED_ID.match(feed_id):
+                log.warning("skipping the feed request %s: its name is not a feed id", name)
                 continue
             path = self.path(FEEDS, name)
             try:
@@ -230,7 +341,11 @@ class RunDir:
                 continue  # withdrawn meanwhile
             except OSError as exc:
                 raise RunDirError(f"cannot read {path}: {exc}") from exc
-            requests.append(_feed_request(feed_id, raw))
+            request = _feed_request(feed_id, raw)
+            if request is None:
+                log.warning("skipping the feed request %s: it does not hold the feed id its name gives", name)
+                continue
+            requests.append(request)
         return sorted(requests, key=lambda r: (r["requested"], r["feed_id"]))
 
     def withdraw_feed(self, feed_id: str) -> None:
@@ -244,9 +359,11 @@ class RunDir:
                 raise RunDirError(f"cannot remove {path}: {exc}") from exc
 
     def mark_feed_done(self, feed_id: str, **result: Any) -> None:
+        check_feed_id(feed_id)
         self._write_json({**result, "feed_id": feed_id, "done": time.time()}, FEEDS, f"{feed_id}.done.json")
 
     def feed_result(self, feed_id: str) -> dict[str, Any] | None:
+        check_feed_id(feed_id)
         return self._read_json(FEEDS, f"{feed_id}.done.json")
 
     # --- stop ----------------------------------------------------------------------------------------

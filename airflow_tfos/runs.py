@@ -16,6 +16,10 @@ from airflow_tfos.storage import join
 TAG_PREFIX = "tfos-"
 _UNSAFE = re.compile(r"[^A-Za-z0-9_.=-]+")
 _URI = re.compile(r"^(?:[A-Za-z][A-Za-z0-9+.-]*://\S*|/\S*)$")
+_SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://([^/]*)(.*)$")
+#: The setting that bounds templated and default run directories, and the operators' way out of it.
+BASE_SETTING = "[tfos] run_dir_base"
+ALLOW_OUTSIDE = "allow_run_dir_outside_base=True"
 
 
 class RunConfigError(ValueError):
@@ -46,12 +50,64 @@ def default_run_dir(base: str, dag_id: str, task_id: str, logical_date: datetime
 
 
 def check_run_dir(run_dir: str, what: str = "run_dir") -> None:
-    """Raise unless ``run_dir`` is an absolute path or a URI (``file://``, ``hdfs://``, ``webhdfs://``...)."""
-    if not isinstance(run_dir, str) or not _URI.match(run_dir):
+    """Raise unless ``run_dir`` is an absolute path or a URI (``file://``, ``hdfs://``, ``webhdfs://``...)
+    that :func:`normalize_run_dir` accepts."""
+    normalize_run_dir(run_dir, what)
+
+
+def normalize_run_dir(run_dir: str, what: str = "run_dir") -> str:
+    """``run_dir`` with ``//``, ``.`` and a trailing ``/`` removed; RunConfigError if it is empty or relative
+    (a URI's path must be absolute too: ``hdfs:///runs/x``, ``file:///data/x``), is the root, or holds ``..``."""
+    if not isinstance(run_dir, str) or not _URI.match(run_dir) or "\0" in run_dir:
         raise RunConfigError(
             f"{what} must be an absolute path or a URI such as hdfs://namenode/runs/x or file:///data/runs/x, "
             f"got {run_dir!r}"
         )
+    found = _SCHEME.match(run_dir)
+    prefix, path = (f"{found.group(1).lower()}://{found.group(2)}", found.group(3)) if found else ("", run_dir)
+    if prefix.startswith("file://") and prefix != "file://":
+        raise RunConfigError(
+            f"{what} {run_dir!r} names a host: a file:// URI is local, write it as file:///path/to/run"
+        )
+    if not path.startswith("/"):
+        raise RunConfigError(
+            f"{what} {run_dir!r} has no absolute path after its scheme and host: write it as "
+            f"{prefix or 'scheme://host'}/path/to/run (file:///data/runs/x for a local path)"
+        )
+    segments = [p for p in path.split("/") if p not in ("", ".")]
+    if ".." in segments:
+        raise RunConfigError(f"{what} {run_dir!r} holds a '..' segment: name the run directory without it")
+    if not segments:
+        raise RunConfigError(f"{what} {run_dir!r} is the root of its file system: name a folder for the run")
+    return prefix + "/" + "/".join(segments)
+
+
+def _comparable(uri: str) -> tuple[str, list[str]]:
+    """A normalised run directory as (where, path segments); local paths and ``file://`` compare alike."""
+    found = _SCHEME.match(uri)
+    where, path = (f"{found.group(1)}://{found.group(2)}", found.group(3)) if found else ("", uri)
+    return ("" if where == "file://" else where), path.strip("/").split("/")
+
+
+def place_run_dir(run_dir: str, base: str, *, must_be_under_base: bool, what: str = "run_dir") -> str:
+    """The normalised ``run_dir``; with ``must_be_under_base``, RunConfigError unless it lies under ``base``.
+
+    Templated and default run directories must (a rendered ``run_dir`` may come from ``dag_run.conf``); the
+    comparison is by scheme, host and whole path segments, so ``hdfs://ns/runs`` does not hold
+    ``hdfs:///runs/x`` (name the same host in both).
+    """
+    normalized = normalize_run_dir(run_dir, what)
+    if not must_be_under_base:
+        return normalized
+    where, segments = _comparable(normalize_run_dir(base, BASE_SETTING))
+    run_where, run_segments = _comparable(normalized)
+    if run_where != where or run_segments[: len(segments)] != segments or len(run_segments) == len(segments):
+        raise RunConfigError(
+            f"{what} {normalized!r} is not inside {BASE_SETTING} ({base}), as a templated or default run "
+            f"directory must be: set {BASE_SETTING} (or $AIRFLOW_TFOS_RUN_DIR_BASE) to a folder that holds it, "
+            f"or pass {ALLOW_OUTSIDE} to the operator if this DAG's authors alone decide what it renders to"
+        )
+    return normalized
 
 
 def pick_winner(app_ids: list[str]) -> str:

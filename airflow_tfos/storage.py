@@ -21,6 +21,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import BinaryIO, Protocol
 
+#: The mode of a run directory: its owner's alone.
+PRIVATE_DIR_MODE = 0o700
+
+
+def is_plain_name(name: object) -> bool:
+    """Whether ``name`` is one plain file name: a non-empty string without ``/`` or NUL, not ``.`` or ``..``."""
+    return isinstance(name, str) and name not in ("", ".", "..") and "/" not in name and "\0" not in name
+
 
 @dataclass(frozen=True)
 class FileInfo:
@@ -51,6 +59,9 @@ class Storage(Protocol):
     def exists(self, path: str) -> bool: ...
 
     def makedirs(self, path: str) -> None: ...
+
+    def make_private_dir(self, path: str) -> None:
+        """Create the directory ``path`` (if missing) and make it readable and writable by its owner only."""
 
     def rename(self, src: str, dst: str) -> None:
         """Move ``src`` to ``dst`` (which must not exist) in one step."""
@@ -109,6 +120,13 @@ class LocalStorage:
 
     def makedirs(self, path: str) -> None:
         os.makedirs(self._strip(path), exist_ok=True)
+
+    def make_private_dir(self, path: str) -> None:
+        """Create the directory with mode 0700 (parents as usual), and set 0700 on it if it existed."""
+        target = self._strip(path)
+        os.makedirs(target, mode=PRIVATE_DIR_MODE, exist_ok=True)
+        if os.stat(target).st_mode & 0o777 != PRIVATE_DIR_MODE:
+            os.chmod(target, PRIVATE_DIR_MODE)
 
     def rename(self, src: str, dst: str) -> None:
         target = self._strip(dst)

@@ -20,7 +20,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from typing import Any, BinaryIO, TypeVar
 
-from airflow_tfos.storage import FileInfo
+from airflow_tfos.storage import PRIVATE_DIR_MODE, FileInfo, is_plain_name
 from airflow_tfos.webhdfs import (
     WebHDFSConfig,
     WebHDFSConfigError,
@@ -224,12 +224,31 @@ class WebHDFSStorage:
         except FileNotFoundError:
             return None
 
-    def _statuses(self, hpath: str) -> list[dict[str, Any]] | None:
-        """LISTSTATUS of a directory (None if missing; a file lists as one entry with an empty suffix)."""
+    def _statuses(self, hpath: str, *, strict: bool = False) -> list[dict[str, Any]] | None:
+        """LISTSTATUS of a directory (None if missing; a file lists as one entry with an empty suffix).
+
+        An entry whose name is not a plain file name (``/``, ``..``, NUL: never from a real namenode) is
+        skipped with a warning, or raises WebHDFSError with ``strict`` (before a download writes anything).
+        """
         try:
-            return self._call("LISTSTATUS", hpath, lambda c: c._list_status(hpath).json()["FileStatuses"]["FileStatus"])
+            found = self._call(
+                "LISTSTATUS", hpath, lambda c: c._list_status(hpath).json()["FileStatuses"]["FileStatus"]
+            )
         except FileNotFoundError:
             return None
+        entries = []
+        for entry in found:
+            name = entry.get("pathSuffix")
+            if name == "" or is_plain_name(name):
+                entries.append(entry)
+            elif strict:
+                raise WebHDFSError(
+                    f"WebHDFS LISTSTATUS {hpath} named the entry {name!r}, which is not a plain file name: refusing "
+                    "to download it (check what answers as the namenode)"
+                )
+            else:
+                log.warning("WebHDFS LISTSTATUS %s: skipping the entry %r, which is not a plain file name", hpath, name)
+        return entries
 
     def listdir(self, path: str) -> list[str]:
         """Names in a directory (empty if it does not exist or is a file)."""
@@ -362,6 +381,17 @@ class WebHDFSStorage:
         _, _, hpath = split_uri(path)
         self._call("MKDIRS", hpath, lambda c: c.makedirs(hpath))
 
+    def make_private_dir(self, path: str) -> None:
+        """MKDIRS of the parent as usual (HDFS would give new parents the permission too), MKDIRS with
+        permission 700, then SETPERMISSION 700 (MKDIRS leaves an existing directory as it is)."""
+        _, _, hpath = split_uri(path)
+        mode = format(PRIVATE_DIR_MODE, "o")
+        parent = posixpath.dirname(hpath.rstrip("/"))
+        if parent not in ("", "/"):
+            self._call("MKDIRS", parent, lambda c: c.makedirs(parent))
+        self._call("MKDIRS", hpath, lambda c: c.makedirs(hpath, permission=mode))
+        self._call("SETPERMISSION", hpath, lambda c: c.set_permission(hpath, mode))
+
     def rename(self, src: str, dst: str) -> None:
         """Move ``src`` to ``dst`` in one step; FileExistsError if ``dst`` exists (never into it)."""
         (_, _, hsrc), (_, _, hdst) = split_uri(src), split_uri(dst)
@@ -414,7 +444,7 @@ class WebHDFSStorage:
 
     def _walk(self, hpath: str, rel: str) -> Iterator[tuple[str, dict[str, Any]]]:
         yield rel, {"type": "DIRECTORY"}
-        for entry in self._statuses(posixpath.join(hpath, rel) if rel else hpath) or []:
+        for entry in self._statuses(posixpath.join(hpath, rel) if rel else hpath, strict=True) or []:
             child = posixpath.join(rel, entry["pathSuffix"]) if rel else entry["pathSuffix"]
             if entry["type"] == "DIRECTORY":
                 yield from self._walk(hpath, child)

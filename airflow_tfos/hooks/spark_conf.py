@@ -8,6 +8,7 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import io
+import logging
 import math
 import os
 import re
@@ -18,6 +19,8 @@ from pathlib import Path
 from typing import Any
 
 from airflow_tfos.hooks.local import check_tag
+
+log = logging.getLogger(__name__)
 
 #: The environment variable that carries the WebHDFS settings (JSON) to the driver and executors.
 WEBHDFS_ENV = "AIRFLOW_TFOS_WEBHDFS"
@@ -329,20 +332,41 @@ def runtime_files(package_dir: Path | None = None) -> list[Path]:
 
 
 def runtime_zip(cache_dir: str | Path, package_dir: Path | None = None) -> Path:
-    """A zip of :func:`runtime_files` for ``--py-files``, built once per content (its hash is in the name)."""
+    """A zip of :func:`runtime_files` for ``--py-files``, named by its content's hash; a cached one is shipped only
+    if it holds exactly what is built now (else it is written again)."""
     root = package_dir or Path(importlib.util.find_spec("airflow_tfos").origin).parent
     files = [(f"airflow_tfos/{p.relative_to(root).as_posix()}", p.read_bytes()) for p in runtime_files(root)]
     digest = hashlib.sha256()
     for name, data in files:
         digest.update(name.encode() + b"\0" + hashlib.sha256(data).digest())
     target = Path(cache_dir) / f"airflow_tfos-runtime-{digest.hexdigest()[:16]}.zip"
-    if not target.exists():
-        buffer = io.BytesIO()
-        with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as archive:
-            for name, data in files:
-                archive.writestr(zipfile.ZipInfo(name, date_time=(1980, 1, 1, 0, 0, 0)), data)
-        _write_atomically(target, buffer.getvalue())
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as archive:
+        for name, data in files:
+            archive.writestr(zipfile.ZipInfo(name, date_time=(1980, 1, 1, 0, 0, 0)), data)
+    _ensure_cached(target, buffer.getvalue())
     return target
+
+
+def _ensure_cached(target: Path, data: bytes, mode: int = 0o644) -> None:
+    """Write ``data`` to ``target`` unless it is a plain file holding exactly ``data`` (by SHA-256) with ``mode``."""
+    try:
+        same = (
+            not target.is_symlink()
+            and target.stat().st_mode & 0o777 == mode
+            and hashlib.sha256(target.read_bytes()).digest() == hashlib.sha256(data).digest()
+        )
+    except FileNotFoundError:
+        _write_atomically(target, data, mode)
+        return
+    except OSError as exc:
+        log.warning("cannot check the cached %s (%s): writing it again", target, exc)
+        same = False
+    if not same:
+        log.warning(
+            "the cached %s does not hold what its name says (changed since it was written): writing it again", target
+        )
+        _write_atomically(target, data, mode)
 
 
 def _write_atomically(target: Path, data: bytes, mode: int = 0o644) -> None:
@@ -354,8 +378,7 @@ def _write_atomically(target: Path, data: bytes, mode: int = 0o644) -> None:
 
 
 def cached_file(cache_dir: str | Path, name: str, text: str, mode: int = 0o644) -> Path:
-    """``text`` written once to ``<cache_dir>/<content hash>/<name>``."""
+    """``text`` in ``<cache_dir>/<content hash>/<name>``, checked (content and mode) each time it is asked for."""
     target = Path(cache_dir) / hashlib.sha256(text.encode()).hexdigest()[:16] / name
-    if not target.exists():
-        _write_atomically(target, text.encode(), mode)
+    _ensure_cached(target, text.encode(), mode)
     return target

@@ -240,6 +240,7 @@ class TFoSHook(BaseHook):
         tf_memory_mb: int | None = None,
         gpus_per_node: int = 0,
         conf: dict[str, str] | None = None,
+        spec_hash: str | None = None,
     ) -> str:
         """Submit the driver on ``run_dir`` (its spec.json must be written); return the application id.
 
@@ -257,6 +258,10 @@ class TFoSHook(BaseHook):
             ``spark.executor.memoryOverhead`` (with 512 MiB for the PySpark worker).
         :param gpus_per_node: GPUs for each TF node (the spec's ``gpus_per_node``).
         :param conf: more Spark settings for this submission.
+        :param spec_hash: the hash of the spec.json that was written (:func:`~airflow_tfos.rundir.spec_digest`, or
+            :meth:`RunDir.write_spec`'s shorter answer). It goes
+            on the driver's command line (``--spec-hash``), out of the run directory's reach: the driver refuses
+            a spec.json changed after submission. None: the driver runs whatever spec.json holds.
         """
         tag = check_tag(tag)
         backend = self.backend
@@ -283,6 +288,8 @@ class TFoSHook(BaseHook):
             settings = {**_packed_env_conf(backend), **settings}
         application = str(cached_file(self._cache_dir, LAUNCHER_NAME, _LAUNCHER))
         args = ["--run-dir", run_dir, "--heartbeat-secs", str(self.heartbeat_secs)]
+        if spec_hash:
+            args += ["--spec-hash", spec_hash]
         secret_env = self._secret_env()
         if backend == "yarn":
             limit = self.yarn_hook.get_max_allocation()

@@ -21,7 +21,7 @@ from airflow_tfos.hooks.apps import ApplicationClient
 from airflow_tfos.hooks.run_dir import RunDirHook, RunWatch
 from airflow_tfos.hooks.state import AppState
 from airflow_tfos.links.tfos import TRACKING_URL_KEY, SparkApplicationLink, TrainingReportLink
-from airflow_tfos.operators.train import resolve_run_dir, templated
+from airflow_tfos.operators.run_dirs import resolve_run_dir, templated
 from airflow_tfos.runs import RunConfigError, check_run_dir, run_key, run_tag, safe_name
 from airflow_tfos.sensors.tfos import application_failure
 from airflow_tfos.spec import SpecError, check_data
@@ -35,7 +35,11 @@ if TYPE_CHECKING:
 class _RunTaskOperator(BaseOperator):
     """A task acting on the application that works on ``run_dir``, or on the default run directory of the
     launch task ``launch_task_id`` in the same DAG run (found as the launch task found it, with no XCom: a
-    shutdown with ``trigger_rule="all_done"`` runs even when the launch failed before pushing anything)."""
+    shutdown with ``trigger_rule="all_done"`` runs even when the launch failed before pushing anything).
+
+    A templated ``run_dir`` must render to a folder under ``[tfos] run_dir_base`` unless
+    ``allow_run_dir_outside_base`` (it may come from ``dag_run.conf``); ``..`` is never accepted.
+    """
 
     template_fields: Sequence[str] = ("run_dir", "application_id")
     operator_extra_links = (SparkApplicationLink(), TrainingReportLink())
@@ -50,6 +54,7 @@ class _RunTaskOperator(BaseOperator):
         yarn_conn_id: str = "yarn_default",
         webhdfs_conn_id: str | None = None,
         poll_interval: float = 10.0,
+        allow_run_dir_outside_base: bool = False,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -59,6 +64,8 @@ class _RunTaskOperator(BaseOperator):
                 f"{where}: give run_dir (the launch task's run directory) or launch_task_id (the launch task, "
                 "whose default run directory in this DAG run is used), not both or neither"
             )
+        self.allow_run_dir_outside_base = allow_run_dir_outside_base
+        self._run_dir_as_written = run_dir  # before rendering: whether it is templated
         if run_dir is not None and not templated(run_dir):
             check_run_dir(run_dir, f"{where}: run_dir")
         self.run_dir = run_dir
@@ -80,8 +87,15 @@ class _RunTaskOperator(BaseOperator):
         return RunDirHook(self.run_dir, webhdfs_conn_id=self.webhdfs_conn_id)
 
     def resolve(self, context: Context) -> str:
-        """The run directory this task acts on (``run_dir`` rendered, else the launch task's default one)."""
-        self.run_dir = resolve_run_dir(self.run_dir, context, self.launch_task_id)
+        """The run directory this task acts on: ``run_dir`` rendered, normalised and checked against
+        ``[tfos] run_dir_base``, else the launch task's default one."""
+        self.run_dir = resolve_run_dir(
+            self.run_dir,
+            context,
+            task_id=self.launch_task_id,
+            as_written=self._run_dir_as_written,
+            allow_outside_base=self.allow_run_dir_outside_base,
+        )
         return self.run_dir
 
     def live_application(self) -> AppState | None:

@@ -11,6 +11,7 @@ from airflow.sdk.exceptions import AirflowException
 
 from airflow_tfos.hooks.registry import ModelRegistryHook
 from airflow_tfos.hooks.run_dir import RunDirHook
+from airflow_tfos.operators.run_dirs import resolve_run_dir
 from airflow_tfos.registry import RegistryError, decide
 
 if TYPE_CHECKING:
@@ -40,6 +41,8 @@ class TFoSPublishModelOperator(BaseOperator):
     :param fail_if_worse: fail the task (instead of succeeding with ``published: False``) when the
         candidate is worse.
     :param webhdfs_conn_id: the ``webhdfs`` connection for HDFS run directories and registries.
+    :param allow_run_dir_outside_base: let a templated ``run_dir`` render to a folder outside
+        ``[tfos] run_dir_base`` (by default it must be inside: it may come from ``dag_run.conf``).
     """
 
     template_fields: Sequence[str] = ("run_dir", "registry", "version")
@@ -56,9 +59,12 @@ class TFoSPublishModelOperator(BaseOperator):
         tolerance: float = 0.0,
         fail_if_worse: bool = False,
         webhdfs_conn_id: str | None = None,
+        allow_run_dir_outside_base: bool = False,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
+        self.allow_run_dir_outside_base = allow_run_dir_outside_base
+        self._run_dir_as_written = run_dir  # before rendering: whether it is templated
         if tolerance < 0:
             raise ValueError(f"TFoSPublishModelOperator {self.task_id!r}: tolerance must be >= 0, got {tolerance}")
         self.run_dir = run_dir
@@ -79,6 +85,12 @@ class TFoSPublishModelOperator(BaseOperator):
         return ModelRegistryHook(self.registry, webhdfs_conn_id=self.webhdfs_conn_id)
 
     def execute(self, context: Context) -> dict[str, Any]:
+        self.run_dir = resolve_run_dir(
+            self.run_dir,
+            context,
+            as_written=self._run_dir_as_written,
+            allow_outside_base=self.allow_run_dir_outside_base,
+        )
         rundir = self.run_dir_hook.rundir
         export = rundir.export_success()
         if export is None:

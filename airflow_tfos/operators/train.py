@@ -25,7 +25,6 @@ task's result, which the mixin returns as is when it reconnects.
 
 from __future__ import annotations
 
-import json
 import os
 import time
 from collections.abc import Callable, Sequence
@@ -48,8 +47,9 @@ from airflow_tfos.links.tfos import (
     TensorBoardLink,
     TrainingReportLink,
 )
-from airflow_tfos.rundir import spec_hash
-from airflow_tfos.runs import RunConfigError, check_run_dir, default_run_dir, pick_winner, run_tag
+from airflow_tfos.operators.run_dirs import resolve_run_dir, templated
+from airflow_tfos.rundir import spec_digest, spec_hash
+from airflow_tfos.runs import RunConfigError, check_run_dir, pick_winner, run_tag
 from airflow_tfos.spec import INPUT_MODES, SpecError, parse_spec, split_import_path
 from airflow_tfos.triggers.tfos import TFoSApplicationTrigger, TFoSRunDirTrigger, progress_line
 
@@ -71,30 +71,6 @@ STATE_APPLICATION_ID = "tfos_application_id"
 REPORT_PATH = "report/report.html"
 #: What :meth:`_TFoSRunOperator.get_job_status` answers for an application the cluster no longer knows.
 UNKNOWN_STATUS = "UNKNOWN"
-
-
-def templated(value: Any) -> bool:
-    """Whether ``value`` still holds Jinja (not rendered yet, so it cannot be checked at parse time)."""
-    return "{{" in json.dumps(value, default=str)
-
-
-def run_dir_base() -> str:
-    """Where default run directories go: ``[tfos] run_dir_base``, ``$AIRFLOW_TFOS_RUN_DIR_BASE``, else
-    ``$AIRFLOW_HOME/tfos-runs``."""
-    configured = conf.get("tfos", "run_dir_base", fallback=None) or os.environ.get("AIRFLOW_TFOS_RUN_DIR_BASE")
-    if configured:
-        return configured
-    home = os.environ.get("AIRFLOW_HOME") or os.path.join(os.path.expanduser("~"), "airflow")
-    return os.path.join(home, "tfos-runs")
-
-
-def resolve_run_dir(run_dir: str | None, context: Context, task_id: str | None = None) -> str:
-    """``run_dir`` as given, else the default one of this task (or of task ``task_id``) in this DAG run."""
-    if run_dir:
-        check_run_dir(run_dir)
-        return run_dir.rstrip("/")
-    ti, dag_run = context["ti"], context["dag_run"]
-    return default_run_dir(run_dir_base(), ti.dag_id, task_id or ti.task_id, dag_run.logical_date, dag_run.run_id)
 
 
 class _TFoSRunOperator(ResumableJobMixin, BaseOperator):
@@ -161,9 +137,12 @@ class _TFoSRunOperator(ResumableJobMixin, BaseOperator):
         files: str | list[str] | None = None,
         packed_env: str | None = None,
         ship_code: bool = True,
+        allow_run_dir_outside_base: bool = False,
         **kwargs: Any,
     ) -> None:
         super().__init__(durable=durable, **kwargs)
+        self.allow_run_dir_outside_base = allow_run_dir_outside_base
+        self._run_dir_as_written = run_dir  # before rendering: whether it is templated
         try:
             self.train_fn = import_path_of(train_fn) if train_fn is not None else None
         except UserCodeError as exc:
@@ -298,6 +277,15 @@ class _TFoSRunOperator(ResumableJobMixin, BaseOperator):
             self.log.info("shipping your code with --py-files: %s", shipped.describe())
         return shipped
 
+    def resolve_run_dir(self, context: Context) -> str:
+        """The rendered ``run_dir`` (or the default), checked: see :func:`resolve_run_dir`."""
+        return resolve_run_dir(
+            self.run_dir,
+            context,
+            as_written=self._run_dir_as_written,
+            allow_outside_base=self.allow_run_dir_outside_base,
+        )
+
     # --- hooks ------------------------------------------------------------------------------------------
 
     @cached_property
@@ -326,7 +314,7 @@ class _TFoSRunOperator(ResumableJobMixin, BaseOperator):
 
     def prepare(self, context: Context) -> dict[str, Any] | None:
         """Resolve the run directory and check the spec; return the result if this request is done already."""
-        self.run_dir = resolve_run_dir(self.run_dir, context)
+        self.run_dir = self.resolve_run_dir(context)
         context["ti"].xcom_push(key=RUN_DIR_KEY, value=self.run_dir)
         context["ti"].xcom_push(key=REPORT_URL_KEY, value=self.rundir.path(REPORT_PATH))
         spec = self.build_spec()
@@ -416,7 +404,7 @@ class _TFoSRunOperator(ResumableJobMixin, BaseOperator):
         ti = context["ti"]
         rundir.add_event("submit", try_number=ti.try_number, resume_step=latest.step if latest else 0)
         try:
-            app_id = self._submit_application(tag, ti)
+            app_id = self._submit_application(tag, ti, spec_digest(spec))
         except ApplicationAlreadyRunningError as exc:
             # another try of this task submitted first (the local backend's per-tag lock said so)
             self.log.warning("%s: attaching to the application already running", exc)
@@ -436,7 +424,7 @@ class _TFoSRunOperator(ResumableJobMixin, BaseOperator):
         rundir.add_event(SUBMITTED_EVENT, application_id=app_id, try_number=ti.try_number)
         return self.hook.get_state(app_id)
 
-    def _submit_application(self, tag: str, ti: Any) -> str:
+    def _submit_application(self, tag: str, ti: Any, digest: str) -> str:
         return self.hook.submit(
             self.run_dir,
             tag=tag,
@@ -447,6 +435,7 @@ class _TFoSRunOperator(ResumableJobMixin, BaseOperator):
             tf_memory_mb=self.tf_memory_mb,
             gpus_per_node=self.gpus_per_node,
             conf=self.conf,
+            spec_hash=digest,
         )
 
     # --- waiting ----------------------------------------------------------------------------------------
@@ -547,7 +536,7 @@ class _TFoSRunOperator(ResumableJobMixin, BaseOperator):
         )
 
     def execute_complete(self, context: Context, event: dict[str, Any]) -> Any:
-        self.run_dir = resolve_run_dir(self.run_dir, context)
+        self.run_dir = self.resolve_run_dir(context)
         if event.get("status") != "done":
             raise AirflowException(f"lost track of the application: {event.get('message')}")
         app = AppState.from_json(event["app"])
@@ -600,7 +589,10 @@ class TFoSTrainOperator(_TFoSRunOperator):
     :param data: what to train on (templated): ``{"format": "parquet"|"csv"|"table"|"tfrecord"|"function", ...}``.
     :param validation_data: fed beside ``data`` in SPARK mode (templated).
     :param feed: how Spark feeds: ``{"features": [...], "label": ..., "batch_size": ...}`` (templated).
-    :param run_dir: the run directory (templated); default ``<run_dir_base>/<dag>/<task>/<logical date>``.
+    :param run_dir: the run directory (templated); default ``<run_dir_base>/<dag>/<task>/<logical date>``. No
+        ``..``; a templated one must render to a folder under ``[tfos] run_dir_base``.
+    :param allow_run_dir_outside_base: let a templated ``run_dir`` render to a folder outside
+        ``[tfos] run_dir_base`` (only when nobody but the DAG's authors decides what it renders to).
     :param warm_start: an exported model to start from, e.g. the previous day's (templated).
     :param num_ps: parameter servers. :param master_node: ``chief``/``master``/None.
     :param eval_node: add an evaluator node.
@@ -705,7 +697,7 @@ class TFoSLaunchClusterOperator(_TFoSRunOperator):
         self.rundir.add_event("launch_failed", application_id=app_id, state=state.state)
 
     def launch_complete(self, context: Context, event: dict[str, Any]) -> Any:
-        self.run_dir = resolve_run_dir(self.run_dir, context)
+        self.run_dir = self.resolve_run_dir(context)
         if event.get("status") == "done":  # the backend's id, not the one the driver knows itself by
             app_id = self.submitted_application() or event["result"].get("application_id")
             return {"application_id": app_id, "run_dir": self.run_dir}

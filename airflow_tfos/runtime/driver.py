@@ -11,7 +11,9 @@ report (``report/report.html``, :mod:`airflow_tfos.report`; best effort) and exi
 
 - 0: trained (or already exported for this spec, or stopped on request);
 - 1: training failed (the error is in status.json and on stderr; checkpoints are kept);
-- 2: the spec, the training function or the input cannot be used.
+- 2: the spec, the training function or the input cannot be used, or spec.json is not the spec that was
+  submitted (``--spec-hash``, given by the hook, differs from its content's hash, or so does its stored
+  ``spec_hash``): then nothing named in it is imported.
 
 A feed request whose own input cannot be used (its data, columns, fields) fails alone: it is marked
 done with ``error`` and ``exit_code`` 2, and the driver goes on serving. Whatever ends the driver,
@@ -28,7 +30,7 @@ import threading
 import time
 from typing import Any
 
-from airflow_tfos.rundir import RunDir, RunDirError, spec_hash
+from airflow_tfos.rundir import RunDir, RunDirError, verified_spec_hash
 from airflow_tfos.runtime.errors import ClusterConfigError, RunCancelledError, TFoSRuntimeError
 from airflow_tfos.runtime.feed.plan import Feed, FeedConfigError
 from airflow_tfos.runtime.launcher import TFClusterRun
@@ -318,9 +320,19 @@ def run_inference_job(spark, spec: RunSpec) -> dict[str, Any]:
 
 
 def run_driver(
-    run_dir: str, *, master: str | None = None, conf: dict[str, str] | None = None, heartbeat_secs: float = 10.0
+    run_dir: str,
+    *,
+    master: str | None = None,
+    conf: dict[str, str] | None = None,
+    heartbeat_secs: float = 10.0,
+    expected_spec_hash: str | None = None,
 ) -> int:
-    """Run the spec in ``run_dir``; return the exit code (see the module's docstring)."""
+    """Run the spec in ``run_dir``; return the exit code (see the module's docstring).
+
+    ``expected_spec_hash`` (``--spec-hash``, given by the submitting hook) must be the hash of spec.json's
+    content, else nothing of the spec is imported or run (exit 2). Without it the hash is recomputed and
+    checked against the one spec.json holds only.
+    """
     try:
         rundir = RunDir(run_dir)
         raw = rundir.read_spec()
@@ -330,7 +342,9 @@ def run_driver(
         return _fail(rundir, f"no spec.json in {run_dir}: write the spec first", EXIT_BAD_INPUT)
     try:
         spec = parse_spec(raw)
-        digest = spec.spec_hash or spec_hash(raw)
+        digest = verified_spec_hash(raw, expected_spec_hash)
+        if expected_spec_hash is None:
+            log.warning("spec.json (spec %s) was not verified: no --spec-hash was given", digest)
         done = rundir.export_success()
         if done and done.get("spec_hash") == digest:
             log.info("already exported for spec %s at step %s: nothing to do", digest, done.get("step"))
@@ -474,6 +488,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE", help="Spark setting")
     parser.add_argument("--heartbeat-secs", type=float, default=10.0, help="how often status.json is updated")
     parser.add_argument(
+        "--spec-hash",
+        metavar="HASH",
+        help="the hash of the spec that was submitted: a spec.json whose content hashes otherwise is refused "
+        "(exit 2) before anything named in it is imported; without it, spec.json is not verified",
+    )
+    parser.add_argument(
         "--webhdfs-config",
         metavar="JSON",
         help="HDFS settings (a WebHDFSConfig JSON) for hdfs:// paths; default: $AIRFLOW_TFOS_WEBHDFS",
@@ -488,7 +508,13 @@ def main(argv: list[str] | None = None) -> int:
         except WebHDFSConfigError as exc:
             return _fail(None, f"--webhdfs-config: {exc}", EXIT_BAD_INPUT)
     conf = dict(item.split("=", 1) for item in options.conf)
-    return run_driver(options.run_dir, master=options.master, conf=conf, heartbeat_secs=options.heartbeat_secs)
+    return run_driver(
+        options.run_dir,
+        master=options.master,
+        conf=conf,
+        heartbeat_secs=options.heartbeat_secs,
+        expected_spec_hash=options.spec_hash,
+    )
 
 
 if __name__ == "__main__":

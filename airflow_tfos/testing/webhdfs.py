@@ -16,6 +16,13 @@ is a file or its parent is missing, and an existing directory as destination rec
 with ``renameoptions=NONE|OVERWRITE``: rename2, an empty 200 or ``FileAlreadyExistsException``);
 DELETE (``recursive``), MKDIRS, GETFILESTATUS, LISTSTATUS, GETCONTENTSUMMARY, GETHOMEDIRECTORY.
 
+Permissions: ``permission`` (octal) on MKDIRS and CREATE, and SETPERMISSION (owner or superuser only),
+are kept and reported in ``FileStatus.permission``; a directory created by MKDIRS with a permission gives
+its new parents that permission plus ``u+wx``, as HDFS does. Only permissions set that way are enforced:
+a user who does not own such a path (and is not the superuser) needs its ``other`` bits (``x`` on the
+directories above, ``r``/``w`` on the path itself), else ``AccessControlException``. Groups are not
+emulated (nobody but the owner is in a path's group).
+
 HA and faults, for tests of clients: ``namenodes=2`` starts an active and a standby namenode (the
 standby answers every request with ``StandbyException``, HTTP 403, as Hadoop does) and
 :meth:`WebHDFSEmulator.fail_over` swaps them. Each fault switch is bounded by a count: the next N
@@ -24,7 +31,7 @@ matching answers are an HTTP error (:meth:`~WebHDFSEmulator.fail_next`), a dropp
 body that is not JSON (:meth:`~WebHDFSEmulator.malformed_next`). :meth:`~WebHDFSEmulator.make_read_only`
 makes writes under a path fail with ``AccessControlException`` (403) for one user or all.
 
-Not emulated: Kerberos/SPNEGO, delegation tokens, ACLs, xattrs, snapshots, quotas, block locations.
+Not emulated: Kerberos/SPNEGO, delegation tokens, umask, groups, ACLs, xattrs, snapshots, quotas, block locations.
 """
 
 from __future__ import annotations
@@ -96,6 +103,7 @@ class WebHDFSEmulator:
         self._lock = threading.RLock()
         self._faults: list[_Fault] = []
         self._owners: dict[str, str] = {}
+        self._modes: dict[str, int] = {}  # permissions given by clients (MKDIRS, CREATE, SETPERMISSION)
         self._read_only: list[tuple[str, str | None, bool]] = []
         self._stopping = threading.Event()
         self._servers: list[Server] = []
@@ -235,7 +243,28 @@ class WebHDFSEmulator:
 
     # --- the file system -------------------------------------------------------------------------------
 
+    def permission(self, path: str) -> str:
+        """The octal permission that GETFILESTATUS reports for ``path`` (for tests)."""
+        with self._lock:
+            return self._status(normalize(path))["permission"]
+
     def _check_access(self, path: str, user: str, *, write: bool) -> None:
+        if user != self.superuser:
+            parts = [p for p in path.split("/") if p]
+            for i in range(len(parts) + 1):
+                inode = "/" + "/".join(parts[:i])
+                mode = self._modes.get(inode)
+                if mode is None or self._owners.get(inode, self.superuser) == user:
+                    continue
+                access, bit = ("EXECUTE", 0o001) if i < len(parts) else ("WRITE", 0o002) if write else ("READ", 0o004)
+                if not mode & bit:
+                    kind = "d" if os.path.isdir(self.local_path(inode)) else "-"
+                    rwx = "".join(c if mode & (1 << (8 - j)) else "-" for j, c in enumerate("rwxrwxrwx"))
+                    raise RemoteError(
+                        "AccessControlException",
+                        f'Permission denied: user={user}, access={access}, inode="{inode}":'
+                        f"{self._owners.get(inode, self.superuser)}:{SUPERGROUP}:{kind}{rwx}",
+                    )
         for prefix, who, unreadable in self._read_only:
             inside = path == prefix or path.startswith(prefix.rstrip("/") + "/")
             if inside and who in (None, user) and (write or unreadable):
@@ -260,7 +289,7 @@ class WebHDFSEmulator:
             "modificationTime": int(st.st_mtime * 1000),
             "owner": self._owners.get(path, self.superuser),
             "pathSuffix": suffix,
-            "permission": "755" if is_dir else "644",
+            "permission": format(self._modes[path], "o") if path in self._modes else "755" if is_dir else "644",
             "replication": 0 if is_dir else 1,
             "storagePolicy": 0,
             "type": "DIRECTORY" if is_dir else "FILE",
@@ -272,11 +301,14 @@ class WebHDFSEmulator:
             raise RemoteError("FileNotFoundException", message)
         return local
 
-    def _parent_dirs(self, path: str, user: str) -> None:
-        """Create the parents of ``path`` as HDFS does on CREATE and MKDIRS; a file on the way is an error."""
+    def _parent_dirs(self, path: str, user: str, mode: int | None = None) -> None:
+        """Create the parents of ``path`` as HDFS does on CREATE and MKDIRS; a file on the way is an error.
+
+        With ``mode`` (MKDIRS with a permission), the last one created gets it, the others ``mode | u+wx``.
+        """
         parts = [p for p in path.split("/") if p]
         current = ""
-        for part in parts[:-1]:
+        for i, part in enumerate(parts[:-1]):
             current = f"{current}/{part}"
             local = self.local_path(current)
             if os.path.isfile(local):
@@ -284,10 +316,29 @@ class WebHDFSEmulator:
             if not os.path.isdir(local):
                 os.mkdir(local)
                 self._owners.setdefault(current, user)
+                if mode is not None:
+                    self._modes[current] = mode if i == len(parts) - 2 else mode | 0o300
+
+    @staticmethod
+    def _mode(query: dict[str, str]) -> int | None:
+        """The ``permission`` parameter (octal, 0-1777), or None when absent."""
+        value = query.get("permission")
+        if value is None or value == "":
+            return None
+        try:
+            mode = int(value, 8)
+        except ValueError:
+            mode = -1
+        if not 0 <= mode <= 0o1777:
+            raise RemoteError(
+                "IllegalArgumentException", f'Invalid value for webhdfs parameter "permission": "{value}" is not octal'
+            )
+        return mode
 
     def _move_owners(self, src: str, dst: str) -> None:
-        for key in [k for k in self._owners if k == src or k.startswith(src + "/")]:
-            self._owners[dst + key[len(src) :]] = self._owners.pop(key)
+        for table in (self._owners, self._modes):
+            for key in [k for k in table if k == src or k.startswith(src + "/")]:
+                table[dst + key[len(src) :]] = table.pop(key)
 
     def _rename(self, src: str, dst: str, options: set[str]) -> dict[str, Any] | None:
         src_local, dst_local = self.local_path(src), self.local_path(dst)
@@ -364,8 +415,19 @@ class WebHDFSEmulator:
                 local = self.local_path(path)
                 if os.path.isfile(local):
                     raise RemoteError("FileAlreadyExistsException", f"Path is not a directory: {path}")
-                self._parent_dirs(path + "/x", user)
+                self._parent_dirs(path + "/x", user, self._mode(query))
                 return 200, {"boolean": True}, {}
+            if op == "SETPERMISSION":
+                self._require(path, f"File does not exist: {path}")
+                mode = self._mode(query)
+                owner = self._owners.get(path, self.superuser)
+                if user not in (owner, self.superuser):
+                    raise RemoteError(
+                        "AccessControlException", f"Permission denied. user={user} is not the owner of inode={path}"
+                    )
+                if mode is not None:
+                    self._modes[path] = mode
+                return 200, None, {}
             if op == "DELETE":
                 local = self.local_path(path)
                 if path == "/" or not os.path.exists(local):
@@ -378,8 +440,9 @@ class WebHDFSEmulator:
                     shutil.rmtree(local)
                 else:
                     os.remove(local)
-                for key in [k for k in self._owners if k == path or k.startswith(path + "/")]:
-                    del self._owners[key]
+                for table in (self._owners, self._modes):
+                    for key in [k for k in table if k == path or k.startswith(path + "/")]:
+                        del table[key]
                 return 200, {"boolean": True}, {}
             if op == "RENAME":
                 if "destination" not in query:
@@ -416,6 +479,11 @@ class WebHDFSEmulator:
                     raise RemoteError("FileAlreadyExistsException", f"{path} for client 127.0.0.1 already exists")
                 self._parent_dirs(path, user)
                 self._owners[path] = user
+                mode = self._mode(query)
+                if mode is not None:
+                    self._modes[path] = mode
+                else:
+                    self._modes.pop(path, None)
             elif not os.path.isfile(local):
                 raise RemoteError("FileNotFoundException", f"File does not exist: {path}")
             stream = open(local, "wb" if op == "CREATE" else "ab")  # noqa: SIM115 - closed below

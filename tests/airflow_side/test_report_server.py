@@ -237,7 +237,7 @@ def test_serves_a_run_directory_on_hdfs(client, monkeypatch):
         hosts = ",".join(u.split("://", 1)[1] for u in emu.urls)
         set_connection(monkeypatch, "hdfs_reports", host=hosts, login="airflow", extra={"retries": 1})
         run_dir = "hdfs://prod/runs/digits/2026-11-22"
-        make_run_dir_on(WebHDFSStorage(emu.config()), run_dir)
+        make_run_dir_on(WebHDFSStorage(emu.config(user="airflow")), run_dir)  # private to the connection's user
         page = get(client, report_link(run_dir, "hdfs_reports"))
         assert page.status_code == 200, page.text
         assert page.content == PAGE and page.headers["content-type"] == "text/html; charset=utf-8"
