@@ -93,7 +93,10 @@ def resolve_run_dir(run_dir: str | None, context: Context) -> str:
         check_run_dir(run_dir)
         return run_dir.rstrip("/")
     ti, dag_run = context["ti"], context["dag_run"]
-    return default_run_dir(run_dir_base(), ti.dag_id, ti.task_id, dag_run.logical_date, dag_run.run_id)
+    map_index = getattr(ti, "map_index", None)
+    return default_run_dir(
+        run_dir_base(), ti.dag_id, ti.task_id, dag_run.logical_date, dag_run.run_id, map_index=map_index
+    )
 
 
 class _TFoSRunOperator(ResumableJobMixin, BaseOperator):
@@ -271,16 +274,45 @@ class _TFoSRunOperator(ResumableJobMixin, BaseOperator):
         return done if done is not None else self.execute_resumable(context)
 
     def submit_job(self, context: Context) -> str:
-        """Reattach to a live application carrying the run's tag, else write the spec and submit one."""
-        live = self.hook.find_live(run_tag(self.run_dir))
+        """Reattach to a live application carrying the run's tag that works on this spec, else write the spec
+        and submit one (a live application of another spec is killed first)."""
+        digest = spec_hash(self.build_spec())
+        live = [app for app in self.hook.find_live(run_tag(self.run_dir)) if self.works_on_spec(app, digest)]
         if live:
             winner = pick_winner([a.app_id for a in live])
             self.log.info("reattaching to application %s, which already works on %s", winner, self.run_dir)
             self._app = next(a for a in live if a.app_id == winner)
         else:
-            spec = self.build_spec()
-            self._app = self._submit(context, spec, spec_hash(spec))
+            self._app = self._submit(context, self.build_spec(), digest)
         return self._app.app_id
+
+    def application_spec_hash(self, app: AppState) -> str | None:
+        """The spec hash ``app`` works on: status.json's when the driver wrote it under ``app``'s id (YARN),
+        else spec.json's (rewritten only right before a submission, so it is what ``app`` read at its start)."""
+        rundir = self.rundir
+        status = rundir.read_status() or {}
+        if status.get("application_id") == app.app_id and status.get("spec_hash"):
+            return status["spec_hash"]
+        for event in reversed(rundir.events("application")):
+            if event.get("application_id") == app.app_id and event.get("spec_hash"):
+                return event["spec_hash"]
+        return (rundir.read_spec() or {}).get("spec_hash")
+
+    def works_on_spec(self, app: AppState, digest: str) -> bool:
+        """Whether the live ``app`` works on spec ``digest``; if it works on another one, kill it (False)."""
+        found = self.application_spec_hash(app)
+        if found == digest:
+            return True
+        self.log.warning(
+            "application %s works on spec %s of %s, not on this task's spec %s: killing it (a new one resumes "
+            "from the latest checkpoint)",
+            app.app_id,
+            found,
+            self.run_dir,
+            digest,
+        )
+        self.hook.kill(app.app_id)
+        return False
 
     def get_job_status(self, external_id: Any, context: Context) -> str:
         """``RUNNING``, ``FINISHED/FAILED``...; :data:`UNKNOWN_STATUS` when the cluster forgot the application."""
@@ -289,6 +321,8 @@ class _TFoSRunOperator(ResumableJobMixin, BaseOperator):
         except Exception as exc:
             self.log.warning("cannot look up application %s kept from an earlier try: %s", external_id, exc)
             return UNKNOWN_STATUS
+        if not app.is_terminal and not self.works_on_spec(app, spec_hash(self.build_spec())):
+            app = self.hook.get_state(app.app_id)  # killed: the mixin submits anew
         self._app = app
         return f"{app.state}/{app.final_status}" if app.is_terminal else app.state
 
@@ -333,6 +367,7 @@ class _TFoSRunOperator(ResumableJobMixin, BaseOperator):
                 digest,
             )
         rundir.write_spec(spec)
+        rundir.clear_stop()  # a stop request left for an earlier application must not stop this one
         latest = rundir.latest_checkpoint()
         if latest:
             self.log.info("resuming from checkpoint step %d (%s)", latest.step, latest.path)
@@ -460,9 +495,12 @@ class _TFoSRunOperator(ResumableJobMixin, BaseOperator):
             self.log.info("application %s ended %s: %s", app.app_id, app.state, line)
         if app.is_successful:
             result = self.result(app, digest)
-            if result["export_path"] is None:
-                self.log.warning(
-                    "application %s succeeded without exporting a model (call export_model in train_fn)", app.app_id
+            if result["export_path"] is None and not self.serve:
+                state = (self.rundir.read_status() or {}).get("state")
+                raise AirflowException(
+                    f"application {app.app_id} ended {app.state}/{app.final_status} (run state {state}) without an "
+                    f"export of this task's spec {digest} in {self.rundir.path('export')}: call export_model in "
+                    "train_fn; if it was stopped, clear the task to resume from the latest checkpoint"
                 )
             return result
         status = self.rundir.read_status() or {}

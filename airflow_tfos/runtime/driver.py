@@ -35,6 +35,8 @@ log = logging.getLogger("airflow_tfos.driver")
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT = 0, 1, 2
 #: How often a serving driver looks for new feed requests.
 SERVE_POLL_SECS = 2.0
+#: When this driver process started: an unnamed stop request written before it was meant for an older one.
+_STARTED = time.time()
 
 
 def build_input(spark, data: dict[str, Any], what: str = "data"):
@@ -89,6 +91,12 @@ class _Watch(threading.Thread):
             return record
         return None
 
+    def stop_request(self) -> dict[str, Any] | None:
+        """A stop request meant for this application: one naming it (its Spark id, or the local backend's id
+        in ``$AIRFLOW_TFOS_LOCAL_APP``), or an unnamed one written after this driver started."""
+        ids = {str(self.base.get("application_id")), os.environ.get("AIRFLOW_TFOS_LOCAL_APP", "")} - {"", "None"}
+        return self.rundir.stop_requested(application_ids=frozenset(ids), started=_STARTED)
+
     def run(self) -> None:
         while not self.finished.wait(self.interval):
             try:
@@ -98,7 +106,7 @@ class _Watch(threading.Thread):
 
     def beat(self) -> None:
         step = self.step()
-        if self._stop_seen is None and self.rundir.stop_requested():
+        if self._stop_seen is None and self.stop_request():
             self._stop_seen = (time.monotonic(), step)
             self.stopping.set()
             log.info("stop requested: stopping after the next checkpoint (at most %.0f s)", self.spec.stop_grace_secs)
@@ -189,7 +197,7 @@ def _serve(spark, spec: RunSpec, rundir: RunDir, train_fn, watch: _Watch, digest
             result = _serve_feed(spark, spec, rundir, train_fn, watch, digest, request)
         if not pending:
             watch.stopping.wait(SERVE_POLL_SECS)
-            if rundir.stop_requested():
+            if watch.stop_request():
                 watch.stopping.set()
     log.info("stop requested: no more feeds are served")
     return result
