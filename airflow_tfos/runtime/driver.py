@@ -205,7 +205,7 @@ def _serve(spark, spec: RunSpec, rundir: RunDir, train_fn, watch: _Watch, digest
 
 def run_inference_job(spark, spec: RunSpec) -> dict[str, Any]:
     """Score ``spec.data`` with the SavedModel in ``spec.inference`` and write the predictions as Parquet."""
-    from airflow_tfos.runtime.inference import predict
+    from airflow_tfos.runtime.inference import predict, write_predictions
 
     job = spec.inference or {}
     frame = build_input(spark, spec.data, "data")
@@ -218,8 +218,7 @@ def run_inference_job(spark, spec: RunSpec) -> dict[str, Any]:
         signature=job.get("signature", "serving_default"),
         batch_size=int(job.get("batch_size", 1024)),
     )
-    scored.write.mode("overwrite").parquet(job["output_path"])
-    rows = spark.read.parquet(job["output_path"]).count()
+    rows = write_predictions(scored, job["output_path"])  # the previous predictions stay until these are whole
     log.info("wrote %d predictions to %s", rows, job["output_path"])
     return {"rows": rows, "output_path": job["output_path"]}
 
