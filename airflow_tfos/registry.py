@@ -153,9 +153,15 @@ class ModelRegistry:
         """The record of a copy of ``version`` (of ``spec_hash``; else the last one copied), or None when
         there is no complete copy."""
         if spec_hash is not None:
-            return self._read(self.path(VERSIONS, version, _spec_key(spec_hash), SUCCESS))
-        names = [n for n in self.storage.listdir(self.path(VERSIONS, version)) if not n.startswith(".")]
-        records = [r for r in (self._read(self.path(VERSIONS, version, n, SUCCESS)) for n in names) if r]
+            found = self._read(self.path(VERSIONS, version, _spec_key(spec_hash), SUCCESS))
+            legacy = None if found else self._read(self.path(VERSIONS, version, SUCCESS))
+            return found or (legacy if legacy and legacy.get("spec_hash") == spec_hash else None)
+        names = [n for n in self.storage.listdir(self.path(VERSIONS, version)) if n not in (MODEL, SUCCESS)]
+        records = [r for r in (self._read(self.path(VERSIONS, version, n, SUCCESS)) for n in names if n[0] != ".") if r]
+        legacy = self._read(
+            self.path(VERSIONS, version, SUCCESS)
+        )  # versions/<version>/_SUCCESS, before copies per spec
+        records += [legacy] if legacy else []
         return max(records, key=lambda r: r.get("copied_at") or 0) if records else None
 
     def add_version(self, version: str, export_path: str, source: Storage, record: dict[str, Any]) -> dict[str, Any]:

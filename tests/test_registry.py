@@ -112,3 +112,19 @@ def test_a_broken_current_json_says_what_to_fix(tmp_path):
     (tmp_path / "current.json").write_text("{not json")
     with pytest.raises(RegistryError, match="current.json is not valid JSON"):
         ModelRegistry(str(tmp_path)).current()
+
+
+def test_a_registry_written_before_copies_per_spec_is_still_read(tmp_path):
+    registry = ModelRegistry(str(tmp_path / "registry"))
+    old = {
+        "version": "20261120T000000",
+        "spec_hash": "h0",
+        "model_path": registry.path("versions", "20261120T000000", "model"),
+    }
+    registry.storage.write_bytes(registry.path("versions", "20261120T000000", "_SUCCESS"), json.dumps(old).encode())
+    assert registry.version("20261120T000000") == old == registry.version("20261120T000000", "h0")
+    assert registry.version("20261120T000000", "h1") is None
+    added = registry.add_version(
+        "20261120T000000", fake_export(str(tmp_path), "run1", "one"), LocalStorage(), {"spec_hash": "h1"}
+    )
+    assert registry.version("20261120T000000", "h1") == added and registry.version("20261120T000000", "h0") == old
