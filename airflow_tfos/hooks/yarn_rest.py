@@ -367,6 +367,11 @@ YARN_CONNECTION_TYPE: dict[str, Any] = {
             "description": "simple (user.name from Login) or kerberos (SPNEGO)",
             "schema": {"type": ["string", "null"], "default": "simple"},
         },
+        "application_user": {
+            "label": "Application user",
+            "description": "the user the run's applications run as; searches by tag match it (default: Login)",
+            "schema": {"type": ["string", "null"]},
+        },
         "verify": {
             "label": "Verify TLS",
             "description": "true, false, or the path of a CA bundle",
