@@ -194,6 +194,18 @@ class RunDir:
     def read_status(self) -> dict[str, Any] | None:
         return self._read_json(STATUS)
 
+    def application_spec_hash(self, app_id: str) -> str | None:
+        """The spec hash the application ``app_id`` works on: the one its driver recorded under that id
+        (status.json, the ``application`` event: YARN ids), else spec.json's (rewritten only right before a
+        submission, so it is what a live application read at its start)."""
+        status = self.read_status() or {}
+        if status.get("application_id") == app_id and status.get("spec_hash"):
+            return status["spec_hash"]
+        for event in reversed(self.events("application")):
+            if event.get("application_id") == app_id and event.get("spec_hash"):
+                return event["spec_hash"]
+        return (self.read_spec() or {}).get("spec_hash")
+
     # --- checkpoints ---------------------------------------------------------------------------------
 
     def checkpoint_staging(self, step: int) -> str:

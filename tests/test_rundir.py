@@ -221,3 +221,13 @@ def test_refused_hdfs_writes_are_a_clear_error(emulator):
     with pytest.raises(RunDirError, match="cannot write .*/locked/run/spec.json: .*HDFS refused"):
         rundir.write_spec({"a": 1})
     assert rundir.read_spec() is None  # reads are allowed; nothing half-written is there
+
+
+def test_the_spec_an_application_works_on(rundir):
+    rundir.write_spec({"train_fn": "a.b:c", "num_nodes": 2})
+    written = rundir.read_spec()["spec_hash"]
+    assert rundir.application_spec_hash("application_1_0001") == written  # not started: spec.json's
+    rundir.add_event("application", application_id="application_1_0001", spec_hash="older")
+    assert rundir.application_spec_hash("application_1_0001") == "older"  # what its driver read
+    rundir.write_status("RUNNING", application_id="application_1_0002", spec_hash="newer")
+    assert rundir.application_spec_hash("application_1_0002") == "newer"

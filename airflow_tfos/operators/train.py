@@ -286,21 +286,9 @@ class _TFoSRunOperator(ResumableJobMixin, BaseOperator):
             self._app = self._submit(context, self.build_spec(), digest)
         return self._app.app_id
 
-    def application_spec_hash(self, app: AppState) -> str | None:
-        """The spec hash ``app`` works on: status.json's when the driver wrote it under ``app``'s id (YARN),
-        else spec.json's (rewritten only right before a submission, so it is what ``app`` read at its start)."""
-        rundir = self.rundir
-        status = rundir.read_status() or {}
-        if status.get("application_id") == app.app_id and status.get("spec_hash"):
-            return status["spec_hash"]
-        for event in reversed(rundir.events("application")):
-            if event.get("application_id") == app.app_id and event.get("spec_hash"):
-                return event["spec_hash"]
-        return (rundir.read_spec() or {}).get("spec_hash")
-
     def works_on_spec(self, app: AppState, digest: str) -> bool:
         """Whether the live ``app`` works on spec ``digest``; if it works on another one, kill it (False)."""
-        found = self.application_spec_hash(app)
+        found = self.rundir.application_spec_hash(app.app_id)
         if found == digest:
             return True
         self.log.warning(
@@ -641,8 +629,7 @@ class TFoSLaunchClusterOperator(_TFoSRunOperator):
                 return self._tfos_result
             app = self.hook.get_state(app.app_id)
             if app.is_terminal:
-                self.finish(app)  # raises if it failed
-                return self.result(app, spec_hash(self.build_spec()))
+                return self.ended_before_serving(app)
             if time.monotonic() > deadline:
                 raise AirflowException(
                     f"application {app.app_id} was not ready within {self.ready_timeout:.0f} s (ready_timeout)"
@@ -655,7 +642,19 @@ class TFoSLaunchClusterOperator(_TFoSRunOperator):
             app_id = self.submitted_application() or event["result"].get("application_id")
             return {"application_id": app_id, "run_dir": self.run_dir}
         if event.get("status") == "app_ended":
-            app = AppState.from_json(event["app"])
-            self.finish(app)
-            return self.result(app, spec_hash(self.build_spec()))
+            return self.ended_before_serving(AppState.from_json(event["app"]))
         raise AirflowException(f"the application did not become ready: {event.get('message') or event}")
+
+    def ended_before_serving(self, app: AppState) -> dict[str, Any]:
+        """The result of an application that ended before it served feeds: a failure unless it left an
+        export of this spec (e.g. it was stopped at once by a stop request)."""
+        self.finish(app)  # raises if it failed
+        digest = spec_hash(self.build_spec())
+        result = self.result(app, digest)
+        if result["export_path"] is None:
+            state = (self.rundir.read_status() or {}).get("state")
+            raise AirflowException(
+                f"application {app.app_id} ended {app.state}/{app.final_status} (run state {state}) before it served "
+                f"feeds, without an export of this task's spec {digest}: clear the task to launch it again"
+            )
+        return result

@@ -501,6 +501,17 @@ class TestLifecycle:
         with pytest.raises(AirflowException, match="FAILED/FAILED"):
             op.execute(make_context("launch"))
 
+    def test_launch_fails_when_the_application_stops_before_serving_without_an_export(self, tmp_path):
+        op = TFoSLaunchClusterOperator(
+            task_id="launch", train_fn="pkg.mod:main_fun", num_nodes=2, run_dir=str(tmp_path), poll_interval=0.01
+        )
+        backend = FakeBackend()
+        backend.next_script = [("FINISHED", "SUCCEEDED")]  # the driver stopped at its first heartbeat, exit 0
+        backend.on_submit = lambda app_id: RunDir(str(tmp_path)).write_status("STOPPED", application_id=app_id)
+        use_backend(op, backend)
+        with pytest.raises(AirflowException, match=r"run state STOPPED\) before it served feeds"):
+            op.execute(make_context("launch"))
+
     def _feed_op(self, tmp_path, **kwargs):
         return TFoSFeedOperator(
             task_id="feed",
