@@ -4,24 +4,31 @@ Pure Python (no Airflow, no TensorFlow), on the same storages as run directories
 ``file://``, ``hdfs://``, ``webhdfs://``). Layout::
 
     <registry>/current.json               the version in service: its path, metrics, source run
-    <registry>/versions/<version>/model/  a copy of the run's export (a SavedModel)
-    <registry>/versions/<version>/_SUCCESS  the version's record (written last)
+    <registry>/current.lock               held while a publisher decides and replaces current.json
+    <registry>/versions/<version>/<spec hash>/model/  a copy of the run's export (a SavedModel)
+    <registry>/versions/<version>/<spec hash>/_SUCCESS  the copy's record (written last)
     <registry>/decisions/<time>-<version>.json  every publish decision, published or not
 
-A version is copied under a temporary name and renamed into place, and ``current.json`` is replaced
-atomically after it, so a reader (a warm start, a batch inference) sees the previous version or the
-new one, never a partial copy. Versions are named so that they sort in time (``20261121T000000``):
-a rerun of an old date never takes the place of a newer version in service.
+A copy is keyed by version and spec hash, written under a temporary name, renamed into place and never
+changed or deleted afterwards: re-publishing a version with another spec adds a copy beside the first,
+so the model in service is never deleted or replaced under a reader. ``current.json`` is replaced
+atomically, and only by a publisher holding ``current.lock`` (taken by an exclusive rename, which HDFS
+and local disks both refuse when the target exists) that reads ``current.json`` and decides again under
+it: two publishers (a nightly run and a backfill) cannot both go by the same old ``current.json``.
+Versions are named so that they sort in time (``20261121T000000``): a rerun of an old date never takes
+the place of a newer version in service.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import shutil
 import tempfile
 import time
 import uuid
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,6 +37,10 @@ from airflow_tfos.storage import Storage, join, storage_for
 log = logging.getLogger(__name__)
 
 CURRENT = "current.json"
+LOCK = "current.lock"
+#: How long a publisher waits for ``current.lock``, and after how long a lock is taken as left by a dead one.
+LOCK_TIMEOUT_SECS = 120.0
+LOCK_STALE_SECS = 600.0
 VERSIONS = "versions"
 DECISIONS = "decisions"
 MODEL = "model"
@@ -130,28 +141,42 @@ class ModelRegistry:
         What a run for ``version`` starts from: stable when the run is repeated after its own model was
         published, and right for a rerun of an old date.
         """
-        published = sorted(
-            {d["version"] for d in self.decisions() if d.get("published") and str(d["version"]) < str(version)}
-        )
-        for older in reversed(published):
-            record = self.version(older)
+        published = [d for d in self.decisions() if d.get("published") and str(d["version"]) < str(version)]
+        published.sort(key=lambda d: (str(d["version"]), d.get("time") or 0))
+        for decision in reversed(published):
+            record = self.version(decision["version"], decision.get("spec_hash"))
             if record:
                 return record["model_path"]
         return None
 
-    def version(self, version: str) -> dict[str, Any] | None:
-        """The record of a published version, or None when it was never (completely) copied."""
-        return self._read(self.path(VERSIONS, version, SUCCESS))
+    def version(self, version: str, spec_hash: str | None = None) -> dict[str, Any] | None:
+        """The record of a copy of ``version`` (of ``spec_hash``; else the last one copied), or None when
+        there is no complete copy."""
+        if spec_hash is not None:
+            found = self._read(self.path(VERSIONS, version, _spec_key(spec_hash), SUCCESS))
+            legacy = None if found else self._read(self.path(VERSIONS, version, SUCCESS))
+            return found or (legacy if legacy and legacy.get("spec_hash") == spec_hash else None)
+        names = [n for n in self.storage.listdir(self.path(VERSIONS, version)) if n not in (MODEL, SUCCESS)]
+        records = [r for r in (self._read(self.path(VERSIONS, version, n, SUCCESS)) for n in names if n[0] != ".") if r]
+        legacy = self._read(
+            self.path(VERSIONS, version, SUCCESS)
+        )  # versions/<version>/_SUCCESS, before copies per spec
+        records += [legacy] if legacy else []
+        return max(records, key=lambda r: r.get("copied_at") or 0) if records else None
 
     def add_version(self, version: str, export_path: str, source: Storage, record: dict[str, Any]) -> dict[str, Any]:
-        """Copy the export at ``export_path`` (on ``source``) in as ``version``; idempotent for the same spec."""
+        """Copy the export at ``export_path`` (on ``source``) in as ``version`` of its spec; idempotent.
+
+        A copy is never replaced: the same version with another spec hash is a copy of its own.
+        """
         _check_version(version)
-        existing = self.version(version)
-        if existing and existing.get("spec_hash") == record.get("spec_hash"):
+        key = _spec_key(record.get("spec_hash"))
+        existing = self.version(version, record.get("spec_hash"))
+        if existing:
             log.info("version %s is already in the registry (spec %s)", version, existing.get("spec_hash"))
             return existing
-        final = self.path(VERSIONS, version)
-        staging = self.path(VERSIONS, f".{version}.tmp-{uuid.uuid4().hex[:8]}")
+        final = self.path(VERSIONS, version, key)
+        staging = self.path(VERSIONS, version, f".{key}.tmp-{uuid.uuid4().hex[:8]}")
         scratch = tempfile.mkdtemp(prefix="airflow-tfos-publish-")
         started = time.monotonic()
         try:
@@ -161,21 +186,67 @@ class ModelRegistry:
             shutil.rmtree(scratch, ignore_errors=True)
         full = {**record, "version": version, "model_path": join(final, MODEL), "copied_at": time.time()}
         self._write(join(staging, SUCCESS), full)
-        if self.storage.exists(final):  # an earlier copy for another spec (a changed DAG): replaced
-            log.warning(
-                "replacing version %s (spec %s) with spec %s",
-                version,
-                (existing or {}).get("spec_hash"),
-                record.get("spec_hash"),
-            )
-            self.storage.delete(final)
-        self.storage.rename(staging, final)
+        try:
+            self.storage.rename(staging, final)
+        except FileExistsError:  # another publisher copied the same version and spec first: keep theirs
+            self.storage.delete(staging)
+            return self.version(version, record.get("spec_hash")) or full
         log.info("copied %s into %s in %.1f s", export_path, final, time.monotonic() - started)
         return full
 
     def set_current(self, record: dict[str, Any]) -> None:
-        """Put a published version in service (``current.json``, replaced atomically)."""
+        """Put a published version in service (``current.json``, replaced atomically); hold :meth:`lock`."""
         self._write(self.path(CURRENT), {**record, "in_service_since": time.time()})
+
+    @contextlib.contextmanager
+    def lock(self, timeout: float = LOCK_TIMEOUT_SECS) -> Iterator[None]:
+        """Hold ``current.lock``: taken by renaming a file of our own onto it, which fails while it exists.
+
+        A lock older than :data:`LOCK_STALE_SECS` was left by a publisher that died and is taken over.
+        """
+        lock, token = self.path(LOCK), uuid.uuid4().hex
+        deadline = time.monotonic() + timeout
+        while True:
+            mine = self.path(f".{LOCK}-{token}")
+            self._write(mine, {"token": token, "time": time.time()})
+            try:
+                self.storage.rename(mine, lock)
+                break
+            except FileExistsError:
+                self.storage.delete(mine)
+            taken = (self._read(lock) or {}).get("time")
+            if isinstance(taken, int | float) and time.time() - taken > LOCK_STALE_SECS:
+                log.warning("taking over %s, left %.0f s ago by a publisher that did not end", lock, LOCK_STALE_SECS)
+                self.storage.delete(lock)
+                continue
+            if time.monotonic() > deadline:
+                raise RegistryError(
+                    f"{lock} was held by another publisher for more than {timeout:.0f} s: wait for it, or remove the "
+                    "file if no publisher runs"
+                )
+            time.sleep(0.05)
+        try:
+            yield
+        finally:
+            if (self._read(lock) or {}).get("token") == token:
+                self.storage.delete(lock)
+
+    def publish(
+        self, version: str, added: dict[str, Any], judge: Callable[[dict[str, Any] | None], Decision]
+    ) -> tuple[Decision, dict[str, Any] | None]:
+        """Decide on the copy ``added`` against the model in service, and put it in service if ``judge`` says so.
+
+        Under :meth:`lock`: ``current.json`` is read, ``judge(current)`` decides, the decision is recorded and
+        ``current.json`` replaced when it publishes. Return the decision and the record in service after it.
+        """
+        with self.lock():
+            current = self.current()
+            decision = judge(current)
+            self.record_decision(version, decision, model_path=added["model_path"], spec_hash=added.get("spec_hash"))
+            if decision.publish:
+                self.set_current(added)
+                return decision, added
+            return decision, current
 
     def record_decision(self, version: str, decision: Decision, **fields: Any) -> None:
         name = f"{time.time_ns():020d}-{version}.json"
@@ -196,6 +267,14 @@ class ModelRegistry:
         """Every decision recorded, oldest first."""
         names = [n for n in self.storage.listdir(self.path(DECISIONS)) if n.endswith(".json")]
         return [r for r in (self._read(self.path(DECISIONS, n)) for n in sorted(names)) if r]
+
+
+def _spec_key(spec_hash: str | None) -> str:
+    """The directory of a copy within its version: its spec hash (``unknown-spec`` when it has none)."""
+    key = str(spec_hash or "unknown-spec")
+    if key.startswith(".") or any(c in key for c in "/\\ \t\n"):
+        raise RegistryError(f"spec hash {key!r} cannot name a directory: it should be the export's hex spec hash")
+    return key
 
 
 def _check_version(version: str) -> None:

@@ -8,14 +8,16 @@ atomically, so a sensor never sees half of anything::
     <run_dir>/status.json          state, application id, attempt, step, heartbeat, error
     <run_dir>/checkpoints/         ckpt-<step>/ directories, and manifest.json naming the latest complete one
     <run_dir>/feeds/<id>.json      a feed request; <id>.done.json once it has been served
-    <run_dir>/control/stop.json    a graceful stop request
+    <run_dir>/control/stop.json    a graceful stop request, for one application (or for those started before it)
     <run_dir>/export/              the final SavedModel, with _SUCCESS (spec hash, step, metrics) inside
     <run_dir>/events/              one JSON file per event, in time order
     <run_dir>/progress.json        the chief's training progress (step, epoch, loss, rate, ETA), kept current
     <run_dir>/report/              the training report: report.html and the PNGs it shows
 
 A checkpoint or export is written under a temporary name inside the run directory, then renamed into
-place; only then does the manifest (or ``_SUCCESS``) name it.
+place; only then does the manifest (or ``_SUCCESS``) name it. An export that replaces another is swapped
+in by renames (:func:`replace_dir`): the old one is moved aside, never deleted before the new one is in
+place, and staging directories left by a crash are removed by the next publication.
 """
 
 from __future__ import annotations
@@ -50,6 +52,10 @@ REPORT_HTML = "report/report.html"
 #: Run states written to status.json by the driver.
 STATES = ("SUBMITTED", "STARTING", "RUNNING", "STOPPING", "SUCCEEDED", "FAILED", "STOPPED")
 TERMINAL_STATES = frozenset({"SUCCEEDED", "FAILED", "STOPPED"})
+
+#: Name prefixes of directories being written (staging) or being replaced (aside) in a run directory.
+STAGING_PREFIX = ".staging-"
+ASIDE_PREFIX = ".replaced-"
 
 _EVENT_SEQ = itertools.count()
 _FEED_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
@@ -113,6 +119,56 @@ def verified_spec_hash(spec: dict[str, Any], expected: str | None = None) -> str
             "spec_hash field"
         )
     return digest
+
+
+def replace_dir(storage: Storage, staging: str, final: str) -> None:
+    """Put the complete directory ``staging`` in the place of ``final`` by renames, never deleting first.
+
+    ``final``, if it exists, is renamed aside (``.replaced-<name>-<id>`` beside it), ``staging`` is renamed
+    to ``final``, then the old one is deleted. A reader sees the old directory or the new one, complete,
+    except between the two renames; if the second rename fails, the old one is put back. Staging and
+    aside directories are named so that :func:`discard_stale` finds them.
+    """
+    parent, name = final.rstrip("/").rsplit("/", 1)
+    aside = None
+    if storage.exists(final):
+        aside = join(parent, f"{ASIDE_PREFIX}{name}-{uuid.uuid4().hex[:8]}")
+        storage.rename(final, aside)
+    try:
+        storage.rename(staging, final)
+    except Exception:
+        if aside is not None and not storage.exists(final):
+            storage.rename(aside, final)
+        raise
+    if aside is not None:
+        storage.delete(aside)
+
+
+def discard_stale(storage: Storage, parent: str, name: str, keep: str | None = None) -> list[str]:
+    """Delete what writes of ``name`` in ``parent`` left behind (staging and aside directories); return them.
+
+    Call it once a new ``name`` is in place: the writer of ``keep`` (a staging path) is not disturbed.
+    """
+    prefixes = (f"{STAGING_PREFIX}{name}-", f"{ASIDE_PREFIX}{name}-")
+    stale = [join(parent, n) for n in storage.listdir(parent) if n.startswith(prefixes)]
+    stale = [path for path in stale if keep is None or path.rstrip("/") != keep.rstrip("/")]
+    for path in stale:
+        storage.delete(path)
+    return stale
+
+
+def stop_applies(request: dict[str, Any], application_ids: set[str] | frozenset[str], started: float) -> bool:
+    """Whether a stop request is meant for an application known by ``application_ids`` that started at ``started``.
+
+    A request naming an application applies to that application only; one that names none (written by
+    hand) applies to applications started before it was written. A stop request left by an earlier
+    application (a lifecycle DAG's shutdown, then a clear and rerun) never stops the next one.
+    """
+    target = request.get("application_id")
+    if target:
+        return str(target) in application_ids
+    requested = request.get("requested")
+    return isinstance(requested, int | float) and requested >= started
 
 
 def _dumps(value: Any) -> bytes:
@@ -235,6 +291,18 @@ class RunDir:
 
     def read_status(self) -> dict[str, Any] | None:
         return self._read_json(STATUS)
+
+    def application_spec_hash(self, app_id: str) -> str | None:
+        """The spec hash the application ``app_id`` works on: the one its driver recorded under that id
+        (status.json, the ``application`` event: YARN ids), else spec.json's (rewritten only right before a
+        submission, so it is what a live application read at its start)."""
+        status = self.read_status() or {}
+        if status.get("application_id") == app_id and status.get("spec_hash"):
+            return status["spec_hash"]
+        for event in reversed(self.events("application")):
+            if event.get("application_id") == app_id and event.get("spec_hash"):
+                return event["spec_hash"]
+        return (self.read_spec() or {}).get("spec_hash")
 
     # --- checkpoints ---------------------------------------------------------------------------------
 
@@ -368,28 +436,40 @@ class RunDir:
 
     # --- stop ----------------------------------------------------------------------------------------
 
-    def request_stop(self, reason: str = "") -> None:
-        self._write_json({"reason": reason, "requested": time.time()}, STOP)
+    def request_stop(self, reason: str = "", *, application_id: str | None = None) -> None:
+        """Ask ``application_id`` (default: any application already started) to stop gracefully."""
+        self._write_json({"reason": reason, "requested": time.time(), "application_id": application_id}, STOP)
 
-    def stop_requested(self) -> dict[str, Any] | None:
-        return self._read_json(STOP)
+    def stop_requested(
+        self, *, application_ids: set[str] | frozenset[str] | None = None, started: float | None = None
+    ) -> dict[str, Any] | None:
+        """The stop request, or None; with ``application_ids`` and ``started``, only one meant for that
+        application (see :func:`stop_applies`)."""
+        request = self._read_json(STOP)
+        if request is None or application_ids is None or started is None:
+            return request
+        return request if stop_applies(request, application_ids, started) else None
+
+    def clear_stop(self) -> None:
+        """Remove the stop request (before a new application is submitted: it was meant for an older one)."""
+        self.storage.delete(self.path(STOP))
 
     # --- export --------------------------------------------------------------------------------------
 
     def export_staging(self) -> str:
         """A fresh temporary directory to write the SavedModel into before publishing it."""
-        path = self.path(f".staging-export-{uuid.uuid4().hex[:8]}")
+        path = self.path(f"{STAGING_PREFIX}{EXPORT}-{uuid.uuid4().hex[:8]}")
         self.storage.makedirs(path)
         return path
 
     def publish_export(self, staging: str, *, spec_hash: str, step: int, metrics: dict[str, Any]) -> str:
-        """Write ``_SUCCESS`` into a complete export, then rename it to ``export/`` in one step."""
+        """Write ``_SUCCESS`` into a complete export, then swap it in as ``export/`` (:func:`replace_dir`);
+        remove the staging and aside directories that earlier, interrupted publications left."""
         success = {"spec_hash": spec_hash, "step": int(step), "metrics": metrics, "time": time.time()}
         self.storage.write_bytes(join(staging, SUCCESS), _dumps(success))
         final = self.path(EXPORT)
-        if self.storage.exists(final):
-            self.storage.delete(final)  # a re-export of an incomplete or older model
-        self.storage.rename(staging, final)
+        replace_dir(self.storage, staging, final)
+        discard_stale(self.storage, self.uri, EXPORT)
         return final
 
     def export_success(self) -> dict[str, Any] | None:

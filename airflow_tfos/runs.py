@@ -44,9 +44,30 @@ def run_key(logical_date: datetime | None, run_id: str) -> str:
     return safe_name(run_id)
 
 
-def default_run_dir(base: str, dag_id: str, task_id: str, logical_date: datetime | None, run_id: str) -> str:
-    """``<base>/<dag_id>/<task_id>/<logical date or run id>``: a rerun of the same DAG run finds it again."""
-    return join(base, safe_name(dag_id), safe_name(task_id), run_key(logical_date, run_id))
+def run_dir_key(logical_date: datetime | None, run_id: str, map_index: int | None = None) -> str:
+    """The part of a default run directory that names one task instance of a DAG run.
+
+    The logical date to the microsecond (two runs triggered in the same second differ), else the run
+    id; then ``-map<index>`` for an instance of a mapped task (``map_index`` >= 0), so that mapped
+    instances never share a run directory or a tag.
+    """
+    key = logical_date.strftime("%Y%m%dT%H%M%S.%f") if logical_date is not None else safe_name(run_id)
+    if map_index is not None and map_index >= 0:
+        key = f"{key}-map{int(map_index)}"
+    return key
+
+
+def default_run_dir(
+    base: str,
+    dag_id: str,
+    task_id: str,
+    logical_date: datetime | None,
+    run_id: str,
+    map_index: int | None = None,
+) -> str:
+    """``<base>/<dag_id>/<task_id>/<run dir key>`` (see :func:`run_dir_key`): a rerun of the same task
+    instance finds it again, and its tag (:func:`run_tag`, a hash of it) is its own too."""
+    return join(base, safe_name(dag_id), safe_name(task_id), run_dir_key(logical_date, run_id, map_index))
 
 
 def check_run_dir(run_dir: str, what: str = "run_dir") -> None:

@@ -129,11 +129,21 @@ class LocalStorage:
             os.chmod(target, PRIVATE_DIR_MODE)
 
     def rename(self, src: str, dst: str) -> None:
-        target = self._strip(dst)
+        source, target = self._strip(src), self._strip(dst)
         if os.path.exists(target):
             raise FileExistsError(f"cannot rename {src} to {dst}: the target exists")
         os.makedirs(os.path.dirname(target) or ".", exist_ok=True)
-        os.rename(self._strip(src), target)
+        if os.path.isfile(source) and not os.path.islink(source):
+            try:  # a hard link fails if the target exists, in one step: two racing renames cannot both win
+                os.link(source, target)
+            except FileExistsError:
+                raise FileExistsError(f"cannot rename {src} to {dst}: the target exists") from None
+            except OSError:  # a file system without hard links
+                os.rename(source, target)
+                return
+            os.remove(source)
+            return
+        os.rename(source, target)
 
     def delete(self, path: str) -> None:
         target = self._strip(path)

@@ -67,13 +67,14 @@ def exercise(registry: ModelRegistry, tmp_path) -> None:
     added = registry.add_version("20261120T000000", first, local, {"spec_hash": "h1", "score": 0.9})
     registry.set_current(added)
     registry.record_decision("20261120T000000", decide({"acc": 0.9}, None, metric="acc", version="20261120T000000"))
-    assert registry.current_model_path() == registry.path("versions", "20261120T000000", "model")
+    assert registry.current_model_path() == registry.path("versions", "20261120T000000", "h1", "model")
     assert (
-        registry.storage.read_bytes(registry.path("versions", "20261120T000000", "model", "saved_model.pb")) == b"one"
+        registry.storage.read_bytes(registry.path("versions", "20261120T000000", "h1", "model", "saved_model.pb"))
+        == b"one"
     )
     assert (
         registry.storage.read_bytes(
-            registry.path("versions", "20261120T000000", "model", "variables", "variables.index")
+            registry.path("versions", "20261120T000000", "h1", "model", "variables", "variables.index")
         )
         == b"oneone"
     )
@@ -85,11 +86,11 @@ def exercise(registry: ModelRegistry, tmp_path) -> None:
     registry.record_decision(
         "20261121T000000", decide({"acc": 0.95}, registry.current(), metric="acc", version="20261121T000000")
     )
-    assert registry.in_service_before("20261121T000000") == registry.path("versions", "20261120T000000", "model")
-    assert registry.in_service_before("20261122T000000") == registry.path("versions", "20261121T000000", "model")
+    assert registry.in_service_before("20261121T000000") == registry.path("versions", "20261120T000000", "h1", "model")
+    assert registry.in_service_before("20261122T000000") == registry.path("versions", "20261121T000000", "h2", "model")
     assert registry.in_service_before("20261120T000000") is None
     assert [d["version"] for d in registry.decisions()] == ["20261120T000000", "20261121T000000"]
-    assert not [n for n in registry.storage.listdir(registry.path("versions")) if ".tmp-" in n]
+    assert not [n for n in registry.storage.listdir(registry.path("versions", "20261121T000000")) if ".tmp-" in n]
     with pytest.raises(RegistryError, match="cannot name a directory"):
         registry.add_version("../x", first, local, {})
 
@@ -104,10 +105,26 @@ def test_registry_on_webhdfs(tmp_path):
     with WebHDFSEmulator() as emulator:
         storage = WebHDFSStorage(emulator.config(**FAST))
         exercise(ModelRegistry(emulator.uri("/models/digits"), storage=storage), tmp_path)
-        assert os.path.isfile(emulator.local_path("/models/digits/versions/20261121T000000/model/saved_model.pb"))
+        assert os.path.isfile(emulator.local_path("/models/digits/versions/20261121T000000/h2/model/saved_model.pb"))
 
 
 def test_a_broken_current_json_says_what_to_fix(tmp_path):
     (tmp_path / "current.json").write_text("{not json")
     with pytest.raises(RegistryError, match="current.json is not valid JSON"):
         ModelRegistry(str(tmp_path)).current()
+
+
+def test_a_registry_written_before_copies_per_spec_is_still_read(tmp_path):
+    registry = ModelRegistry(str(tmp_path / "registry"))
+    old = {
+        "version": "20261120T000000",
+        "spec_hash": "h0",
+        "model_path": registry.path("versions", "20261120T000000", "model"),
+    }
+    registry.storage.write_bytes(registry.path("versions", "20261120T000000", "_SUCCESS"), json.dumps(old).encode())
+    assert registry.version("20261120T000000") == old == registry.version("20261120T000000", "h0")
+    assert registry.version("20261120T000000", "h1") is None
+    added = registry.add_version(
+        "20261120T000000", fake_export(str(tmp_path), "run1", "one"), LocalStorage(), {"spec_hash": "h1"}
+    )
+    assert registry.version("20261120T000000", "h1") == added and registry.version("20261120T000000", "h0") == old

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import json
 import os
+import time
 
 import pytest
 
-from airflow_tfos.rundir import RunDir, RunDirError, spec_hash
-from airflow_tfos.storage import join
+from airflow_tfos.rundir import RunDir, RunDirError, discard_stale, replace_dir, spec_hash, stop_applies
+from airflow_tfos.storage import LocalStorage, join
 from airflow_tfos.testing.webhdfs import WebHDFSEmulator
 
 
@@ -98,6 +99,25 @@ def test_stop_request(rundir):
     assert rundir.stop_requested()["reason"] == "nightly window over"
 
 
+def test_a_stop_request_applies_to_its_application_or_to_those_started_before_it(rundir):
+    started = time.time()
+    rundir.request_stop("shutdown task", application_id="app-old")
+    assert rundir.stop_requested()["application_id"] == "app-old"  # unfiltered: as written
+    assert rundir.stop_requested(application_ids={"app-new"}, started=started - 60) is None
+    assert rundir.stop_requested(application_ids={"app-old"}, started=started + 60)["reason"] == "shutdown task"
+    rundir.request_stop("by hand")  # names no application: for those already started when it was written
+    assert rundir.stop_requested(application_ids={"app-new"}, started=started - 60)["reason"] == "by hand"
+    assert rundir.stop_requested(application_ids={"app-new"}, started=time.time() + 1) is None
+    rundir.clear_stop()
+    assert rundir.stop_requested() is None
+
+
+def test_stop_applies_reads_requests_written_before_scoping():
+    assert stop_applies({"reason": "x", "requested": 100.0}, {"a"}, started=50.0)
+    assert not stop_applies({"reason": "x", "requested": 100.0}, {"a"}, started=150.0)
+    assert not stop_applies({"reason": "x"}, {"a"}, started=0.0)
+
+
 def test_export_appears_whole_with_its_success_marker(rundir):
     staging = rundir.export_staging()
     rundir.storage.write_bytes(join(staging, "saved_model.pb"), b"model")
@@ -106,6 +126,57 @@ def test_export_appears_whole_with_its_success_marker(rundir):
     assert rundir.storage.exists(final + "/saved_model.pb")
     assert rundir.export_success()["spec_hash"] == "abc"
     assert rundir.export_success()["metrics"] == {"accuracy": 0.97}
+
+
+def test_a_replacing_export_leaves_no_staging_or_aside_directory_behind(rundir):
+    first = rundir.export_staging()
+    rundir.storage.write_bytes(join(first, "saved_model.pb"), b"old")
+    rundir.publish_export(first, spec_hash="old", step=10, metrics={})
+    crashed = rundir.export_staging()  # a writer that died half-way
+    rundir.storage.write_bytes(join(crashed, "saved_model.pb"), b"half")
+    second = rundir.export_staging()
+    rundir.storage.write_bytes(join(second, "saved_model.pb"), b"new")
+    final = rundir.publish_export(second, spec_hash="new", step=20, metrics={})
+    assert rundir.storage.read_bytes(final + "/saved_model.pb") == b"new"
+    assert rundir.export_success()["spec_hash"] == "new"
+    assert [n for n in rundir.storage.listdir(rundir.uri) if n.startswith(".")] == []
+
+
+class _RenameFails(LocalStorage):
+    """Local storage whose renames of a staging directory into ``target`` fail (a full quota, a lost connection...)."""
+
+    def __init__(self, target: str):
+        self.target = target
+
+    def rename(self, src: str, dst: str) -> None:
+        if dst.rstrip("/") == self.target and "/.staging-" in src:
+            raise OSError("quota exceeded")
+        super().rename(src, dst)
+
+
+def test_an_export_that_cannot_be_put_in_place_leaves_the_old_one_whole(tmp_path):
+    rundir = RunDir(str(tmp_path / "run"))
+    old = rundir.export_staging()
+    rundir.storage.write_bytes(join(old, "saved_model.pb"), b"old")
+    rundir.publish_export(old, spec_hash="old", step=10, metrics={})
+    failing = RunDir(rundir.uri, storage=_RenameFails(rundir.path("export")))
+    new = failing.export_staging()
+    failing.storage.write_bytes(join(new, "saved_model.pb"), b"new")
+    with pytest.raises(OSError, match="quota"):
+        failing.publish_export(new, spec_hash="new", step=20, metrics={})
+    assert rundir.export_success()["spec_hash"] == "old"
+    assert rundir.storage.read_bytes(rundir.path("export", "saved_model.pb")) == b"old"
+
+
+def test_replace_dir_swaps_a_directory_in_by_renames(tmp_path):
+    storage = LocalStorage()
+    final, staging = str(tmp_path / "out"), str(tmp_path / ".staging-out-1")
+    storage.write_bytes(final + "/part-0", b"old")
+    storage.write_bytes(staging + "/part-0", b"new")
+    replace_dir(storage, staging, final)
+    assert storage.read_bytes(final + "/part-0") == b"new" and sorted(os.listdir(tmp_path)) == ["out"]
+    storage.write_bytes(str(tmp_path / ".staging-out-2/part-0"), b"left by a crash")
+    assert discard_stale(storage, str(tmp_path), "out") == [str(tmp_path / ".staging-out-2")]
 
 
 def test_events_come_back_in_time_order(rundir):
@@ -150,3 +221,13 @@ def test_refused_hdfs_writes_are_a_clear_error(emulator):
     with pytest.raises(RunDirError, match="cannot write .*/locked/run/spec.json: .*HDFS refused"):
         rundir.write_spec({"a": 1})
     assert rundir.read_spec() is None  # reads are allowed; nothing half-written is there
+
+
+def test_the_spec_an_application_works_on(rundir):
+    rundir.write_spec({"train_fn": "a.b:c", "num_nodes": 2})
+    written = rundir.read_spec()["spec_hash"]
+    assert rundir.application_spec_hash("application_1_0001") == written  # not started: spec.json's
+    rundir.add_event("application", application_id="application_1_0001", spec_hash="older")
+    assert rundir.application_spec_hash("application_1_0001") == "older"  # what its driver read
+    rundir.write_status("RUNNING", application_id="application_1_0002", spec_hash="newer")
+    assert rundir.application_spec_hash("application_1_0002") == "newer"

@@ -45,7 +45,10 @@ class ApplicationClient:
         """Applications carrying ``tag``, live or not, newest last."""
         if self.spark_conn_id:
             return self.tfos_hook.find_by_tag(tag)
-        return self.yarn_hook.find_applications(tag=tag)
+        return self.yarn_hook.find_applications(tag=tag, **self._owner())
+
+    def _owner(self) -> dict[str, str]:
+        return {"user": self.yarn_hook.application_user, "application_type": "SPARK"}
 
     def kill(self, app_id: str) -> AppState:
         if self.spark_conn_id:
@@ -60,7 +63,8 @@ class ApplicationClient:
     async def afind(self, tag: str) -> list[AppState]:
         if self.spark_conn_id:
             return await asyncio.to_thread(self.tfos_hook.find_by_tag, tag)
-        return await self.yarn_hook.afind_applications(tag=tag)
+        user = await self.yarn_hook.aapplication_user()
+        return await self.yarn_hook.afind_applications(tag=tag, user=user, application_type="SPARK")
 
     async def akill(self, app_id: str) -> AppState:
         if self.spark_conn_id:

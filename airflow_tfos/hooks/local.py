@@ -19,6 +19,10 @@ workers sharing this tracker directory on one machine) cannot both start: the se
 first one's record and fails with :class:`ApplicationAlreadyRunningError`. ``flock`` is not reliable on
 network file systems: keep the tracker directory on a local disk.
 
+Only what belongs to this OS user counts: a record file owned by another user is not listed (a tag is
+predictable: anyone who can write the tracker directory could forge a record carrying it), and no
+process of another user is ever taken for an application's process, looked at or signalled.
+
 Pure Python plus psutil: no Airflow import, so it can be used without an Airflow installation.
 """
 
@@ -245,6 +249,23 @@ def _read_json(path: Path) -> dict[str, Any] | None:
         return None
 
 
+def _ours(process: psutil.Process) -> bool:
+    """Whether ``process`` runs as this OS user (another user's process is never one of ours)."""
+    return process.uids().real == os.getuid()
+
+
+def _own_file(path: Path) -> bool:
+    """Whether ``path`` belongs to this OS user (else it is not one of our records)."""
+    try:
+        owner = path.stat().st_uid
+    except OSError:
+        return False
+    if owner != os.getuid():
+        log.warning("ignoring %s: it belongs to uid %d, not to this user (uid %d)", path, owner, os.getuid())
+        return False
+    return True
+
+
 class LocalBackend:
     """Submit, look up, find by tag and kill local Spark applications (detached spark-submit processes).
 
@@ -349,6 +370,7 @@ class LocalBackend:
                 "master": master,
                 "webui_url": webui_url or master_webui_url(master),
                 "submitted": time.time(),
+                "uid": os.getuid(),
                 "command": list(command),
             }
             write_json_atomically(self._app_file(app_id), record)
@@ -364,6 +386,8 @@ class LocalBackend:
             child.poll()  # reaps it if it has ended, so it is not left a zombie
         try:
             process = psutil.Process(record["pid"])
+            if not _ours(process):
+                return None
             if record.get("start_time") is not None and abs(process.create_time() - record["start_time"]) > 0.01:
                 return None
             if process.status() == psutil.STATUS_ZOMBIE:
@@ -379,7 +403,7 @@ class LocalBackend:
         found = []
         for process in psutil.process_iter():
             try:
-                if process.status() == psutil.STATUS_ZOMBIE:
+                if process.status() == psutil.STATUS_ZOMBIE or not _ours(process):
                     continue
                 if (pgid is not None and os.getpgid(process.pid) == pgid) or process.environ().get(APP_ENV) == app_id:
                     found.append(process)
@@ -464,9 +488,11 @@ class LocalBackend:
         if not folder.is_dir():
             return []
         found = [
-            _read_json(path) for path in folder.glob("local-*.json") if path.name.count(".") == 1
+            _read_json(path) for path in folder.glob("local-*.json") if path.name.count(".") == 1 and _own_file(path)
         ]  # not .exit.json / .kill.json
-        return sorted((r for r in found if r), key=lambda r: r.get("submitted", 0))
+        return sorted(
+            (r for r in found if r and r.get("uid", os.getuid()) == os.getuid()), key=lambda r: r.get("submitted", 0)
+        )
 
     def find_by_tag(self, tag: str) -> list[AppState]:
         """The applications carrying ``tag``, live or not, oldest first."""

@@ -26,6 +26,8 @@ class AppState:
     :param tracking_url: where its UI is, if anywhere.
     :param tags: its application tags (the run's tag among them).
     :param name: its name.
+    :param user: the user it runs as (YARN ``app.user``; locally the OS user), when known.
+    :param application_type: YARN's ``applicationType`` (``SPARK``), when known.
     """
 
     app_id: str
@@ -35,6 +37,8 @@ class AppState:
     tracking_url: str | None = None
     tags: tuple[str, ...] = field(default_factory=tuple)
     name: str = ""
+    user: str = ""
+    application_type: str = ""
 
     def __post_init__(self) -> None:
         if self.state not in YARN_STATES:
@@ -65,6 +69,8 @@ class AppState:
             "tracking_url": self.tracking_url,
             "tags": list(self.tags),
             "name": self.name,
+            "user": self.user,
+            "application_type": self.application_type,
         }
 
     @classmethod

@@ -396,14 +396,18 @@ class TFoSHook(BaseHook):
     def find_by_tag(self, tag: str) -> list[AppState]:
         """The applications carrying ``tag``, live or not."""
         if self.backend == "yarn":
-            return self.yarn_hook.find_applications(tag=check_tag(tag))
+            return self.yarn_hook.find_applications(tag=check_tag(tag), **self._owner())
         return self.local.find_by_tag(tag)
 
     def find_live(self, tag: str) -> list[AppState]:
         """The applications carrying ``tag`` that have not ended."""
         if self.backend == "yarn":
-            return self.yarn_hook.find_applications(tag=check_tag(tag), states=list(LIVE_STATES))
+            return self.yarn_hook.find_applications(tag=check_tag(tag), states=list(LIVE_STATES), **self._owner())
         return self.local.find_live(tag)
+
+    def _owner(self) -> dict[str, str]:
+        """Who a run's application must belong to (its tag is predictable: anyone could set it)."""
+        return {"user": self.yarn_hook.application_user, "application_type": "SPARK"}
 
     def kill(self, app_id: str, grace_secs: float = 30) -> AppState:
         """Kill the application; one that has ended, or that the cluster has forgotten, is left alone.

@@ -10,9 +10,11 @@ cannot be reached, retry 5xx answers and dropped connections with backoff, and g
 Connection (type ``yarn``): host is one or more RM web addresses, comma-separated for HA
 (``rm1.example.com,rm2.example.com`` or ``rm1:8088,rm2:8088``); port (default 8088, or 8090 for
 https); schema ``http`` or ``https``; login is the ``user.name`` of simple authentication. Extras:
-``auth`` (``simple`` or ``kerberos``), ``verify`` (TLS: true, false or a CA bundle path), ``timeout``
-(seconds per request, default 10), ``rm_addresses`` (a list, instead of host), ``max_retries``
-(default 3), ``retry_backoff`` (first wait in seconds, default 1), ``max_retry_seconds`` (default 60).
+``auth`` (``simple`` or ``kerberos``), ``application_user`` (the user the run's applications run as,
+which a search by tag must match; default: login, else ``$HADOOP_USER_NAME``, else the OS user),
+``verify`` (TLS: true, false or a CA bundle path), ``timeout`` (seconds per request, default 10),
+``rm_addresses`` (a list, instead of host), ``max_retries`` (default 3), ``retry_backoff`` (first wait
+in seconds, default 1), ``max_retry_seconds`` (default 60).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import os
 import re
 import time
 from collections.abc import Generator, Iterable, Mapping
@@ -316,8 +319,14 @@ class YarnHook(BaseHook):
         payload = decode_reply(reply, conn_id=self.yarn_conn_id, what=what, app_id=app_id)
         return app_state_from_json(payload, source=reply.address)
 
-    def _find_steps(self, tag: str | None, states: Iterable[str] | None) -> _Steps:
+    def _find_steps(
+        self, tag: str | None, states: Iterable[str] | None, user: str | None = None, app_type: str | None = None
+    ) -> _Steps:
         params: dict[str, str] = {}
+        if user:
+            params["user"] = user
+        if app_type:
+            params["applicationTypes"] = app_type
         wanted_states = {s.strip().upper() for s in states or () if s.strip()}
         unknown = sorted(wanted_states - set(YARN_STATES))
         if unknown:
@@ -335,6 +344,8 @@ class YarnHook(BaseHook):
             for app in found
             if (not wanted_states or app.state in wanted_states)
             and (not wanted_tag or wanted_tag in {t.lower() for t in app.tags})
+            and (not user or app.user == user)
+            and (not app_type or app.application_type.upper() == app_type.upper())
         ]
 
     def _kill_steps(self, app_id: str, timeout: float, poll_interval: float) -> _Steps:
@@ -392,13 +403,38 @@ class YarnHook(BaseHook):
         """
         return self._run(self._get_steps(app_id))
 
-    def find_applications(self, tag: str | None = None, states: Iterable[str] | None = None) -> list[AppState]:
+    @property
+    def application_user(self) -> str:
+        """The user this connection's applications run as: extra ``application_user``, else the login, else
+        ``$HADOOP_USER_NAME``, else the OS user (what spark-submit runs as with simple authentication)."""
+        import getpass
+
+        return self.settings.app_user or os.environ.get("HADOOP_USER_NAME") or getpass.getuser()
+
+    async def aapplication_user(self) -> str:
+        """:attr:`application_user`, reading the connection without blocking the event loop."""
+        await self._asettings()
+        return self.application_user
+
+    def find_applications(
+        self,
+        tag: str | None = None,
+        states: Iterable[str] | None = None,
+        *,
+        user: str | None = None,
+        application_type: str | None = None,
+    ) -> list[AppState]:
         """Return the applications carrying ``tag`` (case-insensitive, as YARN stores tags) in ``states``.
+
+        A tag is no proof of who submitted an application (any user can set any tag): to adopt or kill
+        what a search finds, give ``user`` and ``application_type`` too.
 
         :param tag: an application tag; None for any.
         :param states: YARN states to keep; None for all.
+        :param user: keep only applications of this user (None: any).
+        :param application_type: keep only applications of this type, e.g. ``SPARK`` (None: any).
         """
-        return self._run(self._find_steps(tag, states))
+        return self._run(self._find_steps(tag, states, user, application_type))
 
     def kill_application(self, app_id: str, timeout: float = 120, poll_interval: float = 1.0) -> AppState:
         """Kill an application and return its final state; an ended application is left as it is.
@@ -425,14 +461,23 @@ class YarnHook(BaseHook):
         await self._asettings()
         return await self._arun(self._get_steps(app_id))
 
-    async def afind_applications(self, tag: str | None = None, states: Iterable[str] | None = None) -> list[AppState]:
-        """Return the applications carrying ``tag`` in ``states`` (async).
+    async def afind_applications(
+        self,
+        tag: str | None = None,
+        states: Iterable[str] | None = None,
+        *,
+        user: str | None = None,
+        application_type: str | None = None,
+    ) -> list[AppState]:
+        """Return the applications carrying ``tag`` in ``states`` (async); see :meth:`find_applications`.
 
         :param tag: an application tag; None for any.
         :param states: YARN states to keep; None for all.
+        :param user: keep only applications of this user (None: any).
+        :param application_type: keep only applications of this type, e.g. ``SPARK`` (None: any).
         """
         await self._asettings()
-        return await self._arun(self._find_steps(tag, states))
+        return await self._arun(self._find_steps(tag, states, user, application_type))
 
     async def akill_application(self, app_id: str, timeout: float = 120, poll_interval: float = 1.0) -> AppState:
         """Kill an application and return its final state (async).

@@ -71,6 +71,7 @@ class RmSettings:
     :param addresses: base URLs of the RMs, in the order to try them.
     :param auth: ``simple`` or ``kerberos``.
     :param user: ``user.name`` for simple authentication.
+    :param app_user: the user the run's applications run as (extra ``application_user``; default ``user``).
     :param verify: TLS verification (bool or CA bundle path).
     :param timeout: seconds per request.
     :param max_retries: rounds over every RM after the first one.
@@ -82,6 +83,7 @@ class RmSettings:
     addresses: tuple[str, ...]
     auth: str = "simple"
     user: str | None = None
+    app_user: str | None = None
     verify: bool | str = True
     timeout: float = 10.0
     max_retries: int = 3
@@ -164,6 +166,7 @@ def parse_connection(
             addresses=addresses,
             auth=auth,
             user=login or None,
+            app_user=str(option("application_user", "")) or login or None,
             verify=_bool_or_path(option("verify", True)),
             timeout=float(option("timeout", 10.0)),
             max_retries=int(option("max_retries", 3)),
@@ -203,6 +206,8 @@ def app_state_from_json(payload: Any, *, source: str = "the ResourceManager") ->
         tracking_url=app.get("trackingUrl") or None,
         tags=tuple(t.strip() for t in tags if t and t.strip()),
         name=str(app.get("name") or ""),
+        user=str(app.get("user") or ""),
+        application_type=str(app.get("applicationType") or ""),
     )
 
 
@@ -378,6 +383,11 @@ YARN_CONNECTION_TYPE: dict[str, Any] = {
             "label": "Authentication",
             "description": "simple (user.name from Login) or kerberos (SPNEGO)",
             "schema": {"type": ["string", "null"], "default": "simple"},
+        },
+        "application_user": {
+            "label": "Application user",
+            "description": "the user the run's applications run as; searches by tag match it (default: Login)",
+            "schema": {"type": ["string", "null"]},
         },
         "verify": {
             "label": "Verify TLS",

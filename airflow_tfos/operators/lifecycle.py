@@ -291,7 +291,7 @@ class TFoSShutdownClusterOperator(_RunTaskOperator):
             self.log.info("no live application works on %s: nothing to stop", self.run_dir)
             return {"application_id": self.application_id, "state": None, "stopped": False}
         rundir = self.run_dir_hook.rundir
-        rundir.request_stop(self.reason)
+        rundir.request_stop(self.reason, application_id=app.app_id)
         self.log.info("asked application %s to stop (grace %.0f s)", app.app_id, self.grace_secs)
         deadline = time.monotonic() + self.grace_secs
         while not app.is_terminal and time.monotonic() < deadline:

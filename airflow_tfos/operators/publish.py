@@ -103,34 +103,37 @@ class TFoSPublishModelOperator(BaseOperator):
             self.log.info("version %s is already in service: nothing to do", self.version)
             return self._result(True, "already in service", current, current, export)
         metrics = export.get("metrics") or {}
-        try:
-            decision = decide(
-                metrics,
-                current,
-                metric=self.metric,
-                higher_is_better=self.higher_is_better,
-                tolerance=self.tolerance,
-                version=self.version,
-            )
-        except RegistryError as exc:
-            raise AirflowException(f"cannot judge {rundir.path('export')}: {exc}") from exc
+
+        def judge(in_service: dict[str, Any] | None):
+            try:
+                return decide(
+                    metrics,
+                    in_service,
+                    metric=self.metric,
+                    higher_is_better=self.higher_is_better,
+                    tolerance=self.tolerance,
+                    version=self.version,
+                )
+            except RegistryError as exc:
+                raise AirflowException(f"cannot judge {rundir.path('export')}: {exc}") from exc
+
+        judge(current)  # a candidate that cannot be judged is not copied in
         record = {
             "source_run_dir": self.run_dir,
             "spec_hash": export.get("spec_hash"),
             "step": export.get("step"),
             "metrics": metrics,
             "metric": self.metric,
-            "score": decision.candidate,
+            "score": float(metrics[self.metric]),
         }
         added = registry.add_version(self.version, rundir.path("export"), self.run_dir_hook.storage, record)
-        registry.record_decision(self.version, decision, model_path=added["model_path"])
+        # decided again under the registry's lock, on current.json as it is then (another publisher may have
+        # put a model in service meanwhile)
+        decision, in_service = registry.publish(self.version, added, judge)
         if decision.publish:
-            registry.set_current(added)
             self.log.info("published version %s: %s", self.version, decision.reason)
-            in_service = added
         else:
-            self.log.warning("kept version %s in service: %s", (current or {}).get("version"), decision.reason)
-            in_service = current
+            self.log.warning("kept version %s in service: %s", (in_service or {}).get("version"), decision.reason)
             if self.fail_if_worse:
                 raise AirflowException(f"version {self.version} was not published: {decision.reason}")
         return self._result(decision.publish, decision.reason, in_service, added, export, decision)

@@ -53,5 +53,9 @@ def resolve_run_dir(
         bounded = (as_written is None or templated(as_written)) and not allow_outside_base
         return place_run_dir(run_dir, base, must_be_under_base=bounded)
     ti, dag_run = context["ti"], context["dag_run"]
-    default = default_run_dir(base, ti.dag_id, task_id or ti.task_id, dag_run.logical_date, dag_run.run_id)
+    # a mapped instance's own run directory (a feed or shutdown names its launch task: that one's, unmapped)
+    map_index = getattr(ti, "map_index", None) if task_id is None else None
+    default = default_run_dir(
+        base, ti.dag_id, task_id or ti.task_id, dag_run.logical_date, dag_run.run_id, map_index=map_index
+    )
     return place_run_dir(default, base, must_be_under_base=True)

@@ -330,16 +330,33 @@ class _TFoSRunOperator(ResumableJobMixin, BaseOperator):
         return done if done is not None else self.execute_resumable(context)
 
     def submit_job(self, context: Context) -> str:
-        """Reattach to a live application carrying the run's tag, else write the spec and submit one."""
-        live = self.hook.find_live(run_tag(self.run_dir))
+        """Reattach to a live application carrying the run's tag that works on this spec, else write the spec
+        and submit one (a live application of another spec is killed first)."""
+        digest = spec_hash(self.build_spec())
+        live = [app for app in self.hook.find_live(run_tag(self.run_dir)) if self.works_on_spec(app, digest)]
         if live:
             winner = pick_winner([a.app_id for a in live])
             self.log.info("reattaching to application %s, which already works on %s", winner, self.run_dir)
             self._app = next(a for a in live if a.app_id == winner)
         else:
-            spec = self.build_spec()
-            self._app = self._submit(context, spec, spec_hash(spec))
+            self._app = self._submit(context, self.build_spec(), digest)
         return self._app.app_id
+
+    def works_on_spec(self, app: AppState, digest: str) -> bool:
+        """Whether the live ``app`` works on spec ``digest``; if it works on another one, kill it (False)."""
+        found = self.rundir.application_spec_hash(app.app_id)
+        if found == digest:
+            return True
+        self.log.warning(
+            "application %s works on spec %s of %s, not on this task's spec %s: killing it (a new one resumes "
+            "from the latest checkpoint)",
+            app.app_id,
+            found,
+            self.run_dir,
+            digest,
+        )
+        self.hook.kill(app.app_id)
+        return False
 
     def get_job_status(self, external_id: Any, context: Context) -> str:
         """``RUNNING``, ``FINISHED/FAILED``...; :data:`UNKNOWN_STATUS` when the cluster forgot the application."""
@@ -348,6 +365,8 @@ class _TFoSRunOperator(ResumableJobMixin, BaseOperator):
         except Exception as exc:
             self.log.warning("cannot look up application %s kept from an earlier try: %s", external_id, exc)
             return UNKNOWN_STATUS
+        if not app.is_terminal and not self.works_on_spec(app, spec_hash(self.build_spec())):
+            app = self.hook.get_state(app.app_id)  # killed: the mixin submits anew
         self._app = app
         return f"{app.state}/{app.final_status}" if app.is_terminal else app.state
 
@@ -395,6 +414,7 @@ class _TFoSRunOperator(ResumableJobMixin, BaseOperator):
                 digest,
             )
         rundir.write_spec(spec)
+        rundir.clear_stop()  # a stop request left for an earlier application must not stop this one
         latest = rundir.latest_checkpoint() if self.kind == "train" else None
         if latest:
             self.log.info("resuming from checkpoint step %d (%s)", latest.step, latest.path)
@@ -518,9 +538,12 @@ class _TFoSRunOperator(ResumableJobMixin, BaseOperator):
             self.log.info("application %s ended %s: %s", app.app_id, app.state, line)
         if app.is_successful:
             result = self.result(app, digest)
-            if result["export_path"] is None:
-                self.log.warning(
-                    "application %s succeeded without exporting a model (call export_model in train_fn)", app.app_id
+            if result["export_path"] is None and not self.serve:
+                state = (self.rundir.read_status() or {}).get("state")
+                raise AirflowException(
+                    f"application {app.app_id} ended {app.state}/{app.final_status} (run state {state}) without an "
+                    f"export of this task's spec {digest} in {self.rundir.path('export')}: call export_model in "
+                    "train_fn; if it was stopped, clear the task to resume from the latest checkpoint"
                 )
             return result
         status = self.rundir.read_status() or {}
@@ -674,8 +697,7 @@ class TFoSLaunchClusterOperator(_TFoSRunOperator):
                 return self._tfos_result
             app = self.hook.get_state(app.app_id)
             if app.is_terminal:
-                self.finish(app)  # raises if it failed
-                return self.result(app, spec_hash(self.build_spec()))
+                return self.ended_before_serving(app)
             if time.monotonic() > deadline:
                 self.stop_unready(app.app_id)
                 raise AirflowException(
@@ -702,11 +724,23 @@ class TFoSLaunchClusterOperator(_TFoSRunOperator):
             app_id = self.submitted_application() or event["result"].get("application_id")
             return {"application_id": app_id, "run_dir": self.run_dir}
         if event.get("status") == "app_ended":
-            app = AppState.from_json(event["app"])
-            self.finish(app)
-            return self.result(app, spec_hash(self.build_spec()))
+            return self.ended_before_serving(AppState.from_json(event["app"]))
         app_id = self.submitted_application()
         self.stop_unready(app_id)
         raise AirflowException(
             f"application {app_id} did not become ready: {event.get('message') or event}; it was stopped"
         )
+
+    def ended_before_serving(self, app: AppState) -> dict[str, Any]:
+        """The result of an application that ended before it served feeds: a failure unless it left an
+        export of this spec (e.g. it was stopped at once by a stop request)."""
+        self.finish(app)  # raises if it failed
+        digest = spec_hash(self.build_spec())
+        result = self.result(app, digest)
+        if result["export_path"] is None:
+            state = (self.rundir.read_status() or {}).get("state")
+            raise AirflowException(
+                f"application {app.app_id} ended {app.state}/{app.final_status} (run state {state}) before it served "
+                f"feeds, without an export of this task's spec {digest}: clear the task to launch it again"
+            )
+        return result

@@ -42,6 +42,8 @@ log = logging.getLogger("airflow_tfos.driver")
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT = 0, 1, 2
 #: How often a serving driver looks for new feed requests.
 SERVE_POLL_SECS = 2.0
+#: When this driver process started: an unnamed stop request written before it was meant for an older one.
+_STARTED = time.time()
 
 
 def build_input(spark, data: dict[str, Any], what: str = "data"):
@@ -98,6 +100,12 @@ class _Watch(threading.Thread):
             return record
         return None
 
+    def stop_request(self) -> dict[str, Any] | None:
+        """A stop request meant for this application: one naming it (its Spark id, or the local backend's id
+        in ``$AIRFLOW_TFOS_LOCAL_APP``), or an unnamed one written after this driver started."""
+        ids = {str(self.base.get("application_id")), os.environ.get("AIRFLOW_TFOS_LOCAL_APP", "")} - {"", "None"}
+        return self.rundir.stop_requested(application_ids=frozenset(ids), started=_STARTED)
+
     def run(self) -> None:
         outage: float | None = None  # when the storage stopped answering, while it does not
         while not self.finished.wait(self.interval):
@@ -122,7 +130,7 @@ class _Watch(threading.Thread):
 
     def beat(self) -> None:
         step = self.step()
-        if self._stop_seen is None and self.rundir.stop_requested():
+        if self._stop_seen is None and self.stop_request():
             self._stop_seen = (time.monotonic(), step)
             self.stopping.set()
             log.info("stop requested: stopping after the next checkpoint (at most %.0f s)", self.spec.stop_grace_secs)
@@ -290,7 +298,7 @@ def _serve(spark, spec: RunSpec, rundir: RunDir, train_fn, watch: _Watch, digest
                 break
             watch.stopping.wait(SERVE_POLL_SECS if idle_limit is None else min(SERVE_POLL_SECS, idle_limit))
             try:
-                if rundir.stop_requested():
+                if watch.stop_request():
                     watch.stopping.set()
             except (RunDirError, OSError):
                 pass  # already said above; the heartbeat thread also looks for stop requests
@@ -300,7 +308,7 @@ def _serve(spark, spec: RunSpec, rundir: RunDir, train_fn, watch: _Watch, digest
 
 def run_inference_job(spark, spec: RunSpec) -> dict[str, Any]:
     """Score ``spec.data`` with the SavedModel in ``spec.inference`` and write the predictions as Parquet."""
-    from airflow_tfos.runtime.inference import predict
+    from airflow_tfos.runtime.inference import predict, write_predictions
 
     job = spec.inference or {}
     frame = build_input(spark, spec.data, "data")
@@ -313,8 +321,7 @@ def run_inference_job(spark, spec: RunSpec) -> dict[str, Any]:
         signature=job.get("signature", "serving_default"),
         batch_size=int(job.get("batch_size", 1024)),
     )
-    scored.write.mode("overwrite").parquet(job["output_path"])
-    rows = spark.read.parquet(job["output_path"]).count()
+    rows = write_predictions(scored, job["output_path"])  # the previous predictions stay until these are whole
     log.info("wrote %d predictions to %s", rows, job["output_path"])
     return {"rows": rows, "output_path": job["output_path"]}
 

@@ -121,3 +121,54 @@ def predict(
                 yield pa.RecordBatch.from_arrays([*part.columns, values], [*part.schema.names, output_col])
 
     return df.mapInArrow(score, schema)
+
+
+class _HadoopFiles:
+    """What :func:`~airflow_tfos.rundir.replace_dir` needs, through the Hadoop file system Spark writes with."""
+
+    def __init__(self, spark, path: str):
+        self._path = spark._jvm.org.apache.hadoop.fs.Path
+        self.fs = self._path(path).getFileSystem(spark._jsc.hadoopConfiguration())
+
+    def exists(self, path: str) -> bool:
+        return bool(self.fs.exists(self._path(path)))
+
+    def rename(self, src: str, dst: str) -> None:
+        if self.exists(dst):  # Hadoop would move src into dst
+            raise FileExistsError(f"cannot rename {src} to {dst}: the target exists")
+        if not self.fs.rename(self._path(src), self._path(dst)):
+            raise OSError(f"cannot rename {src} to {dst}")
+
+    def delete(self, path: str) -> None:
+        self.fs.delete(self._path(path), True)
+
+    def listdir(self, path: str) -> list[str]:
+        if not self.exists(path):
+            return []
+        return sorted(str(status.getPath().getName()) for status in self.fs.listStatus(self._path(path)))
+
+
+def write_predictions(scored, output_path: str) -> int:
+    """Write ``scored`` as Parquet at ``output_path``, replacing what is there only once it is complete.
+
+    The rows are written to a staging directory beside it (``.staging-<name>-<id>``), then swapped in by
+    renames (:func:`~airflow_tfos.rundir.replace_dir`): a failed run leaves the previous predictions
+    whole, and a reader sees the old ones or the new ones. Staging directories that failed runs left are
+    removed once a run succeeds. Return the number of rows written.
+    """
+    import uuid
+
+    from airflow_tfos.rundir import STAGING_PREFIX, discard_stale, replace_dir
+
+    final = output_path.rstrip("/")
+    if "/" not in final:
+        raise FeedConfigError(f"output_path {output_path!r} must be an absolute path or a URI")
+    parent, name = final.rsplit("/", 1)
+    staging = f"{parent}/{STAGING_PREFIX}{name}-{uuid.uuid4().hex[:8]}"
+    spark = scored.sparkSession
+    scored.write.mode("errorifexists").parquet(staging)
+    rows = spark.read.parquet(staging).count()
+    files = _HadoopFiles(spark, final)
+    replace_dir(files, staging, final)
+    discard_stale(files, parent, name)
+    return rows

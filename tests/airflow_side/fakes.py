@@ -28,6 +28,9 @@ class FakeBackend:
         self.next_script: list[tuple[str, str]] = [("RUNNING", "UNDEFINED"), ("FINISHED", "SUCCEEDED")]
         #: called on submit (e.g. to write an export like a real run would)
         self.on_submit = None
+        #: called with the app id when get_state first reports it succeeded (e.g. to write its export)
+        self.on_success = None
+        self._succeeded: set[str] = set()
         #: an application another try submitted meanwhile (appears on the next find_live)
         self.racer: AppState | None = None
         self._ids = itertools.count(100)
@@ -51,6 +54,9 @@ class FakeBackend:
         if steps:
             self.apps[app_id] = steps.pop(0) if len(steps) > 1 else steps[0]
         self.polls[app_id] = self.polls.get(app_id, 0) + 1
+        if self.on_success and self.apps[app_id].is_successful and app_id not in self._succeeded:
+            self._succeeded.add(app_id)
+            self.on_success(app_id)
         return self.apps[app_id]
 
     async def aget_state(self, app_id: str) -> AppState:
@@ -94,6 +100,7 @@ class FakeTI:
     dag_id: str = "nightly"
     task_id: str = "train"
     try_number: int = 1
+    map_index: int = -1
     xcoms: dict[str, Any] = field(default_factory=dict)
     #: read by ResumableJobMixin, as on Airflow's task instance
     stats_tags: dict[str, str] = field(default_factory=dict)

@@ -321,3 +321,36 @@ def test_the_tracking_url_is_the_applications_own_ui_not_the_local_masters():
     assert spark_ui_url(taken + retried) == "http://10.0.0.5:4041"  # the port it got, not the one it tried first
     assert spark_ui_url("INFO Utils: Successfully started service 'SparkUI' on port 4045.\n") == "http://127.0.0.1:4045"
     assert spark_ui_url("INFO MasterWebUI: Bound MasterWebUI to 127.0.0.1, and started at http://127.0.0.1:1\n") is None
+
+
+@pytest.mark.skipif(os.getuid() != 0, reason="starting a process as another user needs root")
+def test_records_and_processes_of_another_user_are_never_taken_for_ours(backend, tmp_path):
+    nobody = 65534
+    foreign = subprocess.Popen(["sleep", "60"], user=nobody, start_new_session=True)
+    records = backend.tracker_dir / "apps"
+    try:
+        # a record in our tracker directory naming another user's live process, with our tag (forged)
+        forged = "local-20261121000000-0000abcd"
+        records.mkdir(parents=True, exist_ok=True)
+        (records / f"{forged}.json").write_text(
+            json.dumps(
+                {
+                    "app_id": forged, "pid": foreign.pid, "pgid": foreign.pid, "tag": "tfos-test", "name": "x",
+                    "start_time": psutil.Process(foreign.pid).create_time(), "run_dir": str(tmp_path / "run"),
+                    "log": str(tmp_path / "none.log"), "master": "local[1]", "webui_url": None,
+                    "submitted": time.time(), "command": ["sleep", "60"],
+                }
+            )
+        )  # fmt: skip
+        assert backend.find_live("tfos-test") == []
+        backend.kill(forged, grace_secs=0.5)
+        assert foreign.poll() is None  # never signalled
+        # a record file that another user wrote, naming a live application of ours
+        ours = submit(backend, "import time; time.sleep(60)", tmp_path, tag="tfos-mine")
+        assert [a.app_id for a in backend.find_live("tfos-mine")] == [ours]
+        os.chown(records / f"{ours}.json", nobody, -1)
+        assert backend.find_live("tfos-mine") == []
+        os.chown(records / f"{ours}.json", os.getuid(), -1)  # ours again, so that the fixture kills it
+    finally:
+        foreign.kill()
+        foreign.wait()

@@ -47,6 +47,20 @@ def export(rundir: RunDir, digest: str, step: int = 40, accuracy: float = 0.97) 
     rundir.publish_export(staging, spec_hash=digest, step=step, metrics={"accuracy": accuracy})
 
 
+def trains(op, backend: FakeBackend, run_dir, *, write_spec: bool = True) -> None:
+    """Make ``backend`` behave as a real run of ``op``'s spec: the run directory holds the spec its live
+    applications work on, and an application that succeeds leaves an export of that spec behind."""
+    rundir, digest = RunDir(str(run_dir)), spec_hash(op.build_spec())
+    if write_spec:
+        rundir.write_spec(op.build_spec())
+
+    def export_once(app_id):
+        if (rundir.export_success() or {}).get("spec_hash") != digest:
+            export(rundir, digest)
+
+    backend.on_success = export_once
+
+
 def exporting(backend: FakeBackend, rundir: RunDir, digest: str):
     """Make every submitted application leave an export behind, as a real training run would."""
     backend.on_submit = lambda app_id: export(rundir, digest)
@@ -122,6 +136,7 @@ class TestTrainIdempotency:
     def test_live_application_with_the_run_tag_is_reattached(self, tmp_path):
         op, backend = train_op(tmp_path), FakeBackend()
         use_backend(op, backend)
+        trains(op, backend, tmp_path)
         tag = run_tag(str(tmp_path))
         live = backend.add("application_1_0007", "RUNNING", tags=[tag])
         backend.script[live.app_id] = [live, AppStateFactory.finished("application_1_0007", tag)]
@@ -132,6 +147,7 @@ class TestTrainIdempotency:
     def test_application_kept_in_durable_state_is_reattached(self, tmp_path):
         op, backend = train_op(tmp_path), FakeBackend()
         use_backend(op, backend)
+        trains(op, backend, tmp_path)
         backend.add("application_1_0003", "RUNNING")  # no tag: found only through the durable state
         store = FakeStateStore()
         store.set(STATE_APPLICATION_ID, "application_1_0003")
@@ -146,6 +162,7 @@ class TestTrainIdempotency:
     def test_a_failed_earlier_application_leads_to_a_new_submission(self, tmp_path):
         op, backend = train_op(tmp_path), FakeBackend()
         use_backend(op, backend)
+        trains(op, backend, tmp_path)
         backend.add("application_1_0003", "FAILED", "FAILED", tags=[run_tag(str(tmp_path))])
         store = FakeStateStore()
         store.set(STATE_APPLICATION_ID, "application_1_0003")
@@ -156,6 +173,7 @@ class TestTrainIdempotency:
     def test_racing_tries_keep_the_earliest_application(self, tmp_path):
         op, backend = train_op(tmp_path), FakeBackend()
         use_backend(op, backend)
+        trains(op, backend, tmp_path)
         tag = run_tag(str(tmp_path))
         # another try submitted application ..._0001 meanwhile; it shows up after ours was submitted
         backend.on_submit = lambda app_id: setattr(
@@ -174,6 +192,7 @@ class TestTrainIdempotency:
 
         op, backend = train_op(tmp_path), FakeBackend()
         use_backend(op, backend)
+        trains(op, backend, tmp_path)
         tag = run_tag(str(tmp_path))
 
         def refuse(run_dir, **kwargs):
@@ -184,11 +203,71 @@ class TestTrainIdempotency:
         backend.submit = refuse
         assert op.execute(make_context())["application_id"] == "application_1_0002"
 
+    def test_a_mapped_instance_gets_its_own_default_run_directory(self, tmp_path, monkeypatch):
+        monkeypatch.setenv("AIRFLOW_TFOS_RUN_DIR_BASE", str(tmp_path))
+        dirs = []
+        for index in (0, 1):
+            op, backend = train_op(tmp_path), FakeBackend()
+            op.run_dir = None  # the default one
+            use_backend(op, backend)
+            context = make_context()
+            context["ti"].map_index = index
+            backend.on_submit = lambda app_id, op=op: export(op.rundir, spec_hash(op.build_spec()))
+            dirs.append(op.execute(context)["run_dir"])
+        assert dirs[0] != dirs[1] and dirs[1].endswith("-map1")
+        assert dirs[0].startswith(str(tmp_path)) and RunDir(dirs[0]).export_success() is not None
+
+    def test_a_live_application_of_another_spec_is_killed_not_adopted(self, tmp_path):
+        rundir = RunDir(str(tmp_path))
+        old = train_op(tmp_path, args={"epochs": 1})
+        rundir.write_spec(old.build_spec())  # the live application was submitted for this older spec
+        op, backend = train_op(tmp_path), FakeBackend()
+        use_backend(op, backend)
+        trains(op, backend, tmp_path, write_spec=False)
+        tag = run_tag(str(tmp_path))
+        backend.add("application_1_0007", "RUNNING", tags=[tag])
+        backend.script["application_1_0007"] = [AppStateFactory.finished("application_1_0007", tag)]
+        result = op.execute(make_context())
+        assert backend.killed == ["application_1_0007"]
+        assert len(backend.submitted) == 1 and result["application_id"] == "application_1700000000000_0100"
+        assert result["spec_hash"] == spec_hash(op.build_spec()) == rundir.export_success()["spec_hash"]
+
+    def test_the_driver_s_own_record_of_its_spec_decides_over_spec_json(self, tmp_path):
+        """On YARN the driver writes status.json under the application's id, with the spec hash it read."""
+        rundir = RunDir(str(tmp_path))
+        op, backend = train_op(tmp_path), FakeBackend()
+        use_backend(op, backend)
+        trains(op, backend, tmp_path)  # spec.json holds this spec, but the live driver read another
+        rundir.write_status("RUNNING", application_id="application_1_0007", spec_hash="an-older-spec")
+        tag = run_tag(str(tmp_path))
+        backend.add("application_1_0007", "RUNNING", tags=[tag])
+        backend.script["application_1_0007"] = [AppStateFactory.finished("application_1_0007", tag)]
+        op.execute(make_context())
+        assert backend.killed == ["application_1_0007"] and len(backend.submitted) == 1
+
+    def test_an_application_kept_in_durable_state_of_another_spec_is_killed_and_replaced(self, tmp_path):
+        rundir = RunDir(str(tmp_path))
+        rundir.write_spec(train_op(tmp_path, args={"epochs": 1}).build_spec())
+        op, backend = train_op(tmp_path), FakeBackend()
+        use_backend(op, backend)
+        trains(op, backend, tmp_path, write_spec=False)
+        backend.add("application_1_0003", "RUNNING")
+        backend.script["application_1_0003"] = [
+            backend.apps["application_1_0003"],
+            AppStateFactory.finished("application_1_0003", ""),
+        ]
+        store = FakeStateStore()
+        store.set(STATE_APPLICATION_ID, "application_1_0003")
+        op.execute(make_context(store=store))
+        assert backend.killed == ["application_1_0003"] and len(backend.submitted) == 1
+        assert store.get(STATE_APPLICATION_ID) == "application_1700000000000_0100"
+
     def test_changed_spec_is_written_and_warned_about(self, tmp_path, capsys):
         rundir = RunDir(str(tmp_path))
         rundir.write_spec({"train_fn": "pkg.mod:main_fun", "num_nodes": 2, "args": {"epochs": 1}})
         op, backend = train_op(tmp_path), FakeBackend()
         use_backend(op, backend)
+        trains(op, backend, tmp_path, write_spec=False)
         op.execute(make_context())
         assert rundir.read_spec()["args"] == {"epochs": 2}
         out = capsys.readouterr().out
@@ -208,6 +287,7 @@ class TestDurableState:
         op, backend = train_op(tmp_path), FakeBackend()
         use_backend(op, backend)
         rundir = RunDir(str(tmp_path))
+        rundir.write_spec(op.build_spec())  # what the stored application was submitted for
         backend.add("application_1_0003", "RUNNING")  # no tag: found only through the durable state
         backend.script["application_1_0003"] = [
             backend.apps["application_1_0003"],
@@ -234,6 +314,7 @@ class TestDurableState:
     def test_an_application_the_cluster_forgot_leads_to_the_tag_then_a_submission(self, tmp_path):
         op, backend = train_op(tmp_path), FakeBackend()
         use_backend(op, backend)
+        trains(op, backend, tmp_path)
         store = FakeStateStore()
         store.set(STATE_APPLICATION_ID, "application_1_0042")  # unknown to the backend: get_state raises
         op.execute(make_context(store=store))
@@ -257,6 +338,7 @@ class TestDurableState:
     def test_the_durable_state_keeps_the_winner_of_a_race(self, tmp_path):
         op, backend = train_op(tmp_path), FakeBackend()
         use_backend(op, backend)
+        trains(op, backend, tmp_path)
         tag = run_tag(str(tmp_path))
         backend.on_submit = lambda app_id: setattr(
             backend, "racer", AppStateFactory.running("application_1700000000000_0001", tag)
@@ -271,6 +353,7 @@ class TestDurableState:
     def test_durable_false_neither_reads_nor_writes_the_state(self, tmp_path):
         op, backend = train_op(tmp_path, durable=False), FakeBackend()
         use_backend(op, backend)
+        trains(op, backend, tmp_path)
         backend.add("application_1_0003", "RUNNING")  # untagged: only the durable state could name it
         store = FakeStateStore()
         store.set(STATE_APPLICATION_ID, "application_1_0003")
@@ -288,6 +371,7 @@ class TestDurableState:
         backend.add("application_1_0008", "RUNNING")
         RunDir(str(tmp_path)).write_status("RUNNING", application_id="application_1_0008", serving=True)
         use_backend(op, backend)
+        RunDir(str(tmp_path)).write_spec(op.build_spec())
         store = FakeStateStore()
         store.set(STATE_APPLICATION_ID, "application_1_0008")
         result = op.execute(make_context("launch", store=store))
@@ -327,10 +411,36 @@ class TestTrainFailure:
         assert message.startswith("node worker:1 failed: OOM (application "), message  # the driver's words first
         assert "ended FAILED/FAILED" in message and message.endswith("resumes from checkpoint step 30")
 
-    def test_success_without_export_returns_no_export_path(self, tmp_path):
+    def test_success_without_an_export_of_this_spec_fails_the_task(self, tmp_path):
         op, backend = train_op(tmp_path), FakeBackend()
         use_backend(op, backend)
-        assert op.execute(make_context())["export_path"] is None
+        with pytest.raises(AirflowException, match="without an export of this task's spec"):
+            op.execute(make_context())
+
+    def test_an_application_stopped_by_a_stale_request_does_not_turn_the_task_green(self, tmp_path):
+        """The driver stopped at once (exit 0, run state STOPPED) and left only an export of another spec."""
+        rundir = RunDir(str(tmp_path))
+        export(rundir, "an-older-spec")
+        op, backend = train_op(tmp_path), FakeBackend()
+        use_backend(op, backend)
+        backend.on_submit = lambda app_id: rundir.write_status("STOPPED", application_id=app_id)
+        with pytest.raises(AirflowException, match=r"run state STOPPED\) without an export"):
+            op.execute(make_context())
+
+    def test_a_submission_clears_a_stop_request_left_for_an_earlier_application(self, tmp_path):
+        rundir = RunDir(str(tmp_path))
+        rundir.request_stop("shutdown task", application_id="application_1_0001")
+        op, backend = train_op(tmp_path), FakeBackend()
+        use_backend(op, backend)
+        seen = []
+
+        def submitted(app_id):
+            seen.append(rundir.stop_requested())
+            export(rundir, spec_hash(op.build_spec()))
+
+        backend.on_submit = submitted
+        op.execute(make_context())
+        assert seen == [None]
 
     def test_on_kill_kills_the_live_application(self, tmp_path):
         op, backend = train_op(tmp_path), FakeBackend()
@@ -421,6 +531,18 @@ class TestLifecycle:
         with pytest.raises(AirflowException, match="did not become ready: timed out"):
             op.launch_complete(make_context("launch"), {"status": "timeout", "message": "timed out"})
         assert backend.killed == [app.app_id]
+
+    def test_launch_fails_when_the_application_stops_before_serving_without_an_export(self, tmp_path):
+        op = TFoSLaunchClusterOperator(
+            task_id="launch", train_fn="pkg.mod:main_fun", num_nodes=2, run_dir=str(tmp_path), poll_interval=0.01,
+            ship_code=False,
+        )
+        backend = FakeBackend()
+        backend.next_script = [("FINISHED", "SUCCEEDED")]  # the driver stopped at its first heartbeat, exit 0
+        backend.on_submit = lambda app_id: RunDir(str(tmp_path)).write_status("STOPPED", application_id=app_id)
+        use_backend(op, backend)
+        with pytest.raises(AirflowException, match=r"run state STOPPED\) before it served feeds"):
+            op.execute(make_context("launch"))
 
     def _feed_op(self, tmp_path, **kwargs):
         return TFoSFeedOperator(
@@ -576,7 +698,7 @@ class TestLifecycle:
         use_backend(op, backend)
         result = op.execute(make_context("stop"))
         assert result["state"] == "FINISHED" and backend.killed == []
-        assert RunDir(str(tmp_path)).stop_requested() is not None
+        assert RunDir(str(tmp_path)).stop_requested()["application_id"] == "application_1_0001"  # scoped to it
 
     def test_shutdown_kills_after_the_grace(self, tmp_path):
         backend = FakeBackend()

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import json
 import os
+import threading
+import time
 
 import pytest
 from airflow.sdk.exceptions import AirflowException
 
 from airflow_tfos.hooks.registry import ModelRegistryHook
 from airflow_tfos.operators import TFoSPublishModelOperator
-from airflow_tfos.registry import ModelRegistry
+from airflow_tfos.registry import ModelRegistry, RegistryError
 from airflow_tfos.rundir import RunDir
 from tests.airflow_side.fakes import make_context
 
@@ -35,12 +38,12 @@ def test_first_then_better_then_worse_model(tmp_path):
     better = exported_run(tmp_path, "d2", {"test_accuracy": 0.93, "baseline_test_accuracy": 0.91})
     day2 = publish(better, registry, "20261121T000000")
     assert day2["published"] and day2["baseline"] == 0.91
-    assert day2["model_path"] == ModelRegistry(registry).path("versions", "20261121T000000", "model")
+    assert day2["model_path"] == ModelRegistry(registry).path("versions", "20261121T000000", "h", "model")
     worse = exported_run(tmp_path, "d3", {"test_accuracy": 0.88, "baseline_test_accuracy": 0.93})
     day3 = publish(worse, registry, "20261122T000000")
     assert not day3["published"] and "worse" in day3["reason"]
     assert day3["model_path"] == day2["model_path"]  # batch inference keeps using the model in service
-    assert day3["candidate_path"].endswith("20261122T000000/model")  # kept in the registry for a look
+    assert day3["candidate_path"].endswith("20261122T000000/h/model")  # kept in the registry for a look
     assert [d["published"] for d in ModelRegistry(registry).decisions()] == [True, True, False]
     hook = ModelRegistryHook(registry)
     assert hook.current_model_path() == day2["model_path"]
@@ -86,3 +89,81 @@ def test_no_export_and_a_missing_metric_are_clear_errors(tmp_path):
 def test_bad_parameters_fail_at_parse_time():
     with pytest.raises(ValueError, match="tolerance must be >= 0"):
         TFoSPublishModelOperator(task_id="p", run_dir="/r", registry="/m", tolerance=-1)
+
+
+def model_in_service(registry: str) -> bytes:
+    registry_ = ModelRegistry(registry)
+    return registry_.storage.read_bytes(registry_.current_model_path() + "/saved_model.pb")
+
+
+def test_republishing_a_version_in_service_with_another_spec_never_touches_the_model_in_service(tmp_path):
+    registry = str(tmp_path / "registry")
+    first = publish(
+        exported_run(tmp_path, "good", {"test_accuracy": 0.95}, spec_hash="h1"), registry, "20261120T000000"
+    )
+    assert model_in_service(registry) == b"good"
+    worse = exported_run(tmp_path, "worse", {"test_accuracy": 0.50}, spec_hash="h2")  # the DAG changed, a rerun
+    again = publish(worse, registry, "20261120T000000")
+    assert not again["published"]
+    assert model_in_service(registry) == b"good"  # the copy in service was neither deleted nor replaced
+    assert again["model_path"] == first["model_path"] != again["candidate_path"]
+    stored = ModelRegistry(registry).storage.read_bytes(again["candidate_path"] + "/saved_model.pb")
+    assert stored == b"worse"  # the candidate is kept beside it, under its own spec hash
+
+
+def test_two_concurrent_publishers_never_put_an_older_model_back_in_service(tmp_path, monkeypatch):
+    """A nightly run and a backfill of an older date publish at once; both read current.json before either
+    wrote it. The backfill's copy is slow: it ends after the nightly one is in service."""
+    registry = str(tmp_path / "registry")
+    publish(exported_run(tmp_path, "d20", {"test_accuracy": 0.80}), registry, "20261120T000000")
+    original = ModelRegistry.add_version
+    both_read = threading.Barrier(2, timeout=30)
+
+    def add_version(self, version, *args, **kwargs):
+        both_read.wait()  # both publishers have read current.json (version 20) and judged against it
+        if version == "20261121T000000":  # the backfill: its copy ends once the nightly one is in service
+            deadline = time.monotonic() + 30
+            while (self.current() or {}).get("version") != "20261122T000000" and time.monotonic() < deadline:
+                time.sleep(0.02)
+        return original(self, version, *args, **kwargs)
+
+    monkeypatch.setattr(ModelRegistry, "add_version", add_version)
+    results, errors = {}, []
+
+    def run(name: str, version: str, accuracy: float) -> None:
+        try:
+            results[version] = publish(exported_run(tmp_path, name, {"test_accuracy": accuracy}), registry, version)
+        except Exception as exc:
+            errors.append(exc)
+
+    threads = [
+        threading.Thread(target=run, args=("d22", "20261122T000000", 0.90)),
+        threading.Thread(target=run, args=("d21", "20261121T000000", 0.85)),
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    assert not errors, errors
+    assert results["20261122T000000"]["published"]
+    assert not results["20261121T000000"]["published"] and "older" in results["20261121T000000"]["reason"]
+    assert ModelRegistry(registry).current()["version"] == "20261122T000000"
+    assert model_in_service(registry) == b"d22"
+    assert not ModelRegistry(registry).storage.exists(ModelRegistry(registry).path("current.lock"))
+
+
+def test_a_lock_left_by_a_dead_publisher_is_taken_over(tmp_path, monkeypatch):
+    import airflow_tfos.registry as registry_module
+
+    registry = ModelRegistry(str(tmp_path / "registry"))
+    registry.storage.write_bytes(registry.path("current.lock"), b'{"token": "dead", "time": 0}')
+    monkeypatch.setattr(registry_module, "LOCK_STALE_SECS", 1.0)
+    with registry.lock(timeout=5):
+        assert json.loads(registry.storage.read_bytes(registry.path("current.lock")))["token"] != "dead"
+    assert not registry.storage.exists(registry.path("current.lock"))
+
+
+def test_a_held_lock_makes_a_second_publisher_wait_then_give_up(tmp_path):
+    registry = ModelRegistry(str(tmp_path / "registry"))
+    with registry.lock(), pytest.raises(RegistryError, match="held by another publisher"), registry.lock(timeout=0.3):
+        pass

@@ -357,6 +357,16 @@ def yarn_hook(yarn, tmp_path, **kwargs) -> TFoSHook:
                     tracker_dir=str(tmp_path / "tracker"), **kwargs)  # fmt: skip
 
 
+def test_an_application_of_another_user_or_type_with_the_run_s_tag_is_never_adopted(yarn, tmp_path):
+    hook = yarn_hook(yarn, tmp_path)
+    foreign = yarn.rm.add_application("not ours", tags=["tfos-r1"], user="mallory")
+    other_type = yarn.rm.add_application("not spark", tags=["tfos-r1"], user="airflow", application_type="MAPREDUCE")
+    assert hook.find_live("tfos-R1") == [] and hook.find_by_tag("tfos-r1") == []
+    app_id = hook.submit("hdfs:///runs/r1", tag="tfos-R1", name="train r1", num_nodes=2)  # not refused
+    assert [a.app_id for a in hook.find_live("tfos-r1")] == [app_id]
+    assert yarn.rm.application(foreign)["state"] == yarn.rm.application(other_type)["state"] == "RUNNING"
+
+
 def test_a_yarn_submission(yarn, tmp_path, webhdfs):
     hook = yarn_hook(yarn, tmp_path, webhdfs_conn_id="webhdfs_test", py_files="/jobs/model.py")
     app_id = hook.submit("hdfs:///runs/r1", tag="tfos-R1", name="train r1", num_nodes=2, tf_memory_mb=1024)

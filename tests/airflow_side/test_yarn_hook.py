@@ -79,6 +79,24 @@ class TestReadAndFind:
         assert [a.app_id for a in asyncio.run(hook.afind_applications(tag="run-1"))] == [mine]
         assert hook.find_applications(tag="nobody") == []
 
+    def test_find_applications_of_one_user_and_type(self, rm, connect):
+        mine = rm.add_application("a", tags=["run-1"], user="alice")
+        rm.add_application("b", tags=["run-1"], user="mallory")  # anyone can set any tag
+        rm.add_application("c", tags=["run-1"], user="alice", application_type="MAPREDUCE")
+        hook = connect(rm.addresses)
+        found = hook.find_applications(tag="run-1", user="alice", application_type="SPARK")
+        assert [(a.app_id, a.user, a.application_type) for a in found] == [(mine, "alice", "SPARK")]
+        assert rm.requests[-1].query["user"] == ["alice"] and rm.requests[-1].query["applicationTypes"] == ["SPARK"]
+        found = asyncio.run(hook.afind_applications(tag="run-1", user="alice", application_type="spark"))
+        assert [a.app_id for a in found] == [mine]
+        assert len(hook.find_applications(tag="run-1")) == 3
+
+    def test_the_application_user_is_the_extra_then_the_login(self, rm, connect, monkeypatch):
+        assert connect(rm.addresses, application_user="etl").application_user == "etl"
+        assert connect(rm.addresses).application_user == "alice"
+        monkeypatch.setenv("HADOOP_USER_NAME", "hdfs-etl")
+        assert connect(rm.addresses, login=None).application_user == "hdfs-etl"
+
     def test_find_applications_by_states(self, rm, connect):
         running = rm.add_application("a", tags=["t"])
         done = rm.add_application("b", tags=["t"], state="FINISHED")

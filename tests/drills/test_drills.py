@@ -107,7 +107,7 @@ class Drill:
 
 def expected_run_dir(base: str, dag_id: str, logical_date: datetime) -> str:
     """The default run directory: ``<run_dir_base>/<dag_id>/<task_id>/<logical date>``."""
-    return f"{base}/{dag_id}/{TASK_ID}/{logical_date:%Y%m%dT%H%M%S}"
+    return f"{base}/{dag_id}/{TASK_ID}/{logical_date:%Y%m%dT%H%M%S.%f}"
 
 
 def app_gone(backend: LocalBackend, app_id: str) -> bool:

@@ -105,7 +105,7 @@ class TestNightlyDemo:
         registry = ModelRegistry(str(demo.DEMO / "models" / "digits"))
         # day 1 from scratch; day 2 from day 1's model, scored against it on the same held-out data
         assert day1["metrics"]["warm_start"] is None
-        assert day2["metrics"]["warm_start"] == registry.path("versions", "20261120T000000", "model")
+        assert day2["metrics"]["warm_start"] == registry.version("20261120T000000")["model_path"]
         assert day2["metrics"]["baseline_test_accuracy"] > 0.85  # the warm-start model, before any step
         for day in (day1, day2):
             assert day["metrics"]["test_accuracy"] >= 0.9, day

@@ -56,7 +56,8 @@ def test_driver_trains_serves_feeds_exports_and_is_idempotent(tmp_path, data_pat
     rundir = RunDir(str(tmp_path / "run"))
     digest = rundir.write_spec(training_spec(data_path))
     rundir.request_feed("extra-1", {"data": {"format": "parquet", "path": data_path}, "args": {"epochs": 3}})
-    done = run_driver(rundir.uri)
+    rundir.request_stop("left by an earlier application's shutdown", application_id="app-earlier")
+    done = run_driver(rundir.uri)  # the stop request meant for another application does not stop it
     assert done.returncode == 0, done.stderr[-4000:]
     status = rundir.read_status()
     assert status["state"] == "SUCCEEDED" and status["application_id"].startswith("app-")

@@ -7,7 +7,7 @@ import pytest
 from airflow_tfos.runtime import run
 from airflow_tfos.runtime.feed import FeedConfigError
 from airflow_tfos.runtime.feed.files import shard_files
-from airflow_tfos.runtime.inference import predict
+from airflow_tfos.runtime.inference import predict, write_predictions
 from airflow_tfos.storage import FileInfo, storage_for
 from tests.runtime import programs
 from tests.runtime.helpers import read_records
@@ -83,3 +83,19 @@ def test_predict_rejects_a_clashing_column_before_running(spark, tmp_path):
     frame = spark.range(3).selectExpr("array(1f, 2f) as x", "1 as prediction")
     with pytest.raises(FeedConfigError, match="already has a column 'prediction'"):
         predict(frame, str(export), "x")
+
+
+def test_a_failed_rewrite_of_predictions_leaves_the_previous_ones_whole(spark, tmp_path):
+    output = str(tmp_path / "predictions")
+    assert (
+        write_predictions(spark.range(0, 30, numPartitions=2).selectExpr("id", "id * 2.0 as prediction"), output) == 30
+    )
+    failing = spark.range(0, 40, numPartitions=2).selectExpr("id", "assert_true(id < 35) as prediction")
+    with pytest.raises(Exception, match="assert_true|id < 35"):
+        write_predictions(failing, output)
+    assert spark.read.parquet(output).count() == 30  # the previous predictions, whole
+    assert (
+        write_predictions(spark.range(0, 50, numPartitions=2).selectExpr("id", "id * 3.0 as prediction"), output) == 50
+    )
+    assert sorted(r["prediction"] for r in spark.read.parquet(output).collect()) == [3.0 * i for i in range(50)]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["predictions"]  # no staging or aside directory left
