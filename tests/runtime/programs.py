@@ -178,28 +178,6 @@ def die_by_signal(args, ctx):
     time.sleep(600)
 
 
-def validation_once(args, ctx):
-    """Train on the fed data, then evaluate on the fed validation data (padded to equal steps); return
-    Keras's validation loss and mae with the final weights, for an independent evaluation."""
-    import tensorflow as tf
-
-    strategy = tf.distribute.MultiWorkerMirroredStrategy()
-    with strategy.scope():
-        model = tf.keras.Sequential([tf.keras.Input(shape=(2,)), tf.keras.layers.Dense(1)])
-        model.compile(optimizer=tf.keras.optimizers.SGD(0.05), loss="mse", metrics=["mae"])
-    history = model.fit(ctx.dataset(), epochs=2, validation_data=ctx.validation_dataset(), verbose=0)
-    loss, mae = model.evaluate(ctx.validation_dataset(), steps=ctx.validation_steps, verbose=0)
-    return {
-        "val_loss": float(loss),
-        "val_mae": float(mae),
-        "fit_val_loss": history.history["val_loss"][-1],
-        "fit_val_mae": history.history["val_mae"][-1],
-        "validation_steps": ctx.validation_steps,
-        "rows": ctx.feed_shares["validation"].rows,
-        "weights": [w.tolist() for w in model.get_weights()],
-    }
-
-
 def feed_keras(args, ctx):
     """Train a Keras model on the DataFrame fed from Spark; record what this node saw."""
     import tensorflow as tf

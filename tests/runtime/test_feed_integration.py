@@ -60,34 +60,6 @@ def test_dataframe_feed_trains_in_step_with_validation_data(spark, tmp_path, cap
     assert "steps of 32 rows per epoch on every node" in logged and "repeated" in logged
 
 
-def test_validation_metrics_count_each_validation_row_once_on_uneven_shares(spark, tmp_path):
-    import numpy as np
-
-    train = linear_frame(spark, 1000)
-    linear_frame(spark, 400).limit(301).coalesce(1).write.parquet(str(tmp_path / "validation"))
-    validation = spark.read.parquet(str(tmp_path / "validation"))  # 151 and 150 rows, padded to 5 x 32
-    result = run_cluster(
-        spark.sparkContext,
-        programs.validation_once,
-        num_nodes=2,
-        data=train,
-        validation_data=validation,
-        feed=Feed(features="x", label="y", batch_size=32),
-    )
-    assert result["validation_steps"] == 5 and result["rows"] in (150, 151)  # 160 fed: 9 or 10 repeated
-    # the exported model, evaluated independently on the validation rows, each once
-    rows = validation.select("a", "b", "y").collect()
-    x = np.array([[r.a, r.b] for r in rows])
-    y = np.array([r.y for r in rows])
-    kernel, bias = np.array(result["weights"][0]), np.array(result["weights"][1])
-    error = (x @ kernel + bias)[:, 0] - y
-    mse, mae = float(np.mean(error**2)), float(np.mean(np.abs(error)))
-    assert len(rows) == 301
-    assert result["val_loss"] == pytest.approx(mse, rel=1e-5, abs=1e-6)
-    assert result["val_mae"] == pytest.approx(mae, rel=1e-5, abs=1e-6)
-    assert result["fit_val_loss"] == pytest.approx(mse, rel=1e-5, abs=1e-6)  # fit's validation too
-
-
 def test_scalar_and_array_columns_replayed_each_epoch_with_the_evaluator_left_out(spark, tmp_path):
     frame = spark.range(0, 1000, numPartitions=4).selectExpr(
         "cast(id as float) as a",

@@ -32,11 +32,6 @@ class FeedShare:
     :param spill_started_at: when the Spark task began to read its partition (seconds since the epoch).
     :param native: under parameter servers, the workers' record files read by TF's own ops (the chief
         holds no rows: its share has ``rows=0`` and no ``path``).
-    :param row_weight: validation data: batches are ``(x, y, sample_weight)``, each of this node's own rows
-        weighing ``row_weight`` and the rows repeated to fill the last steps (balance ``pad``) weighing 0.
-        It is the same on every node, (rows fed per epoch over all nodes) / (rows over all nodes), so that
-        Keras's loss (summed, then divided by the batch size) and its weighted metrics both come out as
-        the values over the validation rows, each counted once. None: no weights (training data).
     """
 
     split: str
@@ -50,7 +45,6 @@ class FeedShare:
     spill_peak_rss_mb: float = 0.0
     spill_started_at: float = 0.0
     native: NativeShares | None = None
-    row_weight: float | None = None
 
     @property
     def rows_per_epoch(self) -> int:
@@ -115,31 +109,10 @@ def _merge(parts: list[dict[str, np.ndarray]], rng: np.random.Generator | None) 
     return merged
 
 
-#: The column of the validation rows' weights in the chunks of :func:`weighted_chunks`.
-WEIGHT = "__airflow_tfos_weight"
-
-
-def weighted_chunks(share: FeedShare, epoch: int = 0) -> Iterator[dict[str, np.ndarray]]:
-    """:func:`epoch_chunks`, with a weight column when the share has ``row_weight``: the epoch's first
-    ``rows`` rows (every row of the node once, whatever the shuffle) weigh ``row_weight``, the rows
-    repeated after them to fill the last steps weigh 0."""
-    if share.row_weight is None:
-        yield from epoch_chunks(share, epoch)
-        return
-    left = share.rows
-    for chunk in epoch_chunks(share, epoch):
-        n = _length(chunk)
-        weights = np.zeros(n, dtype=np.float32)
-        weights[: max(0, min(left, n))] = share.row_weight
-        left -= n
-        yield {**chunk, WEIGHT: weights}
-
-
 def iter_epoch(share: FeedShare, epoch: int = 0) -> Iterator:
     """Yield exactly ``steps_per_epoch`` batches of ``batch_size`` rows: ``(features, label)``, or the
-    features alone without a label; ``(features, label, sample_weight)`` for validation data (see
-    ``FeedShare.row_weight``). Features are one array, or a dict of arrays for several columns."""
-    for batch in _exact_batches(weighted_chunks(share, epoch), share.feed.batch_size):
+    features alone without a label. Features are one array, or a dict of arrays for several columns."""
+    for batch in _exact_batches(epoch_chunks(share, epoch), share.feed.batch_size):
         yield _shape(batch, share.feed)
 
 
@@ -161,9 +134,7 @@ def _exact_batches(chunks, size: int) -> Iterator:
 def _shape(batch: dict[str, np.ndarray], feed: Feed):
     features = {name: _cast(name, batch[name], feed) for name in feed.features}
     x = features[feed.features[0]] if len(feed.features) == 1 else features
-    if not feed.label:
-        return x
-    return (x, batch[feed.label], batch[WEIGHT]) if WEIGHT in batch else (x, batch[feed.label])
+    return (x, batch[feed.label]) if feed.label else x
 
 
 def signature_of(value):
@@ -204,7 +175,7 @@ def make_dataset(share: FeedShare):
     epochs = itertools.count()
 
     def chunks():
-        for chunk in weighted_chunks(share, next(epochs)):
+        for chunk in epoch_chunks(share, next(epochs)):
             yield _shape(chunk, feed)
 
     dataset = tf.data.Dataset.from_generator(chunks, output_signature=signature_of(_shape(_empty(share), feed)))
@@ -218,13 +189,10 @@ def make_dataset(share: FeedShare):
 def _empty(share: FeedShare) -> dict[str, np.ndarray]:
     """Zero rows of each fed column with the spilled types and widths: the pipeline's signature."""
     schema = spill_schema(share.path)
-    empty = {
+    return {
         name: np.empty((0, share.widths[name]) if name in share.widths else (0,), dtype=element_type(schema, name))
         for name in share.feed.columns
     }
-    if share.row_weight is not None:
-        empty[WEIGHT] = np.empty((0,), dtype=np.float32)
-    return empty
 
 
 def element_type(schema, name: str) -> np.dtype:

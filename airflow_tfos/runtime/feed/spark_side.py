@@ -178,15 +178,8 @@ def plan_shares(
         what = "training data" if split == TRAIN else "validation data"
         spilled = [infos[r.executor_id]["spill"][split] for r in order]
         widths = _common_widths([s["widths"] for s in spilled], what)
-        counts = [s["rows"] for s in spilled]
-        # validation rows are never left out: padded, and the padded rows weigh nothing (row_weight)
-        plan = balance(counts, feed.batch_size, feed.balance if split == TRAIN else "pad", what)
-        row_weight = None
-        if split == VALIDATION and feed.label and not native:
-            row_weight = plan.steps_per_epoch * feed.batch_size * len(order) / sum(counts)
+        plan = balance([s["rows"] for s in spilled], feed.batch_size, feed.balance, what)
         notes.append(f"{what}: " + plan.describe(labels, feed.batch_size))
-        if row_weight is not None and row_weight != 1.0:
-            notes.append(f"{what}: repeated rows weigh 0, so every validation row counts once in the metrics")
         notes.append(
             f"{what}: read from Spark once and spilled to local disk: "
             + ", ".join(
@@ -223,7 +216,6 @@ def plan_shares(
                 spill_started_at=mine["started_at"],
                 spill_peak_rss_mb=mine["peak_rss_mb"],
                 native=records,
-                row_weight=row_weight,
             )
         elif records is not None and me.job_name in ("chief", "master"):
             shares[split] = FeedShare(split, "", 0, plan.steps_per_epoch, widths, feed, native=records)
