@@ -178,6 +178,35 @@ def die_by_signal(args, ctx):
     time.sleep(600)
 
 
+def mwms_rows_seen(args, ctx):
+    """Under MultiWorkerMirroredStrategy: the labels (row ids) this node's replica gets from ``ctx.dataset()``
+    through tf.distribute in one epoch, and the steps Keras ``fit`` runs per epoch; recorded per node."""
+    import tensorflow as tf
+
+    strategy = tf.distribute.MultiWorkerMirroredStrategy()
+    seen, sizes = [], []
+    for batch in strategy.experimental_distribute_dataset(ctx.dataset()):  # what fit's steps are given
+        for part in strategy.experimental_local_results(batch[1]):
+            seen.extend(part.numpy().tolist())
+            sizes.append(int(part.shape[0]))
+    with strategy.scope():
+        model = tf.keras.Sequential([tf.keras.Input(shape=(2,)), tf.keras.layers.Dense(1)])
+        model.compile(optimizer=tf.keras.optimizers.SGD(1e-6), loss="mse")
+    steps = []
+
+    class Count(tf.keras.callbacks.Callback):
+        def on_epoch_begin(self, epoch, logs=None):
+            steps.append(0)
+
+        def on_train_batch_end(self, batch, logs=None):
+            steps[-1] += 1
+
+    model.fit(ctx.dataset(), epochs=2, callbacks=[Count()], verbose=0)
+    record = {"seen": seen, "sizes": sizes, "fit_steps": steps, "steps_per_epoch": ctx.steps_per_epoch}
+    _write(ctx, "seen", record)
+    return record
+
+
 def feed_keras(args, ctx):
     """Train a Keras model on the DataFrame fed from Spark; record what this node saw."""
     import tensorflow as tf

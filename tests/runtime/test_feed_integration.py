@@ -60,6 +60,30 @@ def test_dataframe_feed_trains_in_step_with_validation_data(spark, tmp_path, cap
     assert "steps of 32 rows per epoch on every node" in logged and "repeated" in logged
 
 
+def test_under_mwms_each_replica_trains_on_every_row_of_its_node_once_per_epoch(spark, tmp_path):
+    frame = spark.range(0, 1000, numPartitions=3).selectExpr("array(cast(id as double), 1.0d) as x", "id as y")
+    run_cluster(
+        spark.sparkContext,
+        programs.mwms_rows_seen,
+        num_nodes=2,
+        run_dir=str(tmp_path),
+        data=frame,
+        feed=Feed(features="x", label="y", batch_size=32),
+    )
+    records = read_records(str(tmp_path), "seen")
+    owned = {}
+    for name, record in records.items():
+        steps = record["steps_per_epoch"]
+        # one step of the replica is batch_size of its node's rows (not batch_size / workers, in twice the
+        # steps fit does not run): fit's steps per epoch cover every row of the node
+        assert record["sizes"] == [32] * steps, name
+        assert record["fit_steps"] == [steps, steps], name
+        assert len(record["seen"]) == steps * 32, name
+        owned[name] = set(record["seen"])
+    chief, worker = owned["chief:0"], owned["worker:0"]
+    assert not chief & worker and chief | worker == set(range(1000))  # every row, on exactly one node
+
+
 def test_scalar_and_array_columns_replayed_each_epoch_with_the_evaluator_left_out(spark, tmp_path):
     frame = spark.range(0, 1000, numPartitions=4).selectExpr(
         "cast(id as float) as a",

@@ -32,6 +32,13 @@ class FeedShare:
     :param spill_started_at: when the Spark task began to read its partition (seconds since the epoch).
     :param native: under parameter servers, the workers' record files read by TF's own ops (the chief
         holds no rows: its share has ``rows=0`` and no ``path``).
+    :param workers: training nodes that read their own shares in step (MultiWorkerMirroredStrategy's
+        workers). tf.distribute takes each worker's batch for a *global* one: it splits every batch among
+        all workers' replicas and keeps only this worker's part, or, with auto-sharding off, runs every
+        part as a step of its own, so that ``fit`` (which counts steps by the dataset's cardinality) would
+        see 1/``workers`` of the node's rows. :func:`make_dataset` therefore repeats each batch
+        ``workers`` times and lets tf.distribute keep one copy: each step of each worker trains on
+        ``batch_size`` of its own rows, and an epoch on every row once.
     """
 
     split: str
@@ -45,6 +52,7 @@ class FeedShare:
     spill_peak_rss_mb: float = 0.0
     spill_started_at: float = 0.0
     native: NativeShares | None = None
+    workers: int = 1
 
     @property
     def rows_per_epoch(self) -> int:
@@ -182,7 +190,19 @@ def make_dataset(share: FeedShare):
     dataset = dataset.rebatch(feed.batch_size, drop_remainder=True)
     dataset = dataset.apply(tf.data.experimental.assert_cardinality(share.steps_per_epoch))
     options = tf.data.Options()
-    options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.OFF
+    if share.workers > 1:
+        # A batch of this node's rows, as many times as there are workers: the global batch tf.distribute
+        # splits by replica, keeping (auto-sharding by data) this worker's copy. See FeedShare.workers.
+        copies = share.workers
+
+        def repeat_batch(*parts):
+            repeated = tf.nest.map_structure(lambda part: tf.concat([part] * copies, axis=0), parts)
+            return repeated[0] if len(repeated) == 1 else repeated
+
+        dataset = dataset.map(repeat_batch, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+        options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.DATA
+    else:
+        options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.OFF
     return dataset.with_options(options).prefetch(tf.data.AUTOTUNE)
 
 

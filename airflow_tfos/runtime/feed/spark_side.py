@@ -216,6 +216,7 @@ def plan_shares(
                 spill_started_at=mine["started_at"],
                 spill_peak_rss_mb=mine["peak_rss_mb"],
                 native=records,
+                workers=1 if native else len(order),
             )
         elif records is not None and me.job_name in ("chief", "master"):
             shares[split] = FeedShare(split, "", 0, plan.steps_per_epoch, widths, feed, native=records)
