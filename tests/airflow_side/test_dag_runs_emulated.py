@@ -124,7 +124,12 @@ def test_train_dag_submits_to_yarn_exports_to_hdfs_and_a_rerun_submits_nothing(t
         run_dir = default_run_dir(
             f"hdfs://{NAMESERVICE}/tfos-runs", DAG_ID, "train", datetime(2026, 11, 21, tzinfo=UTC), ""
         )
-        assert len(read_calls(calls)) == 1
+        (argv,) = read_calls(calls)
+        # the training function's package (tests, importable here but not installed) went with --py-files,
+        # beside the runtime zip: its content hash is in the spec
+        py_files = argv[argv.index("--py-files") + 1].split(",")
+        (user_zip,) = [p for p in py_files if Path(p).name.startswith("user-code-")]
+        assert any(Path(p).name.startswith("airflow_tfos-runtime-") for p in py_files)
         (submission,) = broker.submissions
         assert submission["tags"] == [run_tag(run_dir)]
         assert ENV_VAR in submission["env"]  # the WebHDFS settings came through the properties file
@@ -141,6 +146,7 @@ def test_train_dag_submits_to_yarn_exports_to_hdfs_and_a_rerun_submits_nothing(t
         export = rundir.export_success()
         assert export is not None and export["step"] == 10
         assert export["spec_hash"] == rundir.read_spec()["spec_hash"]
+        assert rundir.read_spec()["code"] == {"packages": ["tests"], "hash": Path(user_zip).stem.split("-")[-1]}
         local_run = Path(hdfs.local_path(run_dir.split(NAMESERVICE, 1)[1]))
         assert (local_run / "export" / "_SUCCESS").is_file()
         assert (local_run / "export" / "saved_model.pb").is_file()

@@ -12,6 +12,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pyarrow.parquet as pq
 import pytest
 
 from airflow_tfos.rundir import RunDir
@@ -46,25 +47,47 @@ DAG_FILE = '''
 import os
 from datetime import datetime
 
-from airflow.sdk import DAG
+from airflow.sdk import DAG, task
 
-from airflow_tfos.operators import TFoSTrainOperator
+from airflow_tfos.operators import TFoSInferenceOperator, TFoSTrainOperator
 from my_training import main_fun
 
+TRAINING = {
+    "train_fn": main_fun,
+    "num_nodes": 2,
+    "data": {"format": "parquet", "path": os.environ["USER_DATA"]},
+    "feed": {"features": ["x"], "label": "y", "batch_size": 30},
+    "spark_conn_id": "spark_user",
+    "executor_memory": "768m",
+    "conf": {"spark.ui.enabled": "false", "spark.ui.showConsoleProgress": "false"},
+    "poll_interval": 1.0,
+}
+
 with DAG("user_nightly", schedule=None, start_date=datetime(2026, 11, 1), catchup=False):
-    TFoSTrainOperator(
-        task_id="train",
-        train_fn=main_fun,
-        args={"epochs": 2},
-        num_nodes=2,
+    train = TFoSTrainOperator(task_id="train", args={"epochs": 2}, run_dir=os.environ["USER_RUN_DIR"], **TRAINING)
+    score = TFoSInferenceOperator(
+        task_id="score",
+        model_path="{{ ti.xcom_pull(task_ids='train')['export_path'] }}",
         data={"format": "parquet", "path": os.environ["USER_DATA"]},
-        feed={"features": ["x"], "label": "y", "batch_size": 30},
-        run_dir=os.environ["USER_RUN_DIR"],
+        features=["x"],
+        output_path=os.environ["USER_PREDICTIONS"],
         spark_conn_id="spark_user",
         executor_memory="768m",
-        conf={"spark.ui.enabled": "false", "spark.ui.showConsoleProgress": "false"},
+        conf={"spark.ui.enabled": "false"},
         poll_interval=1.0,
     )
+    train >> score
+
+with DAG("user_sweep", schedule=None, start_date=datetime(2026, 11, 1), catchup=False):
+    members = TFoSTrainOperator.partial(task_id="train", **TRAINING).expand(args=[{"epochs": 1}, {"epochs": 2}])
+
+    @task
+    def best(results: list[dict]) -> dict:
+        for member in results:
+            print(f"sweep member {member['run_dir']}: loss {member['metrics']['loss']:.6f}")
+        return min(results, key=lambda member: member["metrics"]["loss"])
+
+    best(members.output)
 '''
 
 
@@ -85,7 +108,8 @@ def user_airflow(tmp_path_factory):
             "AIRFLOW_TFOS_LOCAL_DIR": str(home / "tfos-local"),
             "SPARK_LOCAL_IP": "127.0.0.1",
             "USER_DATA": write_linear_parquet(home / "data", seed=11),
-            "USER_RUN_DIR": str(home / "runs" / "train"),
+            "USER_RUN_DIR": str(home / "tfos-runs" / "train"),
+            "USER_PREDICTIONS": str(home / "predictions"),
         }
     )
     done = subprocess.run(
@@ -95,10 +119,10 @@ def user_airflow(tmp_path_factory):
     return env, dags
 
 
-def dags_test(env: dict[str, str]) -> subprocess.CompletedProcess:
+def dags_test(env: dict[str, str], dag_id: str = "user_nightly") -> subprocess.CompletedProcess:
     cwd = Path(env["AIRFLOW_HOME"])  # not the repository: nothing of it on the driver's path by accident
     return subprocess.run(
-        [sys.executable, "-m", "airflow", "dags", "test", "user_nightly", "2026-11-20"],
+        [sys.executable, "-m", "airflow", "dags", "test", dag_id, "2026-11-20"],
         env=env, cwd=cwd, capture_output=True, text=True, timeout=600,
     )  # fmt: skip
 
@@ -117,6 +141,8 @@ def test_a_dag_with_its_module_beside_it_trains_reruns_as_a_no_op_and_trains_aga
     assert export["metrics"]["version"] == 1 and export["metrics"]["loss"] < 1.0
     assert len(rundir.events("submit")) == 1
     assert json.loads((Path(env["USER_RUN_DIR"]) / "spec.json").read_text())["code"]["packages"] == ["my_training"]
+    scored = pq.read_table(env["USER_PREDICTIONS"]).to_pydict()
+    assert len(scored["prediction"]) == 600  # batch inference with the exported model, every row once
 
     again = dags_test(env)
     assert again.returncode == 0, (again.stdout + again.stderr)[-6000:]
@@ -127,3 +153,21 @@ def test_a_dag_with_its_module_beside_it_trains_reruns_as_a_no_op_and_trains_aga
     assert changed.returncode == 0, (changed.stdout + changed.stderr)[-6000:]
     assert len(rundir.events("submit")) == 2  # the fixed code is a new request
     assert rundir.export_success()["metrics"]["version"] == 2
+
+
+def test_a_mapped_sweep_gives_each_member_its_own_run_directory_and_application(user_airflow):
+    env, _ = user_airflow
+    done = dags_test(env, "user_sweep")
+    out = done.stdout + done.stderr
+    assert done.returncode == 0 and "state=failed" not in out, out[-6000:]
+    base = Path(env["AIRFLOW_HOME"]) / "tfos-runs" / "user_sweep" / "train"
+    members = sorted(p for p in base.iterdir() if p.is_dir())
+    assert [p.name.rsplit("-", 1)[-1] for p in members] == ["map0", "map1"]
+    epochs = []
+    for member in members:
+        rundir = RunDir(str(member))
+        epochs.append(rundir.read_spec()["args"]["epochs"])
+        export = rundir.export_success()
+        assert export is not None and f"sweep member {member}: loss {export['metrics']['loss']:.6f}" in out
+        assert len(rundir.events("submitted")) == 1  # its own application, never another member's
+    assert sorted(epochs) == [1, 2]
