@@ -19,7 +19,7 @@ import os
 import subprocess
 import sys
 import time
-from datetime import date, timedelta
+from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -69,8 +69,9 @@ def day_summary(day: date) -> dict:
     from airflow_tfos.rundir import RunDir
     from airflow_tfos.runs import default_run_dir
 
-    key = f"{day:%Y%m%d}T000000"
-    run_dir = default_run_dir(str(DEMO / "runs"), DAG_ID, "train", None, key)
+    key = f"{day:%Y%m%d}T000000"  # the registry version: {{ ts_nodash }} of the day's run
+    logical_date = datetime(day.year, day.month, day.day, tzinfo=UTC)
+    run_dir = default_run_dir(str(DEMO / "runs"), DAG_ID, "train", logical_date, key)
     export = RunDir(run_dir).export_success() or {}
     registry = ModelRegistry(str(DEMO / "models" / "digits"))
     decisions = [d for d in registry.decisions() if d["version"] == key]
