@@ -97,6 +97,8 @@ def ours_steps_main(args, ctx):
     import numpy as np
     import tensorflow as tf
 
+    from airflow_tfos.runtime.feed.dataset import for_workers
+
     strategy = tf.distribute.MultiWorkerMirroredStrategy()
 
     def build():
@@ -110,12 +112,12 @@ def ours_steps_main(args, ctx):
 
     steps = ctx.steps_per_epoch
     xs, ys = zip(*ctx.batches(), strict=True)
-    options = tf.data.Options()
-    options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.OFF
-    memory = (
-        tf.data.Dataset.from_tensor_slices((np.concatenate(xs), np.concatenate(ys)))
-        .batch(ctx.feed_shares["train"].feed.batch_size, drop_remainder=True)
-        .with_options(options)
+    share = ctx.feed_shares["train"]
+    memory = for_workers(  # laid out for the workers as the fed dataset is: the same rows per step
+        tf.data.Dataset.from_tensor_slices((np.concatenate(xs), np.concatenate(ys))).batch(
+            share.feed.batch_size, drop_remainder=True
+        ),
+        share.workers,
     )
     fed = ctx.dataset()
     # name: (dataset, steps_per_epoch for fit); None re-iterates the finite dataset every epoch

@@ -189,21 +189,31 @@ def make_dataset(share: FeedShare):
     dataset = tf.data.Dataset.from_generator(chunks, output_signature=signature_of(_shape(_empty(share), feed)))
     dataset = dataset.rebatch(feed.batch_size, drop_remainder=True)
     dataset = dataset.apply(tf.data.experimental.assert_cardinality(share.steps_per_epoch))
+    return for_workers(dataset, share.workers).prefetch(tf.data.AUTOTUNE)
+
+
+def for_workers(dataset, workers: int):
+    """Lay out a node's own batches for ``workers`` training nodes in step (see ``FeedShare.workers``).
+
+    tf.distribute takes each worker's batch for a global one and splits it among all workers' replicas:
+    with several workers each batch is repeated once per worker and auto-sharded by data, so that every
+    replica gets the whole batch of its own node's rows; with one, auto-sharding is off (the data is the
+    node's own already).
+    """
+    import tensorflow as tf
+
     options = tf.data.Options()
-    if share.workers > 1:
-        # A batch of this node's rows, as many times as there are workers: the global batch tf.distribute
-        # splits by replica, keeping (auto-sharding by data) this worker's copy. See FeedShare.workers.
-        copies = share.workers
-
-        def repeat_batch(*parts):
-            repeated = tf.nest.map_structure(lambda part: tf.concat([part] * copies, axis=0), parts)
-            return repeated[0] if len(repeated) == 1 else repeated
-
-        dataset = dataset.map(repeat_batch, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
-        options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.DATA
-    else:
+    if workers <= 1:
         options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.OFF
-    return dataset.with_options(options).prefetch(tf.data.AUTOTUNE)
+        return dataset.with_options(options)
+
+    def repeat_batch(*parts):
+        repeated = tf.nest.map_structure(lambda part: tf.concat([part] * workers, axis=0), parts)
+        return repeated[0] if len(repeated) == 1 else repeated
+
+    options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.DATA
+    dataset = dataset.map(repeat_batch, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+    return dataset.with_options(options)
 
 
 def _empty(share: FeedShare) -> dict[str, np.ndarray]:
