@@ -212,9 +212,7 @@ def feed_request_input(spec: RunSpec, request: dict[str, Any]) -> tuple[dict[str
         raise SpecError(f"feed request {feed_id} cannot be read: {request['invalid']}")
     unknown = sorted(set(request) - FEED_REQUEST_FIELDS)
     if unknown:
-        raise SpecError(
-            f"feed request {feed_id} has unknown field(s): {', '.join(unknown)} (known: data, args)"
-        )
+        raise SpecError(f"feed request {feed_id} has unknown field(s): {', '.join(unknown)} (known: data, args)")
     data = request.get("data")
     if data is not None:
         if not isinstance(data, dict):

@@ -364,8 +364,12 @@ class TestDurableState:
 
     def test_launch_reattaches_through_the_durable_state(self, tmp_path):
         op = TFoSLaunchClusterOperator(
-            task_id="launch", train_fn="pkg.mod:main_fun", num_nodes=2, run_dir=str(tmp_path), poll_interval=0.01,
-            ship_code=False
+            task_id="launch",
+            train_fn="pkg.mod:main_fun",
+            num_nodes=2,
+            run_dir=str(tmp_path),
+            poll_interval=0.01,
+            ship_code=False,
         )
         backend = FakeBackend()
         backend.add("application_1_0008", "RUNNING")
@@ -482,8 +486,12 @@ class TestDeferrable:
 class TestLifecycle:
     def test_launch_returns_once_the_driver_serves(self, tmp_path):
         op = TFoSLaunchClusterOperator(
-            task_id="launch", train_fn="pkg.mod:main_fun", num_nodes=2, run_dir=str(tmp_path), poll_interval=0.01,
-            ship_code=False
+            task_id="launch",
+            train_fn="pkg.mod:main_fun",
+            num_nodes=2,
+            run_dir=str(tmp_path),
+            poll_interval=0.01,
+            ship_code=False,
         )
         backend = FakeBackend()
         backend.next_script = [("RUNNING", "UNDEFINED")]
@@ -497,8 +505,12 @@ class TestLifecycle:
 
     def test_launch_fails_when_the_application_dies_before_ready(self, tmp_path):
         op = TFoSLaunchClusterOperator(
-            task_id="launch", train_fn="pkg.mod:main_fun", num_nodes=2, run_dir=str(tmp_path), poll_interval=0.01,
-            ship_code=False
+            task_id="launch",
+            train_fn="pkg.mod:main_fun",
+            num_nodes=2,
+            run_dir=str(tmp_path),
+            poll_interval=0.01,
+            ship_code=False,
         )
         backend = FakeBackend()
         backend.next_script = [("FAILED", "FAILED")]
@@ -508,8 +520,13 @@ class TestLifecycle:
 
     def test_a_launch_not_ready_in_time_stops_what_it_submitted(self, tmp_path):
         op = TFoSLaunchClusterOperator(
-            task_id="launch", train_fn="pkg.mod:main_fun", num_nodes=2, run_dir=str(tmp_path), poll_interval=0.01,
-            ship_code=False, ready_timeout=0.05
+            task_id="launch",
+            train_fn="pkg.mod:main_fun",
+            num_nodes=2,
+            run_dir=str(tmp_path),
+            poll_interval=0.01,
+            ship_code=False,
+            ready_timeout=0.05,
         )
         backend = FakeBackend()
         backend.next_script = [("RUNNING", "UNDEFINED")]  # up, but its driver never serves
@@ -534,7 +551,11 @@ class TestLifecycle:
 
     def test_launch_fails_when_the_application_stops_before_serving_without_an_export(self, tmp_path):
         op = TFoSLaunchClusterOperator(
-            task_id="launch", train_fn="pkg.mod:main_fun", num_nodes=2, run_dir=str(tmp_path), poll_interval=0.01,
+            task_id="launch",
+            train_fn="pkg.mod:main_fun",
+            num_nodes=2,
+            run_dir=str(tmp_path),
+            poll_interval=0.01,
             ship_code=False,
         )
         backend = FakeBackend()

@@ -19,13 +19,13 @@ from airflow_tfos.runs import RunConfigError
 from tests.airflow_side.fakes import FakeBackend, make_context, use_backend
 from tests.airflow_side.test_tfos_hook import read_records, yarn, yarn_hook  # noqa: F401 (the yarn fixture)
 
-TRAINING = '''
+TRAINING = """
 EPOCHS = {epochs}
 
 
 def main_fun(args, ctx):
     return {{"epochs": EPOCHS}}
-'''
+"""
 
 
 @pytest.fixture

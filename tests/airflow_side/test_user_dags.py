@@ -43,7 +43,7 @@ def main_fun(args, ctx):
     return {{"loss": loss, "version": VERSION}}
 '''
 
-DAG_FILE = '''
+DAG_FILE = """
 import os
 from datetime import datetime
 
@@ -88,7 +88,7 @@ with DAG("user_sweep", schedule=None, start_date=datetime(2026, 11, 1), catchup=
         return min(results, key=lambda member: member["metrics"]["loss"])
 
     best(members.output)
-'''
+"""
 
 
 @pytest.fixture(scope="module")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import time
 
 import pytest
@@ -58,6 +59,45 @@ def test_dataframe_feed_trains_in_step_with_validation_data(spark, tmp_path, cap
     assert result["loss"][-1] < result["loss"][0]
     logged = caplog.text
     assert "steps of 32 rows per epoch on every node" in logged and "repeated" in logged
+
+
+def test_validation_metrics_count_each_row_once_on_uneven_shares(spark, tmp_path, caplog):
+    """The exported val_* equal an independent evaluation of the exported model on the validation rows,
+    although the nodes hold different numbers of validation batches (49 and 48 rows, batches of 16)."""
+    import numpy as np
+
+    from airflow_tfos.runtime.inference import predict
+
+    points = spark.range(0, 600, numPartitions=3).selectExpr("array(rand(1) - 0.5, rand(2) - 0.5) as x", "rand(3) as n")
+    frame = points.selectExpr("x", "cast(x[0] + 0.6 * x[1] + (n - 0.5) * 0.4 > 0 as double) as y").cache()
+    validation = frame.limit(97).cache()
+    with caplog.at_level("INFO", logger="airflow_tfos"):
+        run_cluster(
+            spark.sparkContext,
+            programs.exact_validation,
+            num_nodes=2,
+            run_dir=str(tmp_path),
+            data=frame,
+            feed=Feed(features="x", label="y", batch_size=16),
+            validation_data=validation,
+        )
+    records = read_records(str(tmp_path), "exact")
+    assert sorted(r["validation_rows"] for r in records.values()) == [48, 49]
+    exported = json.loads((tmp_path / "export" / "_SUCCESS").read_text())["metrics"]
+    scored = predict(validation, str(tmp_path / "export"), "x").select("y", "prediction").collect()
+    y = np.array([r[0] for r in scored])
+    p = np.clip(np.array([r[1] for r in scored], dtype="float64"), 1e-7, 1 - 1e-7)
+    accuracy = float(((p > 0.5) == (y > 0.5)).mean())
+    loss = float(-(y * np.log(p) + (1 - y) * np.log(1 - p)).mean())
+    assert len(y) == 97 and 0.6 < accuracy < 1.0
+    # fit (given no validation steps: it runs until every node's rows are used up) and evaluate (given
+    # ctx.validation_steps) count each validation row once, on both nodes
+    for values in (exported, *(r["logs"] for r in records.values())):
+        assert values["val_accuracy"] == pytest.approx(accuracy, abs=1e-6)
+        assert values["val_loss"] == pytest.approx(loss, abs=1e-5)
+    for record in records.values():
+        assert record["evaluate"] == pytest.approx([loss, accuracy], abs=1e-5)
+    assert "validation data: every row once per pass, in at most 4 steps of up to 16 rows" in caplog.text
 
 
 def test_under_mwms_each_replica_trains_on_every_row_of_its_node_once_per_epoch(spark, tmp_path):

@@ -12,7 +12,7 @@ import pyarrow as pa
 import pytest
 
 from airflow_tfos.runtime.feed.dataset import FeedShare, iter_epoch
-from airflow_tfos.runtime.feed.plan import Feed, FeedConfigError, balance, check_schema
+from airflow_tfos.runtime.feed.plan import Feed, FeedConfigError, balance, balance_once, check_schema
 from airflow_tfos.runtime.feed.rows import DataFeed, RowFeedManager
 from airflow_tfos.runtime.feed.spill import SpillWriter, read_batches, spill_rows
 
@@ -36,6 +36,15 @@ class TestBalance:
             balance([5, 0], 8)
         with pytest.raises(FeedConfigError, match="leaves no full batch"):
             balance([5, 9], 8, mode="drop")
+
+    def test_validation_counts_every_row_once_in_the_largest_nodes_steps(self):
+        plan = balance_once([49, 48, 0], batch_size=16)
+        assert plan.steps_per_epoch == 4  # ceil(49 / 16): the others get empty batches at the end
+        assert [(s.rows_per_epoch, s.padded, s.dropped) for s in plan.shares] == [(49, 0, 0), (48, 0, 0), (0, 0, 0)]
+        text = plan.describe(["chief:0", "worker:0", "worker:1"], 16)
+        assert "every row once per pass, in at most 4 steps of up to 16 rows" in text and "repeated" not in text
+        with pytest.raises(FeedConfigError, match="validation data is empty"):
+            balance_once([0, 0], 8)
 
 
 def test_schema_check_accepts_numbers_and_numeric_arrays():
@@ -63,6 +72,16 @@ def test_spill_round_trip_and_epoch_batches(tmp_path):
     assert len(batches) == 5 and all(x.shape == (4, 2) and x.dtype == np.float32 for x, _ in batches)
     labels = np.concatenate([y for _, y in batches]).tolist()
     assert labels == [*range(18), 0, 1]  # padded with the node's own first rows
+
+
+def test_a_validation_share_yields_each_row_once_the_last_batch_short(tmp_path):
+    path = str(tmp_path / "s.arrow")
+    _spill_labelled(path, batches=3, rows=7)
+    feed = Feed("x", "y", batch_size=4, shuffle=True, seed=3)
+    share = FeedShare("validation", path, 21, steps_per_epoch=9, widths={"x": 2}, feed=feed, once=True)
+    batches = list(iter_epoch(share))
+    assert [len(y) for _, y in batches] == [4, 4, 4, 4, 4, 1]  # not padded to the plan's 9 steps
+    assert np.concatenate([y for _, y in batches]).tolist() == list(range(21))  # in order, none repeated
 
 
 def _spill_labelled(path: str, batches: int, rows: int) -> None:

@@ -68,4 +68,3 @@ def test_a_fed_training_with_checkpoints_and_a_recovery_runs_on_spark_35(spark35
     export = rundir.export_success()
     # it learnt: predicting 0 for y = 3 x0 - 2 x1 + 1 with x in [0, 1) costs about 3.3
     assert export["step"] == 20 and export["metrics"]["loss"] < 2.0
-

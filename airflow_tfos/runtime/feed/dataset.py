@@ -39,6 +39,10 @@ class FeedShare:
         see 1/``workers`` of the node's rows. :func:`make_dataset` therefore repeats each batch
         ``workers`` times and lets tf.distribute keep one copy: each step of each worker trains on
         ``batch_size`` of its own rows, and an epoch on every row once.
+    :param once: every row exactly once per pass, none repeated or left out (validation data): the last
+        batch may be short, and nodes may hold different numbers of batches (``steps_per_epoch`` is the
+        largest node's); under MultiWorkerMirroredStrategy tf.distribute gives a worker whose rows are used
+        up empty batches until every worker is done, so metrics count each row once.
     """
 
     split: str
@@ -53,10 +57,16 @@ class FeedShare:
     spill_started_at: float = 0.0
     native: NativeShares | None = None
     workers: int = 1
+    once: bool = False
 
     @property
     def rows_per_epoch(self) -> int:
-        return self.steps_per_epoch * self.feed.batch_size
+        return self.rows if self.once else self.steps_per_epoch * self.feed.batch_size
+
+    @property
+    def batches_per_epoch(self) -> int:
+        """This node's own batches per pass (``steps_per_epoch`` unless ``once``)."""
+        return -(-self.rows // self.feed.batch_size) if self.once else self.steps_per_epoch
 
 
 def _cast(name: str, array: np.ndarray, feed: Feed) -> np.ndarray:
@@ -74,7 +84,7 @@ def epoch_chunks(share: FeedShare, epoch: int = 0) -> Iterator[dict[str, np.ndar
     its own rows from the start; one with more (``drop``) stops early.
     """
     feed = share.feed
-    rng = np.random.default_rng([feed.seed, share.rank, epoch]) if feed.shuffle else None
+    rng = np.random.default_rng([feed.seed, share.rank, epoch]) if feed.shuffle and not share.once else None
     count = count_batches(share.path)
     wanted = share.rows_per_epoch
     while wanted > 0 and count:
@@ -119,14 +129,15 @@ def _merge(parts: list[dict[str, np.ndarray]], rng: np.random.Generator | None) 
 
 def iter_epoch(share: FeedShare, epoch: int = 0) -> Iterator:
     """Yield exactly ``steps_per_epoch`` batches of ``batch_size`` rows: ``(features, label)``, or the
-    features alone without a label. Features are one array, or a dict of arrays for several columns."""
-    for batch in _exact_batches(epoch_chunks(share, epoch), share.feed.batch_size):
+    features alone without a label. Features are one array, or a dict of arrays for several columns.
+    A ``once`` share (validation data) yields each of its rows once, the last batch possibly short."""
+    for batch in _exact_batches(epoch_chunks(share, epoch), share.feed.batch_size, keep_rest=share.once):
         yield _shape(batch, share.feed)
 
 
-def _exact_batches(chunks, size: int) -> Iterator:
+def _exact_batches(chunks, size: int, keep_rest: bool = False) -> Iterator:
     """Cut chunks of rows (dicts of equally long arrays) into batches of exactly ``size`` rows; rows
-    left at the end are dropped."""
+    left at the end are dropped, or with ``keep_rest`` yielded as one short batch."""
     carry: dict[str, np.ndarray] | None = None
     for chunk in chunks:
         if carry is not None:
@@ -137,6 +148,8 @@ def _exact_batches(chunks, size: int) -> Iterator:
             yield {k: v[start : start + size] for k, v in chunk.items()}
             start += size
         carry = {k: v[start:] for k, v in chunk.items()}
+    if keep_rest and carry is not None and _length(carry):
+        yield carry
 
 
 def _shape(batch: dict[str, np.ndarray], feed: Feed):
@@ -187,8 +200,14 @@ def make_dataset(share: FeedShare):
             yield _shape(chunk, feed)
 
     dataset = tf.data.Dataset.from_generator(chunks, output_signature=signature_of(_shape(_empty(share), feed)))
-    dataset = dataset.rebatch(feed.batch_size, drop_remainder=True)
-    dataset = dataset.apply(tf.data.experimental.assert_cardinality(share.steps_per_epoch))
+    if share.once:
+        # Every row once, the last batch short. The cardinality is left unknown: nodes hold different numbers
+        # of batches, and Keras, given no steps, then runs until every worker's rows are used up (under
+        # MultiWorkerMirroredStrategy a worker done early gets empty batches), the same steps on every node.
+        dataset = dataset.rebatch(feed.batch_size, drop_remainder=False)
+    else:
+        dataset = dataset.rebatch(feed.batch_size, drop_remainder=True)
+        dataset = dataset.apply(tf.data.experimental.assert_cardinality(share.steps_per_epoch))
     return for_workers(dataset, share.workers).prefetch(tf.data.AUTOTUNE)
 
 

@@ -112,6 +112,7 @@ class Balance:
 
     steps_per_epoch: int
     shares: tuple[NodeShare, ...] = field(default_factory=tuple)
+    once: bool = False
 
     def describe(self, labels: Sequence[str], batch_size: int) -> str:
         parts = []
@@ -122,6 +123,11 @@ class Balance:
             if share.dropped:
                 text += f" ({share.dropped} left out)"
             parts.append(text)
+        if self.once:
+            return (
+                f"every row once per pass, in at most {self.steps_per_epoch} steps of up to {batch_size} rows "
+                "(none padded or left out): " + ", ".join(parts)
+            )
         return f"{self.steps_per_epoch} steps of {batch_size} rows per epoch on every node: " + ", ".join(parts)
 
 
@@ -158,3 +164,17 @@ def balance(counts: Sequence[int], batch_size: int, mode: str = "pad", what: str
         for c in counts
     )
     return Balance(steps_per_epoch=steps, shares=shares)
+
+
+def balance_once(counts: Sequence[int], batch_size: int, what: str = "validation data") -> Balance:
+    """Plan a pass in which every row counts exactly once (validation data): no node repeats or leaves out a
+    row; a node's last batch may be short and nodes may hold different numbers of batches.
+
+    ``steps_per_epoch`` is the largest node's number of batches: under MultiWorkerMirroredStrategy
+    tf.distribute hands a worker whose rows are used up empty batches until every worker is done, so each
+    node's metrics add its own rows once and nothing else.
+    """
+    if sum(counts) == 0:
+        raise FeedConfigError(f"the {what} is empty: nothing to evaluate on (check the DataFrame's filter/path)")
+    steps = max(-(-c // batch_size) for c in counts)
+    return Balance(steps_per_epoch=steps, shares=tuple(NodeShare(rows=c, rows_per_epoch=c) for c in counts), once=True)

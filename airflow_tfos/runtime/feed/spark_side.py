@@ -18,7 +18,7 @@ from collections.abc import Iterable, Sequence
 from airflow_tfos.runtime.cluster import NodeRole, ps_coordinated
 from airflow_tfos.runtime.feed.dataset import FeedShare
 from airflow_tfos.runtime.feed.native import NativeShares, record_columns
-from airflow_tfos.runtime.feed.plan import Feed, FeedConfigError, balance, check_schema
+from airflow_tfos.runtime.feed.plan import Feed, FeedConfigError, balance, balance_once, check_schema
 from airflow_tfos.runtime.feed.spill import SpillWriter
 
 NODE_COLUMN = "__airflow_tfos_node"
@@ -178,7 +178,14 @@ def plan_shares(
         what = "training data" if split == TRAIN else "validation data"
         spilled = [infos[r.executor_id]["spill"][split] for r in order]
         widths = _common_widths([s["widths"] for s in spilled], what)
-        plan = balance([s["rows"] for s in spilled], feed.batch_size, feed.balance, what)
+        counts = [s["rows"] for s in spilled]
+        # Validation rows count once each (padded rows would skew the metrics the publish gate reads), except
+        # under parameter servers, where the chief schedules validation steps on whichever worker is free.
+        once = split == VALIDATION and not native
+        if once:
+            plan = balance_once(counts, feed.batch_size, what)
+        else:
+            plan = balance(counts, feed.batch_size, feed.balance, what)
         notes.append(f"{what}: " + plan.describe(labels, feed.batch_size))
         notes.append(
             f"{what}: read from Spark once and spilled to local disk: "
@@ -217,6 +224,7 @@ def plan_shares(
                 spill_peak_rss_mb=mine["peak_rss_mb"],
                 native=records,
                 workers=1 if native else len(order),
+                once=once,
             )
         elif records is not None and me.job_name in ("chief", "master"):
             shares[split] = FeedShare(split, "", 0, plan.steps_per_epoch, widths, feed, native=records)
