@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import re
 import subprocess
 import sys
+import textwrap
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -50,11 +52,22 @@ def test_example_dags_parse_with_the_expected_tasks():
     assert nightly.get_task("train").retries == 2
     lifecycle = bag.dags["tfos_lifecycle_digits"]
     assert lifecycle.get_task("shutdown").trigger_rule == "all_done"
+    assert lifecycle.get_task("batch_inference").upstream_task_ids == {"publish"}
     sweep = bag.dags["tfos_sweep_digits"]
     assert sweep.get_task("publish").upstream_task_ids == {"pick_best"}
     assert set(bag.dags) == {
         "tfos_nightly_digits", "tfos_lifecycle_digits", "tfos_migrated_digits", "tfos_sweep_digits",
     }  # fmt: skip
+
+
+def test_the_readme_lifecycle_example_is_the_example_dag_as_written():
+    """The README's lifecycle block is the example DAG's body between its START and END markers, so what a
+    reader copies is what test_lifecycle_example_... runs."""
+    source = (EXAMPLES / "example_tfos_lifecycle.py").read_text()
+    body = textwrap.dedent(source.split("# [START lifecycle]\n")[1].split("    # [END lifecycle]")[0])
+    readme = (REPO / "README.md").read_text()
+    blocks = re.findall(r"```python\n(.*?)```", readme, re.S)
+    assert body in blocks, "README's lifecycle example differs from example_dags/example_tfos_lifecycle.py"
 
 
 @pytest.fixture(scope="module")
@@ -138,14 +151,21 @@ class TestNightlyDemo:
 @pytest.mark.integration
 def test_lifecycle_example_launch_feed_checkpoint_shutdown_then_again(demo):
     text = dags_test(demo, "tfos_lifecycle_digits", DAY1)
-    (app,) = [a for a in local_apps(demo) if "tfos_lifecycle_digits" in a.get("run_dir", "")]
+    (app,) = [a for a in local_apps(demo) if "tfos_lifecycle_digits/launch/" in a.get("run_dir", "")]
     rundir = RunDir(app["run_dir"])
     assert rundir.latest_checkpoint().step >= 20
     assert rundir.stop_requested() is not None
     assert rundir.export_success()["metrics"]["test_accuracy"] >= 0.85
     assert "is FINISHED" in text  # the application sensor
+    # publish took the export from the launch's run directory; batch inference scored with the model in service
+    registry = ModelRegistry(str(demo.DEMO / "models" / "digits-lifecycle"))
+    (decision,) = registry.decisions()
+    assert decision["published"] and decision["candidate"] == rundir.export_success()["metrics"]["test_accuracy"]
+    assert registry.current()["spec_hash"] == rundir.export_success()["spec_hash"]
+    scored = pq.read_table(str(demo.DEMO / "predictions" / "tfos_lifecycle_digits" / DAY1)).to_pydict()
+    assert len(scored["id"]) == 360 and all(len(p) == 10 for p in scored["probabilities"])
     again = dags_test(demo, "tfos_lifecycle_digits", DAY1)  # every task once more: nothing new starts
-    assert len([a for a in local_apps(demo) if "tfos_lifecycle_digits" in a.get("run_dir", "")]) == 1
+    assert len([a for a in local_apps(demo) if "tfos_lifecycle_digits/" in a.get("run_dir", "")]) == 2
     assert "nothing to stop" in again
 
 
