@@ -2,7 +2,9 @@
 
 :func:`shard_files` is pure: a deterministic, size-balanced split of a file list. The readers take the
 files this node got (``ctx.shard_files(...)``) and return ``tf.data.Dataset`` pipelines; files are
-reached through :mod:`airflow_tfos.storage`, so every scheme registered there works.
+reached through :mod:`airflow_tfos.storage`, so every scheme registered there works. Under
+MultiWorkerMirroredStrategy the readers are told the number of training nodes (``workers=``) and lay
+each node's batches out for tf.distribute as the fed dataset does.
 
 Remote files (``hdfs://``, ``webhdfs://``) are not streamed from the network into TensorFlow: Parquet
 and CSV files are downloaded one at a time, as the reader reaches them, to a local temporary file
@@ -100,12 +102,15 @@ def _arrow_batches(files: Sequence[str | FileInfo], fmt: str, columns: Sequence[
                 yield from reader
 
 
-def _file_dataset(files: Sequence[str | FileInfo], fmt: str, feed: Feed):
+def _file_dataset(files: Sequence[str | FileInfo], fmt: str, feed: Feed, workers: int):
     """Batches of ``feed.batch_size`` rows (the last may be smaller): Python hands over the files' record
-    batches whole and tf.data's ``rebatch`` cuts them, by slicing, in C++."""
+    batches whole and tf.data's ``rebatch`` cuts them, by slicing, in C++. Laid out for ``workers``
+    training nodes in step, as the fed dataset is (:func:`~airflow_tfos.runtime.feed.dataset.for_workers`)."""
+    if not isinstance(workers, int) or workers < 1:
+        raise FeedConfigError(f"workers must be a positive integer (ctx.num_workers), got {workers!r}")
     import tensorflow as tf
 
-    from airflow_tfos.runtime.feed.dataset import checked_batches, signature_of
+    from airflow_tfos.runtime.feed.dataset import checked_batches, for_workers, signature_of
 
     def generate():
         yield from checked_batches(_arrow_batches(files, fmt, feed.columns), feed)
@@ -114,14 +119,29 @@ def _file_dataset(files: Sequence[str | FileInfo], fmt: str, feed: Feed):
     if first is None:
         raise FeedConfigError(f"the {fmt} files given to this node hold no rows")
     dataset = tf.data.Dataset.from_generator(generate, output_signature=signature_of(first))
-    return dataset.rebatch(feed.batch_size, drop_remainder=False).prefetch(tf.data.AUTOTUNE)
+    dataset = dataset.rebatch(feed.batch_size, drop_remainder=False)
+    return for_workers(dataset, workers).prefetch(tf.data.AUTOTUNE)
 
 
-def parquet_dataset(files: Sequence[str | FileInfo], feed: Feed):
-    """Batches of ``(features, label)`` from Parquet files, read with Arrow a row group at a time."""
-    return _file_dataset(files, "parquet", feed)
+def parquet_dataset(files: Sequence[str | FileInfo], feed: Feed, *, workers: int = 1):
+    """Batches of ``(features, label)`` from Parquet files, read with Arrow a row group at a time.
+
+    :param files: this node's files (``ctx.shard_files(...)``).
+    :param feed: the columns and the batch size.
+    :param workers: the training nodes that read their own files in step: under
+        MultiWorkerMirroredStrategy pass ``ctx.num_workers``. tf.distribute takes each node's batch for a
+        global one and, left to itself, keeps ``batch_size / workers`` of its rows per step (and so
+        1/``workers`` of the node's rows per epoch); laid out for ``workers`` nodes, each replica gets
+        ``batch_size`` of its own node's rows per step and every row once per epoch. With more than one,
+        iterating the dataset directly (without tf.distribute) yields each batch ``workers`` times over.
+        1 (the default): the batches as they are, with tf.data's auto-sharding off.
+    """
+    return _file_dataset(files, "parquet", feed, workers)
 
 
-def csv_dataset(files: Sequence[str | FileInfo], feed: Feed):
-    """Batches of ``(features, label)`` from CSV files with a header row, streamed with Arrow."""
-    return _file_dataset(files, "csv", feed)
+def csv_dataset(files: Sequence[str | FileInfo], feed: Feed, *, workers: int = 1):
+    """Batches of ``(features, label)`` from CSV files with a header row, streamed with Arrow.
+
+    The parameters are :func:`parquet_dataset`'s.
+    """
+    return _file_dataset(files, "csv", feed, workers)
