@@ -18,7 +18,7 @@ import pytest
 from airflow_tfos.rundir import RunDir
 from tests.conftest import REPO
 from tests.runtime.helpers import read_records
-from tests.runtime.ps_driver import BATCH, ID_ROWS
+from tests.runtime.ps_driver import BATCH, FILE_BATCH, FILE_ROWS, ID_ROWS
 
 pytestmark = pytest.mark.integration
 
@@ -51,7 +51,7 @@ def _drive(num_nodes: int, run_dir, scenarios: list[str]) -> dict:
 
 @pytest.fixture(scope="module")
 def two_workers(tmp_path_factory):
-    return _drive(4, tmp_path_factory.mktemp("ps-2-workers"), ["count_ids", "keras", "unfed"])
+    return _drive(4, tmp_path_factory.mktemp("ps-2-workers"), ["count_ids", "count_file_ids", "keras", "unfed"])
 
 
 @pytest.fixture(scope="module")
@@ -88,6 +88,28 @@ def test_two_workers_train_every_fed_id_once_per_epoch_from_their_own_processes(
 
 def test_three_workers_train_every_fed_id_once_per_epoch_from_their_own_processes(three_workers):
     _check_ids_counted(three_workers, 3)
+
+
+def test_workers_read_their_own_files_every_id_once_per_epoch_in_tensorflow_mode(two_workers):
+    result = two_workers["results"]["count_file_ids"]
+    nodes = read_records(str(two_workers["run_dir"] / "count_file_ids"), "node")
+    worker_pids = [str(nodes[f"worker:{i}"]["pid"]) for i in range(2)]
+    # The files dealt over the two workers (the chief gets none), each file to one worker.
+    shares = [[int(name.rsplit("part-", 1)[1].split(".")[0]) for name in share] for share in result["shares"]]
+    assert sorted(shares[0] + shares[1]) == list(range(len(FILE_ROWS))) and all(shares)
+    rows = [sum(FILE_ROWS[part] for part in share) for share in shares]
+    assert rows[0] != rows[1]  # uneven shares, neither a whole number of batches
+    steps = [-(-r // FILE_BATCH) for r in rows]
+    assert result["steps_by_worker"] == steps and result["steps_per_epoch"] == sum(steps)
+    expected_ids = {str(3 * i + 1) for i in range(sum(FILE_ROWS))}
+    for epoch, record in enumerate(result["epochs"]):
+        assert record["batches"] == sum(steps) and record["x_id_mismatch"] == 0
+        # Every id of the files trained on once per epoch (a count in a variable on the parameter server)...
+        assert set(record["trained"]) == expected_ids
+        assert set(record["trained"].values()) == {epoch + 1}
+        # ...from batches made in the workers' processes, each worker giving the batches of its own files.
+        assert record["batches_by_pid"] == {worker_pids[i]: steps[i] for i in range(2)}
+        assert str(result["chief_pid"]) not in record["batches_by_pid"]
 
 
 def test_keras_fit_with_validation_data_converges_under_parameter_servers(two_workers):
