@@ -5,8 +5,8 @@
 Starts ``local-cluster[num_nodes,1,...]`` (one TF node per one-core executor, one parameter server) and
 runs each scenario in turn, printing ``RESULT <scenario> <json>`` with the chief's return value and
 ``ended_after``: the seconds from the chief's return to the run's end as the driver saw it.
-Scenarios: ``unfed``, ``count_ids``, ``count_file_ids`` (InputMode.TENSORFLOW: TFRecord files read by the
-workers), ``keras``, ``recover`` (a test kills a worker while it trains).
+Scenarios: ``unfed``, ``count_ids``, ``count_file_ids`` and ``keras_files`` (InputMode.TENSORFLOW: TFRecord
+files read by the workers), ``keras``, ``recover`` (a test kills a worker while it trains).
 """
 
 from __future__ import annotations
@@ -49,6 +49,24 @@ def write_id_files(directory: Path) -> str:
     return str(directory / "*.tfrecord")
 
 
+def write_linear_files(directory: Path, rows_per_file=(200, 250, 300, 350)) -> str:
+    """Write TFRecord files of ``tf.train.Example`` rows ``x`` (2 floats), ``y = 3 x0 - 2 x1 + 1``; return a glob."""
+    import numpy as np
+    import tensorflow as tf
+
+    directory.mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng(5)
+    for part, rows in enumerate(rows_per_file):
+        with tf.io.TFRecordWriter(str(directory / f"part-{part}.tfrecord")) as writer:
+            for x in rng.random((rows, 2)):
+                feature = {
+                    "x": tf.train.Feature(float_list=tf.train.FloatList(value=x)),
+                    "y": tf.train.Feature(float_list=tf.train.FloatList(value=[3 * x[0] - 2 * x[1] + 1])),
+                }
+                writer.write(tf.train.Example(features=tf.train.Features(feature=feature)).SerializeToString())
+    return str(directory / "*.tfrecord")
+
+
 def linear_frame(spark, rows: int, seed: int):
     base = spark.range(0, rows, numPartitions=3).selectExpr(f"rand({seed}) as a", f"rand({seed + 1}) as b")
     return base.selectExpr("array(a, b) as x", "3 * a - 2 * b + 1 as y")
@@ -69,6 +87,9 @@ def run_scenario(sc, spark, num_nodes: int, run_dir: str, scenario: str) -> dict
         pattern = write_id_files(Path(run_dir) / "data")
         args = {"pattern": pattern, "batch_size": FILE_BATCH, "max_id": 3 * sum(FILE_ROWS), "epochs": 2}
         tf_run = TFClusterRun(sc, ps_programs.ps_count_file_ids, args, **kwargs)
+    elif scenario == "keras_files":
+        args = {"pattern": write_linear_files(Path(run_dir) / "data"), "epochs": 12}
+        tf_run = TFClusterRun(sc, ps_programs.ps_keras_fit_files, args, **kwargs)
     elif scenario == "keras":
         feed = Feed(features="x", label="y", batch_size=32)
         tf_run = TFClusterRun(

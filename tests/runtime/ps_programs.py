@@ -202,6 +202,45 @@ def ps_keras_fit(args, ctx):
     }
 
 
+def ps_keras_fit_files(args, ctx):
+    """Keras ``fit`` under ParameterServerStrategy on ``tf.train.Example`` TFRecord files read by the workers
+    (``ctx.worker_files``)."""
+    import tensorflow as tf
+
+    if ctx.job_name in ("ps", "worker"):
+        _serve(ctx)
+        return None
+    strategy, _ = _coordinator()
+    files = ctx.worker_files(args["pattern"])
+    spec = {"x": tf.io.FixedLenFeature([2], tf.float32), "y": tf.io.FixedLenFeature([1], tf.float32)}
+
+    def read(names):
+        def parse(records):
+            example = tf.io.parse_example(records, spec)
+            return example["x"], example["y"]
+
+        return tf.data.TFRecordDataset(names).batch(32).map(parse)
+
+    with strategy.scope():
+        model = tf.keras.Sequential([tf.keras.Input(shape=(2,)), tf.keras.layers.Dense(1)])
+        model.compile(optimizer=tf.keras.optimizers.SGD(0.1), loss="mse")
+    steps = files.steps_per_epoch(read)
+    history = model.fit(
+        tf.keras.utils.experimental.DatasetCreator(files.dataset_fn(read)),
+        epochs=args.get("epochs", 5),
+        steps_per_epoch=steps,
+        verbose=0,
+    )
+    kernel, bias = model.get_weights()
+    return {
+        "loss": history.history["loss"],
+        "kernel": kernel.ravel().tolist(),
+        "bias": bias.tolist(),
+        "steps_per_epoch": steps,
+        "returned_at": time.time(),
+    }
+
+
 def ps_recoverable(args, ctx):
     """Fed PS training with the chief's own checkpoints every args['every'] steps, resumable after a lost node.
 

@@ -51,7 +51,8 @@ def _drive(num_nodes: int, run_dir, scenarios: list[str]) -> dict:
 
 @pytest.fixture(scope="module")
 def two_workers(tmp_path_factory):
-    return _drive(4, tmp_path_factory.mktemp("ps-2-workers"), ["count_ids", "count_file_ids", "keras", "unfed"])
+    scenarios = ["count_ids", "count_file_ids", "keras", "keras_files", "unfed"]
+    return _drive(4, tmp_path_factory.mktemp("ps-2-workers"), scenarios)
 
 
 @pytest.fixture(scope="module")
@@ -120,6 +121,16 @@ def test_keras_fit_with_validation_data_converges_under_parameter_servers(two_wo
     assert result["loss"][-1] < result["loss"][0] / 100
     assert len(result["val_loss"]) == 6 and result["val_loss"][-1] < 1e-3
     assert result["validation_steps"] >= 20 and result["steps_per_epoch"] >= 124
+
+
+def test_keras_fit_on_files_read_by_the_workers_converges(two_workers):
+    result = two_workers["results"]["keras_files"]
+    # y = 3 a - 2 b + 1 in TFRecord files of 200, 250, 300 and 350 rows, read by the workers only in batches
+    # of 32: 550 rows each, 18 batches, the last one short
+    assert result["steps_per_epoch"] == 36
+    assert result["kernel"] == pytest.approx([3.0, -2.0], abs=0.05)
+    assert result["bias"] == pytest.approx([1.0], abs=0.05)
+    assert result["loss"][-1] < result["loss"][0] / 100
 
 
 @pytest.mark.parametrize("scenario", ["count_ids", "unfed"])
