@@ -168,6 +168,9 @@ def _id_files(directory, rows_per_file) -> list[int]:
 
 
 def test_worker_files_are_dealt_over_the_workers_only_by_absolute_names(tmp_path, monkeypatch):
+    from airflow_tfos.runtime.feed.files import WorkerFiles
+    from airflow_tfos.storage import FileInfo
+
     _id_files(tmp_path / "data", [40, 30, 20, 10, 5])
     monkeypatch.chdir(tmp_path)
     ctx = NodeContext(1, "chief", 0, {"ps": ["a"], "chief": ["b"], "worker": ["c", "d"]}, 3, 4, "h", 1)
@@ -177,6 +180,8 @@ def test_worker_files_are_dealt_over_the_workers_only_by_absolute_names(tmp_path
     assert sorted(names) == [str(tmp_path / "data" / f"part-{i}.txt") for i in range(5)]
     # by size, largest first to the lighter worker: 110, 90, 60, 30 and 20 bytes
     assert [[name[-5] for name in share] for share in files.shares] == [["0", "3", "4"], ["1", "2"]]
+    with pytest.raises(FeedConfigError, match="cannot open WebHDFS names on the workers"):
+        WorkerFiles.deal([FileInfo("webhdfs://nn:9870/data/part-0", 10)], 1)
     mwms = NodeContext(0, "chief", 0, {"chief": ["a"], "worker": ["b"]}, 2, 2, "h", 1)
     with pytest.raises(RuntimeError, match=r"use ctx.shard_files\(\)"):
         mwms.worker_files("data/*.txt")

@@ -149,8 +149,17 @@ class WorkerFiles:
 
 
 def _tf_name(path: str) -> str:
+    """The name TensorFlow's ops open ``path`` by on a worker."""
     local = storage_for(path).local_path(path)
-    return os.path.abspath(local) if local is not None else path
+    if local is not None:
+        return os.path.abspath(local)
+    if path.split("://", 1)[0] in ("webhdfs", "swebhdfs"):
+        raise FeedConfigError(
+            f"{path}: TensorFlow's ops cannot open WebHDFS names on the workers; put the files where every "
+            "worker can open them by path (hdfs:// with TensorFlow's HDFS support, or a shared disk), or read "
+            "them with Spark and feed them (data=spark.read...)"
+        )
+    return path
 
 
 def tfrecord_dataset(files: Sequence[str | FileInfo], compression_type: str | None = None):
