@@ -7,10 +7,11 @@ import os
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from airflow_tfos.runtime.cluster import CHIEF, MASTER, WORKER
+from airflow_tfos.runtime.cluster import CHIEF, MASTER, PS, WORKER
 
 if TYPE_CHECKING:
     from airflow_tfos.runtime.feed.dataset import FeedShare
+    from airflow_tfos.runtime.feed.files import WorkerFiles
 
 
 @dataclass
@@ -150,13 +151,32 @@ class NodeContext:
 
     def shard_files(self, paths) -> list[str]:
         """This node's share of ``paths`` (a path, directory, glob, or list of them): files dealt by size
-        over the training nodes, the same split on every node. Parameter servers and evaluators get all."""
+        over the training nodes, the same split on every node. Parameter servers and evaluators get all.
+        Under ParameterServerStrategy the workers, not the chief, read data: use :meth:`worker_files`."""
         from airflow_tfos.runtime.feed.files import list_files, shard_files
 
         files = list_files(paths)
         if self.training_rank is None:
             return sorted(f.path for f in files)
         return [f.path for f in shard_files(files, self.num_workers, self.training_rank)]
+
+    def worker_files(self, paths) -> WorkerFiles:
+        """Under parameter servers: ``paths`` (as :meth:`shard_files` takes them) dealt over the workers, for
+        datasets that each worker reads itself with TensorFlow's ops: ``files.dataset_fn(read)`` for
+        ``create_per_worker_dataset`` or ``DatasetCreator``, ``files.steps_per_epoch(read)`` for the steps
+        of one epoch (see :class:`~airflow_tfos.runtime.feed.files.WorkerFiles`)."""
+        from airflow_tfos.runtime.feed.files import WorkerFiles, list_files
+
+        if not self._ps_coordinated:
+            raise RuntimeError(
+                "ctx.worker_files is for ParameterServerStrategy (num_ps > 0 and a chief), where the workers "
+                "read the data; here each training node reads its own share: use ctx.shard_files()"
+            )
+        return WorkerFiles.deal(list_files(paths), len(self.cluster_spec.get(WORKER, [])))
+
+    @property
+    def _ps_coordinated(self) -> bool:
+        return PS in self.cluster_spec and any(job in self.cluster_spec for job in (CHIEF, MASTER))
 
     def get_data_feed(self, train_mode=True, qname_in="input", qname_out="output", input_mapping=None):
         """TFoS: ``TFNode.DataFeed(ctx.mgr, ...)`` over the rows fed by ``TFCluster.train``/``inference``."""

@@ -26,16 +26,19 @@ from pathlib import Path
 
 from airflow_tfos.runtime import child as child_files
 from airflow_tfos.runtime.cluster import (
+    WORKER,
     NodeRole,
     build_cluster_spec,
     build_tf_config,
     gpu_env,
     keras_env,
     num_training_nodes,
+    ps_coordinated,
     result_node,
 )
 from airflow_tfos.runtime.context import NodeContext
 from airflow_tfos.runtime.errors import NodeFailure
+from airflow_tfos.runtime.feed.native import WORKER_INDEX_FILE
 from airflow_tfos.runtime.feed.plan import Feed, FeedConfigError
 from airflow_tfos.runtime.feed.rows import RowFeed, RowFeedManager
 from airflow_tfos.runtime.process import ChildProcess, describe_exit
@@ -181,10 +184,12 @@ def _run_node(job: NodeJob, task, role: NodeRole, host: str, node_dir: Path, par
         mgr=mgr,
         warm_start=job.warm_start,
     )
-    # A worker fed under parameter servers runs in its node directory, where the relative name of its
-    # record file, in the graph the chief traced, finds this worker's own share.
-    reads_records = any(share.native is not None and share.rows for share in shares.values())
-    proc = _node_process(job, node_dir, ctx, env, f"TF node {role.label}", cwd=str(node_dir) if reads_records else None)
+    # A worker under parameter servers runs in its node directory, where the relative names in the graphs
+    # the chief traces find this worker's own files: its share of the fed rows, and its task index.
+    ps_worker = ps_coordinated(job.roles) and role.job_name == WORKER
+    if ps_worker:
+        (node_dir / WORKER_INDEX_FILE).write_text(str(role.task_index))
+    proc = _node_process(job, node_dir, ctx, env, f"TF node {role.label}", cwd=str(node_dir) if ps_worker else None)
     tensorboard = _tensorboard(job, env, host, tb_port) if tb_port else None
     if is_result:
         _publish_cluster_info(job, cluster_spec, tb_url)

@@ -5,7 +5,8 @@
 Starts ``local-cluster[num_nodes,1,...]`` (one TF node per one-core executor, one parameter server) and
 runs each scenario in turn, printing ``RESULT <scenario> <json>`` with the chief's return value and
 ``ended_after``: the seconds from the chief's return to the run's end as the driver saw it.
-Scenarios: ``unfed``, ``count_ids``, ``keras``, ``recover`` (a test kills a worker while it trains).
+Scenarios: ``unfed``, ``count_ids``, ``count_file_ids`` and ``keras_files`` (InputMode.TENSORFLOW: TFRecord
+files read by the workers), ``keras``, ``recover`` (a test kills a worker while it trains).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from __future__ import annotations
 import json
 import sys
 import time
+from pathlib import Path
 
 from tests.conftest import local_cluster_conf
 from tests.runtime import ps_programs
@@ -21,12 +23,48 @@ from tests.runtime import ps_programs
 #: 3 input partitions, dealt round-robin, give 2 or 3 workers equal shares, so no row is repeated.
 ID_ROWS = 1200
 BATCH = 25
+#: Records in each TFRecord file of the count_file_ids data (ids 3 i + 1 again, 600 of them): the workers'
+#: shares hold different numbers of rows, neither a whole number of batches of FILE_BATCH.
+FILE_ROWS = (150, 120, 110, 90, 80, 50)
+FILE_BATCH = 16
 
 
 def id_frame(spark):
     return spark.range(0, ID_ROWS, numPartitions=3).selectExpr(
         "array(cast(id * 3 + 1 as double)) as x", "id * 3 + 1 as id"
     )
+
+
+def write_id_files(directory: Path) -> str:
+    """Write FILE_ROWS TFRecord files of ids (as text, one per record) into ``directory``; return a glob."""
+    import tensorflow as tf
+
+    directory.mkdir(parents=True, exist_ok=True)
+    start = 0
+    for part, rows in enumerate(FILE_ROWS):
+        with tf.io.TFRecordWriter(str(directory / f"part-{part}.tfrecord")) as writer:
+            for i in range(start, start + rows):
+                writer.write(str(3 * i + 1).encode())
+        start += rows
+    return str(directory / "*.tfrecord")
+
+
+def write_linear_files(directory: Path, rows_per_file=(200, 250, 300, 350)) -> str:
+    """Write TFRecord files of ``tf.train.Example`` rows ``x`` (2 floats), ``y = 3 x0 - 2 x1 + 1``; return a glob."""
+    import numpy as np
+    import tensorflow as tf
+
+    directory.mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng(5)
+    for part, rows in enumerate(rows_per_file):
+        with tf.io.TFRecordWriter(str(directory / f"part-{part}.tfrecord")) as writer:
+            for x in rng.random((rows, 2)):
+                feature = {
+                    "x": tf.train.Feature(float_list=tf.train.FloatList(value=x)),
+                    "y": tf.train.Feature(float_list=tf.train.FloatList(value=[3 * x[0] - 2 * x[1] + 1])),
+                }
+                writer.write(tf.train.Example(features=tf.train.Features(feature=feature)).SerializeToString())
+    return str(directory / "*.tfrecord")
 
 
 def linear_frame(spark, rows: int, seed: int):
@@ -45,6 +83,13 @@ def run_scenario(sc, spark, num_nodes: int, run_dir: str, scenario: str) -> dict
         feed = Feed(features="x", label="id", batch_size=BATCH, shuffle_window=100)
         args = {"max_id": 3 * ID_ROWS, "epochs": 2}
         tf_run = TFClusterRun(sc, ps_programs.ps_count_ids, args, data=id_frame(spark), feed=feed, **kwargs)
+    elif scenario == "count_file_ids":
+        pattern = write_id_files(Path(run_dir) / "data")
+        args = {"pattern": pattern, "batch_size": FILE_BATCH, "max_id": 3 * sum(FILE_ROWS), "epochs": 2}
+        tf_run = TFClusterRun(sc, ps_programs.ps_count_file_ids, args, **kwargs)
+    elif scenario == "keras_files":
+        args = {"pattern": write_linear_files(Path(run_dir) / "data"), "epochs": 12}
+        tf_run = TFClusterRun(sc, ps_programs.ps_keras_fit_files, args, **kwargs)
     elif scenario == "keras":
         feed = Feed(features="x", label="y", batch_size=32)
         tf_run = TFClusterRun(
@@ -70,8 +115,6 @@ def run_scenario(sc, spark, num_nodes: int, run_dir: str, scenario: str) -> dict
 
 
 def main(num_nodes: int, run_dir: str, scenarios: list[str]) -> int:
-    from pathlib import Path
-
     from pyspark import SparkContext
     from pyspark.sql import SparkSession
 

@@ -26,7 +26,7 @@ def _serve(ctx) -> None:
     """Record this node's pid (in the run directory and in its working directory), then serve."""
     import tensorflow as tf
 
-    if ctx.feed_shares:  # a fed worker runs in its own node directory
+    if ctx.job_name == "worker":  # a worker under parameter servers runs in its own node directory
         Path(PID_FILE).write_text(str(os.getpid()))
     if ctx.run_dir:
         _write(ctx, "node", {"pid": os.getpid(), "cwd": os.getcwd()})
@@ -74,17 +74,57 @@ def ps_count_ids(args, ctx):
     until it has seen ``ctx.steps_per_epoch`` batches. Each batch carries the pid of the process whose
     pipeline produced it (read from that process's working directory by ``tf.io.read_file``).
     """
+    if ctx.job_name in ("ps", "worker"):
+        _serve(ctx)
+        return None
+    strategy, coordinator = _coordinator()
+    epochs = _count_ids(strategy, coordinator, args, ctx.epoch_dataset_fn, ctx.steps_per_epoch)
+    return {
+        "epochs": epochs,
+        "steps_per_epoch": ctx.steps_per_epoch,
+        "chief_pid": os.getpid(),
+        "chief_rows": ctx.feed_shares["train"].rows,
+        "returned_at": time.time(),
+    }
+
+
+def ps_count_file_ids(args, ctx):
+    """InputMode.TENSORFLOW under parameter servers: as :func:`ps_count_ids`, on ids read from TFRecord files
+    (one id as text per record) with ``ctx.worker_files``, each worker reading its own files."""
     import tensorflow as tf
 
     if ctx.job_name in ("ps", "worker"):
         _serve(ctx)
         return None
     strategy, coordinator = _coordinator()
+    files = ctx.worker_files(args["pattern"])
+
+    def read(names):
+        ids = tf.data.TFRecordDataset(names).map(lambda record: tf.strings.to_number(record, tf.int64))
+        return ids.batch(args["batch_size"]).map(lambda ids: (tf.cast(ids, tf.float64)[:, None], ids))
+
+    steps = files.steps_per_epoch(read)
+    epochs = _count_ids(strategy, coordinator, args, files.epoch_dataset_fn(read), steps)
+    return {
+        "epochs": epochs,
+        "steps_per_epoch": steps,
+        "steps_by_worker": files.steps_by_worker(read),
+        "shares": files.shares,
+        "chief_pid": os.getpid(),
+        "returned_at": time.time(),
+    }
+
+
+def _count_ids(strategy, coordinator, args, epoch_dataset_fn, steps_per_epoch: int) -> list[dict]:
+    """Schedule steps over batches of ``(x, ids)`` until ``steps_per_epoch`` batches were trained on, epoch
+    by epoch; count the ids in a variable on the parameter server."""
+    import tensorflow as tf
+
     with strategy.scope():
         counts = tf.Variable(tf.zeros([args["max_id"] + 1], tf.int32))
 
     def dataset_fn(input_context=None):
-        batches = ctx.epoch_dataset_fn(input_context)
+        batches = epoch_dataset_fn(input_context)
         return batches.map(lambda x, ids: (x, ids, tf.io.read_file(PID_FILE)))
 
     per_worker = coordinator.create_per_worker_dataset(dataset_fn)
@@ -107,8 +147,8 @@ def ps_count_ids(args, ctx):
     for _ in range(args.get("epochs", 2)):
         iterator = iter(per_worker)
         batches, pids, mismatch, scheduled = 0, {}, 0, 0
-        while batches < ctx.steps_per_epoch:
-            results = [coordinator.schedule(step, args=(iterator,)) for _ in range(ctx.steps_per_epoch - batches)]
+        while batches < steps_per_epoch:
+            results = [coordinator.schedule(step, args=(iterator,)) for _ in range(steps_per_epoch - batches)]
             scheduled += len(results)
             coordinator.join()
             for result in results:
@@ -127,13 +167,7 @@ def ps_count_ids(args, ctx):
                 "trained": {str(i): int(c) for i, c in enumerate(values) if c},
             }
         )
-    return {
-        "epochs": epochs,
-        "steps_per_epoch": ctx.steps_per_epoch,
-        "chief_pid": os.getpid(),
-        "chief_rows": ctx.feed_shares["train"].rows,
-        "returned_at": time.time(),
-    }
+    return epochs
 
 
 def ps_keras_fit(args, ctx):
@@ -164,6 +198,45 @@ def ps_keras_fit(args, ctx):
         "bias": bias.tolist(),
         "steps_per_epoch": ctx.steps_per_epoch,
         "validation_steps": ctx.validation_steps,
+        "returned_at": time.time(),
+    }
+
+
+def ps_keras_fit_files(args, ctx):
+    """Keras ``fit`` under ParameterServerStrategy on ``tf.train.Example`` TFRecord files read by the workers
+    (``ctx.worker_files``)."""
+    import tensorflow as tf
+
+    if ctx.job_name in ("ps", "worker"):
+        _serve(ctx)
+        return None
+    strategy, _ = _coordinator()
+    files = ctx.worker_files(args["pattern"])
+    spec = {"x": tf.io.FixedLenFeature([2], tf.float32), "y": tf.io.FixedLenFeature([1], tf.float32)}
+
+    def read(names):
+        def parse(records):
+            example = tf.io.parse_example(records, spec)
+            return example["x"], example["y"]
+
+        return tf.data.TFRecordDataset(names).batch(32).map(parse)
+
+    with strategy.scope():
+        model = tf.keras.Sequential([tf.keras.Input(shape=(2,)), tf.keras.layers.Dense(1)])
+        model.compile(optimizer=tf.keras.optimizers.SGD(0.1), loss="mse")
+    steps = files.steps_per_epoch(read)
+    history = model.fit(
+        tf.keras.utils.experimental.DatasetCreator(files.dataset_fn(read)),
+        epochs=args.get("epochs", 5),
+        steps_per_epoch=steps,
+        verbose=0,
+    )
+    kernel, bias = model.get_weights()
+    return {
+        "loss": history.history["loss"],
+        "kernel": kernel.ravel().tolist(),
+        "bias": bias.tolist(),
+        "steps_per_epoch": steps,
         "returned_at": time.time(),
     }
 

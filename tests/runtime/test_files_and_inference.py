@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
+
 import pytest
 
 from airflow_tfos.runtime import run
@@ -29,6 +33,34 @@ class TestShardFiles:
     def test_fewer_files_than_nodes_is_a_clear_error(self):
         with pytest.raises(FeedConfigError, match="2 file\\(s\\) for 3 training nodes"):
             shard_files(self.files[:2], 3, 0)
+
+
+def test_file_readers_lay_batches_out_for_the_workers_given(tmp_path):
+    """With ``workers=2`` each batch comes twice, to be auto-sharded by data (one copy per node, as the fed
+    dataset's); without, the batches come as they are and tf.data's auto-sharding is off."""
+    (tmp_path / "rows.csv").write_text("a,b,y\n" + "".join(f"{i},{-i},{i % 2}\n" for i in range(7)))
+    script = f"""
+import json
+from airflow_tfos.runtime.feed import Feed
+from airflow_tfos.runtime.feed.files import csv_dataset
+feed = Feed(features=["a", "b"], label="y", batch_size=4)
+for workers in (1, 2):
+    dataset = csv_dataset([{str(tmp_path / "rows.csv")!r}], feed, workers=workers)
+    policy = dataset.options().experimental_distribute.auto_shard_policy.name
+    print(json.dumps({{"policy": policy, "a": [x["a"].numpy().tolist() for x, _ in dataset]}}))
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    lines = [json.loads(line) for line in done.stdout.strip().splitlines()[-2:]]
+    assert lines[0] == {"policy": "OFF", "a": [[0, 1, 2, 3], [4, 5, 6]]}, done.stderr[-2000:]
+    assert lines[1] == {"policy": "DATA", "a": [[0, 1, 2, 3] * 2, [4, 5, 6] * 2]}
+
+
+def test_file_readers_reject_a_bad_worker_count(tmp_path):
+    from airflow_tfos.runtime.feed import Feed
+    from airflow_tfos.runtime.feed.files import parquet_dataset
+
+    with pytest.raises(FeedConfigError, match="workers must be a positive integer"):
+        parquet_dataset([str(tmp_path / "none.parquet")], Feed(features="x"), workers=0)
 
 
 def test_unknown_scheme_names_the_supported_ones():
@@ -99,3 +131,53 @@ def test_a_failed_rewrite_of_predictions_leaves_the_previous_ones_whole(spark, t
     )
     assert sorted(r["prediction"] for r in spark.read.parquet(output).collect()) == [3.0 * i for i in range(50)]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["predictions"]  # no staging or aside directory left
+
+
+def _write_id_parquet(path, rows_per_file: list[int]) -> str:
+    """Parquet files of rows ``x = [id, 1]``, ``y = id``: distinct ids over all files, ``rows_per_file`` each."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    path.mkdir()
+    start = 0
+    for part, rows in enumerate(rows_per_file):
+        ids = np.arange(start, start + rows)
+        x = pa.array([[float(i), 1.0] for i in ids], type=pa.list_(pa.float64()))
+        pq.write_table(pa.table({"x": x, "y": ids}), path / f"part-{part}.parquet")
+        start += rows
+    return str(path)
+
+
+def _ids_in(files) -> set[int]:
+    import pyarrow.parquet as pq
+
+    return {int(i) for f in files for i in pq.read_table(f, columns=["y"]).column("y").to_pylist()}
+
+
+@pytest.mark.integration
+def test_under_mwms_each_replica_trains_on_every_row_of_its_nodes_files_once_per_epoch(spark, tmp_path):
+    pattern = _write_id_parquet(tmp_path / "data", [200, 130, 120, 90])  # 540 rows: shares of 290 and 250
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    run(
+        spark.sparkContext,
+        programs.mwms_file_rows_seen,
+        {"pattern": pattern, "batch_size": 32, "workers": True},
+        num_nodes=2,
+        run_dir=str(run_dir),
+    )
+    records = read_records(str(run_dir), "fileseen")
+    owned = {name: _ids_in(record["files"]) for name, record in records.items()}
+    longest = max(-(-len(ids) // 32) for ids in owned.values())
+    for name, record in records.items():
+        rows = len(owned[name])
+        full, rest = divmod(rows, 32)
+        # one step of the replica is batch_size of its node's rows (not batch_size / workers), the last one
+        # what is left; a node whose batches run out first gets empty ones until the other is done
+        assert record["sizes"][: full + bool(rest)] == [32] * full + ([rest] if rest else []), name
+        assert set(record["sizes"][full + bool(rest) :]) <= {0}, name
+        assert sorted(record["seen"]) == sorted(owned[name]), name  # every row of the node's files, once
+        assert record["fit_steps"] == [longest, longest], name  # fit's steps cover every row of either node
+    chief, worker = owned["chief:0"], owned["worker:0"]
+    assert not chief & worker and chief | worker == set(range(540))

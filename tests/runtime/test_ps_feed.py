@@ -18,7 +18,7 @@ import pytest
 from airflow_tfos.rundir import RunDir
 from tests.conftest import REPO
 from tests.runtime.helpers import read_records
-from tests.runtime.ps_driver import BATCH, ID_ROWS
+from tests.runtime.ps_driver import BATCH, FILE_BATCH, FILE_ROWS, ID_ROWS
 
 pytestmark = pytest.mark.integration
 
@@ -51,7 +51,8 @@ def _drive(num_nodes: int, run_dir, scenarios: list[str]) -> dict:
 
 @pytest.fixture(scope="module")
 def two_workers(tmp_path_factory):
-    return _drive(4, tmp_path_factory.mktemp("ps-2-workers"), ["count_ids", "keras", "unfed"])
+    scenarios = ["count_ids", "count_file_ids", "keras", "keras_files", "unfed"]
+    return _drive(4, tmp_path_factory.mktemp("ps-2-workers"), scenarios)
 
 
 @pytest.fixture(scope="module")
@@ -90,6 +91,28 @@ def test_three_workers_train_every_fed_id_once_per_epoch_from_their_own_processe
     _check_ids_counted(three_workers, 3)
 
 
+def test_workers_read_their_own_files_every_id_once_per_epoch_in_tensorflow_mode(two_workers):
+    result = two_workers["results"]["count_file_ids"]
+    nodes = read_records(str(two_workers["run_dir"] / "count_file_ids"), "node")
+    worker_pids = [str(nodes[f"worker:{i}"]["pid"]) for i in range(2)]
+    # The files dealt over the two workers (the chief gets none), each file to one worker.
+    shares = [[int(name.rsplit("part-", 1)[1].split(".")[0]) for name in share] for share in result["shares"]]
+    assert sorted(shares[0] + shares[1]) == list(range(len(FILE_ROWS))) and all(shares)
+    rows = [sum(FILE_ROWS[part] for part in share) for share in shares]
+    assert rows[0] != rows[1]  # uneven shares, neither a whole number of batches
+    steps = [-(-r // FILE_BATCH) for r in rows]
+    assert result["steps_by_worker"] == steps and result["steps_per_epoch"] == sum(steps)
+    expected_ids = {str(3 * i + 1) for i in range(sum(FILE_ROWS))}
+    for epoch, record in enumerate(result["epochs"]):
+        assert record["batches"] == sum(steps) and record["x_id_mismatch"] == 0
+        # Every id of the files trained on once per epoch (a count in a variable on the parameter server)...
+        assert set(record["trained"]) == expected_ids
+        assert set(record["trained"].values()) == {epoch + 1}
+        # ...from batches made in the workers' processes, each worker giving the batches of its own files.
+        assert record["batches_by_pid"] == {worker_pids[i]: steps[i] for i in range(2)}
+        assert str(result["chief_pid"]) not in record["batches_by_pid"]
+
+
 def test_keras_fit_with_validation_data_converges_under_parameter_servers(two_workers):
     result = two_workers["results"]["keras"]
     # y = 3 a - 2 b + 1, fed from Spark to the workers only.
@@ -98,6 +121,16 @@ def test_keras_fit_with_validation_data_converges_under_parameter_servers(two_wo
     assert result["loss"][-1] < result["loss"][0] / 100
     assert len(result["val_loss"]) == 6 and result["val_loss"][-1] < 1e-3
     assert result["validation_steps"] >= 20 and result["steps_per_epoch"] >= 124
+
+
+def test_keras_fit_on_files_read_by_the_workers_converges(two_workers):
+    result = two_workers["results"]["keras_files"]
+    # y = 3 a - 2 b + 1 in TFRecord files of 200, 250, 300 and 350 rows, read by the workers only in batches
+    # of 32: 550 rows each, 18 batches, the last one short
+    assert result["steps_per_epoch"] == 36
+    assert result["kernel"] == pytest.approx([3.0, -2.0], abs=0.05)
+    assert result["bias"] == pytest.approx([1.0], abs=0.05)
+    assert result["loss"][-1] < result["loss"][0] / 100
 
 
 @pytest.mark.parametrize("scenario", ["count_ids", "unfed"])

@@ -154,3 +154,71 @@ def test_write_records_lays_columns_side_by_side(tmp_path):
     raw = (tmp_path / "r.rec").read_bytes()
     first = np.frombuffer(raw[:13], dtype=np.dtype([("flag", "|b1"), ("v", "<f4", (2,)), ("n", "<i4")]))[0]
     assert (bool(first["flag"]), first["v"].tolist(), int(first["n"])) == (True, [1.5, 2.5], 7)
+
+
+def _id_files(directory, rows_per_file) -> list[int]:
+    """Text files of ids (one a line), ``rows_per_file[i]`` in ``part-i.txt``; return each file's first id."""
+    directory.mkdir()
+    starts, start = [], 0
+    for part, rows in enumerate(rows_per_file):
+        (directory / f"part-{part}.txt").write_text("".join(f"{i}\n" for i in range(start, start + rows)))
+        starts.append(start)
+        start += rows
+    return starts
+
+
+def test_worker_files_are_dealt_over_the_workers_only_by_absolute_names(tmp_path, monkeypatch):
+    from airflow_tfos.runtime.feed.files import WorkerFiles
+    from airflow_tfos.storage import FileInfo
+
+    _id_files(tmp_path / "data", [40, 30, 20, 10, 5])
+    monkeypatch.chdir(tmp_path)
+    ctx = NodeContext(1, "chief", 0, {"ps": ["a"], "chief": ["b"], "worker": ["c", "d"]}, 3, 4, "h", 1)
+    files = ctx.worker_files("data/*.txt")  # a relative pattern, listed where the chief runs
+    assert files.num_workers == 2
+    names = [name for share in files.shares for name in share]
+    assert sorted(names) == [str(tmp_path / "data" / f"part-{i}.txt") for i in range(5)]
+    # by size, largest first to the lighter worker: 110, 90, 60, 30 and 20 bytes
+    assert [[name[-5] for name in share] for share in files.shares] == [["0", "3", "4"], ["1", "2"]]
+    with pytest.raises(FeedConfigError, match="cannot open WebHDFS names on the workers"):
+        WorkerFiles.deal([FileInfo("webhdfs://nn:9870/data/part-0", 10)], 1)
+    mwms = NodeContext(0, "chief", 0, {"chief": ["a"], "worker": ["b"]}, 2, 2, "h", 1)
+    with pytest.raises(RuntimeError, match=r"use ctx.shard_files\(\)"):
+        mwms.worker_files("data/*.txt")
+
+
+def test_each_worker_reads_its_own_files_found_by_the_index_in_its_working_directory(tmp_path):
+    """The dataset function, built once, finds on each 'worker' (a process in a directory holding its index)
+    that worker's files; the steps counted on the chief are those passes' batches."""
+    from airflow_tfos.runtime.feed.files import WorkerFiles, list_files
+    from airflow_tfos.runtime.feed.native import WORKER_INDEX_FILE
+
+    _id_files(tmp_path / "data", [40, 30, 20, 10, 5])
+    files = WorkerFiles.deal(list_files(str(tmp_path / "data")), 2)
+    (tmp_path / "files.pickle").write_bytes(pickle.dumps(files))
+    script = f"""
+import json, os, pickle
+import tensorflow as tf
+files = pickle.load(open({str(tmp_path / "files.pickle")!r}, "rb"))
+def read(names):
+    return tf.data.TextLineDataset(names).map(lambda line: tf.strings.to_number(line, tf.int64)).batch(8)
+out = {{"steps": files.steps_by_worker(read), "total": files.steps_per_epoch(read)}}
+for index in range(2):
+    os.chdir(os.path.join({str(tmp_path)!r}, f"w{{index}}"))
+    once = files.epoch_dataset_fn(read)(None)
+    out[f"w{{index}}"] = [b.numpy().tolist() for b in once]
+    forever = iter(files.dataset_fn(read)(None))
+    out[f"w{{index}}-repeat"] = sum(len(next(forever)) for _ in range(3 * len(out[f"w{{index}}"])))
+print(json.dumps(out))
+"""
+    for index in range(2):
+        (tmp_path / f"w{index}").mkdir()
+        (tmp_path / f"w{index}" / WORKER_INDEX_FILE).write_text(str(index))
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    out = json.loads(done.stdout.strip().splitlines()[-1])
+    # worker 0: parts 0, 3 and 4 (ids 0..39, 90..104); worker 1: parts 1 and 2 (ids 40..89)
+    assert sorted(i for batch in out["w0"] for i in batch) == [*range(40), *range(90, 105)]
+    assert sorted(i for batch in out["w1"] for i in batch) == list(range(40, 90))
+    assert out["steps"] == [7, 7] and out["total"] == 14  # 55 and 50 rows in batches of 8
+    assert out["w0-repeat"] == 3 * 55 and out["w1-repeat"] == 3 * 50  # one pass after another

@@ -27,6 +27,9 @@ from airflow_tfos.runtime.feed.plan import Feed
 
 #: Name of each split's record file, relative to the worker's working directory.
 RECORD_FILES = {"train": "airflow-tfos-train.rec", "validation": "airflow-tfos-validation.rec"}
+#: Holds a worker's task index, in the working directory of every worker of a parameter-server cluster:
+#: a graph the chief traces reads it there to find which worker runs it (InputMode.TENSORFLOW files).
+WORKER_INDEX_FILE = "airflow-tfos-worker-index"
 
 
 @dataclass(frozen=True)
