@@ -2,7 +2,7 @@
 
 :func:`shard_files` is pure: a deterministic, size-balanced split of a file list. The readers take the
 files this node got (``ctx.shard_files(...)``) and return ``tf.data.Dataset`` pipelines; files are
-reached through :mod:`airflow_tfos.storage`, so every scheme registered there works.
+reached through :mod:`airflow_tfos.shared.storage`, so every scheme registered there works.
 
 Remote files (``hdfs://``, ``webhdfs://``) are not streamed from the network into TensorFlow: Parquet
 and CSV files are downloaded one at a time, as the reader reaches them, to a local temporary file
@@ -21,7 +21,7 @@ import tempfile
 from collections.abc import Iterable, Iterator, Sequence
 
 from airflow_tfos.runtime.feed.plan import Feed, FeedConfigError
-from airflow_tfos.storage import FileInfo, storage_for
+from airflow_tfos.shared.storage import FileInfo, storage_for
 
 
 def shard_files(files: Sequence[FileInfo], num_shards: int, index: int) -> list[FileInfo]:
