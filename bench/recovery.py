@@ -23,7 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import REPO
 
 sys.path.insert(0, str(REPO))
-from airflow_tfos.rundir import RunDir
+from airflow_tfos.shared.rundir import RunDir
 from tests.runtime.test_driver_process import start_driver
 from tests.runtime.test_recovery import executor_jvm_of, wait_for_progress
 

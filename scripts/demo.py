@@ -65,9 +65,9 @@ def airflow(env: dict[str, str], *args: str, log: Path | None = None, timeout: f
 
 def day_summary(day: date) -> dict:
     """What the run of ``day`` produced, read from its run directory and the model registry."""
-    from airflow_tfos.registry import ModelRegistry
-    from airflow_tfos.rundir import RunDir
-    from airflow_tfos.runs import default_run_dir
+    from airflow_tfos.hooks.runs import default_run_dir
+    from airflow_tfos.shared.registry import ModelRegistry
+    from airflow_tfos.shared.rundir import RunDir
 
     key = f"{day:%Y%m%d}T000000"  # the registry version: {{ ts_nodash }} of the day's run
     logical_date = datetime(day.year, day.month, day.day, tzinfo=UTC)

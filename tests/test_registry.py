@@ -7,10 +7,10 @@ import os
 
 import pytest
 
-from airflow_tfos.registry import ModelRegistry, RegistryError, decide
-from airflow_tfos.storage import LocalStorage
+from airflow_tfos.shared.registry import ModelRegistry, RegistryError, decide
+from airflow_tfos.shared.storage import LocalStorage
+from airflow_tfos.shared.storage.webhdfs_client import WebHDFSStorage
 from airflow_tfos.testing.webhdfs import WebHDFSEmulator
-from airflow_tfos.webhdfs_storage import WebHDFSStorage
 
 FAST = {"retries": 2, "backoff": 0.05, "timeout": 2.0, "deadline": 20.0}
 

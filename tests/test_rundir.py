@@ -8,8 +8,8 @@ import time
 
 import pytest
 
-from airflow_tfos.rundir import RunDir, RunDirError, discard_stale, replace_dir, spec_hash, stop_applies
-from airflow_tfos.storage import LocalStorage, join
+from airflow_tfos.shared.rundir import RunDir, RunDirError, discard_stale, replace_dir, spec_hash, stop_applies
+from airflow_tfos.shared.storage import LocalStorage, join
 from airflow_tfos.testing.webhdfs import WebHDFSEmulator
 
 

@@ -9,11 +9,12 @@ import stat
 
 import pytest
 
-from airflow_tfos.rundir import RunDir, RunDirError
-from airflow_tfos.runs import RunConfigError, normalize_run_dir, place_run_dir
-from airflow_tfos.storage import LocalStorage, is_plain_name
+from airflow_tfos.hooks.runs import RunConfigError, normalize_run_dir, place_run_dir
+from airflow_tfos.shared.rundir import RunDir, RunDirError
+from airflow_tfos.shared.storage import LocalStorage, is_plain_name
+from airflow_tfos.shared.storage.webhdfs_client import WebHDFSStorage
+from airflow_tfos.shared.storage.webhdfs_config import WebHDFSError
 from airflow_tfos.testing.webhdfs import WebHDFSEmulator
-from airflow_tfos.webhdfs import WebHDFSError, WebHDFSStorage
 
 FAST = {"retries": 0, "backoff": 0.05, "timeout": 5.0, "deadline": 10.0}
 
@@ -80,7 +81,7 @@ def test_restores_skip_manifest_entries_that_are_not_checkpoint_names(rundir, ca
     good = {"name": "ckpt-5", "step": 5}
     write_manifest(rundir, [good, {"name": "../../victim", "step": 9}, {"name": "ckpt-7", "step": "7; rm"}, "x"])
 
-    with caplog.at_level(logging.WARNING, logger="airflow_tfos.rundir"):
+    with caplog.at_level(logging.WARNING, logger="airflow_tfos.shared.rundir"):
         latest = rundir.latest_checkpoint()
         history = rundir.checkpoint_history()
 
@@ -101,7 +102,7 @@ def test_a_feed_request_naming_another_feed_id_is_skipped_and_bad_ids_are_refuse
     rundir.storage.write_bytes(
         rundir.path("feeds", "evil.json"), json.dumps({"feed_id": "../../victim", "requested": 0}).encode()
     )
-    with caplog.at_level(logging.WARNING, logger="airflow_tfos.rundir"):
+    with caplog.at_level(logging.WARNING, logger="airflow_tfos.shared.rundir"):
         pending = rundir.pending_feeds()
     assert [r["feed_id"] for r in pending] == ["good-1"]
     assert "evil.json" in caplog.text
@@ -182,7 +183,7 @@ def test_a_download_refuses_names_a_namenode_should_never_list(emulator, tmp_pat
         storage.get_dir(emulator.uri("/listing/model"), str(target))
     assert not (tmp_path / "a" / "escaped").exists() and not (tmp_path / "escaped").exists()
 
-    with caplog.at_level(logging.WARNING, logger="airflow_tfos.webhdfs_storage"):
+    with caplog.at_level(logging.WARNING, logger="airflow_tfos.shared.storage.webhdfs_client"):
         assert storage.listdir(emulator.uri("/listing/model")) == ["fine"]
     assert "../../escaped" in caplog.text
 

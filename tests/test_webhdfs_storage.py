@@ -9,18 +9,17 @@ import time
 
 import pytest
 
-from airflow_tfos.rundir import RunDir
-from airflow_tfos.storage import FileInfo, storage_for
-from airflow_tfos.testing.webhdfs import WebHDFSEmulator
-from airflow_tfos.webhdfs import (
+from airflow_tfos.shared.rundir import RunDir
+from airflow_tfos.shared.storage import FileInfo, storage_for
+from airflow_tfos.shared.storage.webhdfs_client import WebHDFSStorage, clear_cached_storages
+from airflow_tfos.shared.storage.webhdfs_config import (
     ENV_VAR,
     WebHDFSConfig,
     WebHDFSConfigError,
-    WebHDFSStorage,
     WebHDFSUnavailableError,
-    clear_cached_storages,
     config_for_uri,
 )
+from airflow_tfos.testing.webhdfs import WebHDFSEmulator
 
 FAST = {"retries": 2, "backoff": 0.05, "timeout": 2.0, "deadline": 20.0}
 
@@ -290,7 +289,8 @@ class TestConfig:
 
     def test_storage_and_webhdfs_modules_do_not_import_hdfs_or_airflow(self):
         code = (
-            "import sys, airflow_tfos.storage, airflow_tfos.webhdfs, airflow_tfos.rundir; "
+            "import sys, airflow_tfos.shared.storage, airflow_tfos.shared.storage.webhdfs_config, "
+            "airflow_tfos.shared.rundir; "
             "bad = [m for m in sys.modules if m.split('.')[0] in ('hdfs', 'airflow', 'requests')]; "
             "print(bad); sys.exit(1 if bad else 0)"
         )

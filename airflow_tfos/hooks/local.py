@@ -7,7 +7,7 @@ tracker directory that outlives the process that submitted it, so a later task (
 look it up, find it by tag and kill it::
 
     <tracker_dir>/apps/<app_id>.json        the record: pid, process start time, tag, name, run_dir, log, master
-    <tracker_dir>/apps/<app_id>.exit.json   how it ended, written by the wrapper (airflow_tfos.localrun)
+    <tracker_dir>/apps/<app_id>.exit.json   how it ended, written by the wrapper (airflow_tfos.hooks.localrun)
     <tracker_dir>/apps/<app_id>.kill.json   written by kill() before it signals
     <tracker_dir>/logs/<app_id>.log         spark-submit's stdout and stderr
     <tracker_dir>/tags/<tag>.lock           held while a submission for the tag checks and starts
@@ -46,9 +46,9 @@ from typing import Any
 
 import psutil
 
+from airflow_tfos.hooks.localrun import write_json_atomically
 from airflow_tfos.hooks.state import AppState
-from airflow_tfos.localrun import write_json_atomically
-from airflow_tfos.procgroup import signal_group
+from airflow_tfos.shared.procgroup import signal_group
 
 log = logging.getLogger(__name__)
 
@@ -331,7 +331,7 @@ class LocalBackend:
             app_id = new_app_id()
             log_path = self.log_path(app_id)
             wrapper = [
-                sys.executable, "-m", "airflow_tfos.localrun",
+                sys.executable, "-m", "airflow_tfos.hooks.localrun",
                 "--exit-file", str(self._app_file(app_id, ".exit.json")),
                 *[arg for path in remove_after for arg in ("--remove", str(path))],
                 "--", *command,
@@ -424,7 +424,7 @@ class LocalBackend:
 
     def _status(self, run_dir: str) -> dict[str, Any] | None:
         try:
-            from airflow_tfos.rundir import RunDir
+            from airflow_tfos.shared.rundir import RunDir
 
             return RunDir(run_dir).read_status()
         except Exception as exc:  # a broken run directory must not hide the process state

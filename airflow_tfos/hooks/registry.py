@@ -8,12 +8,12 @@ from typing import Any
 from airflow.sdk import BaseHook
 
 from airflow_tfos.hooks.run_dir import RunDirHook
-from airflow_tfos.registry import ModelRegistry
-from airflow_tfos.storage import Storage
+from airflow_tfos.shared.registry import ModelRegistry
+from airflow_tfos.shared.storage import Storage
 
 
 class ModelRegistryHook(BaseHook):
-    """Read and publish model versions in a registry directory (see :mod:`airflow_tfos.registry`).
+    """Read and publish model versions in a registry directory (see :mod:`airflow_tfos.shared.registry`).
 
     :param registry: the registry's directory: a local path, ``file://``, ``hdfs://`` or ``webhdfs://`` URI.
     :param webhdfs_conn_id: the ``webhdfs`` connection for an HDFS registry (default ``webhdfs_default``).

@@ -8,12 +8,48 @@ from typing import Any
 
 from airflow.sdk import BaseHook
 
-from airflow_tfos.rundir import RunDir
-from airflow_tfos.storage import Storage, storage_for
+from airflow_tfos.shared.rundir import RunDir
+from airflow_tfos.shared.storage import Storage, storage_for
 
 HDFS_SCHEMES = ("hdfs", "webhdfs", "swebhdfs")
 #: The event the runtime records when a TF cluster attempt fails (a node lost), before it retries.
 ATTEMPT_FAILED = "attempt_failed"
+
+
+def progress_line(status: dict[str, Any] | None) -> str | None:
+    """One log line of training progress from status.json, or None when there is nothing to say.
+
+    E.g. ``state RUNNING, checkpoint step 100, step 120/400 (30%), epoch 2/5 (40% of epoch), loss 0.4231,
+    35.2 steps/s, 2253 examples/s, ETA 8 s`` (``progress`` is the chief's progress.json, see
+    :mod:`airflow_tfos.runtime.progress`).
+    """
+    if not status:
+        return None
+    progress = status.get("progress") or {}
+    parts = [f"state {status.get('state')}"]
+    if status.get("step"):  # none before the first checkpoint, and never for batch inference
+        parts.append(f"checkpoint step {status['step']}")
+    if progress.get("step") is not None:
+        total = progress.get("total_steps")
+        parts.append(
+            f"step {progress['step']}" + (f"/{total} ({100.0 * progress['step'] / total:.0f}%)" if total else "")
+        )
+    if progress.get("epoch") is not None:
+        epoch = f"epoch {progress['epoch']}"
+        if progress.get("epochs"):
+            epoch += f"/{progress['epochs']}"
+        if progress.get("epoch_pct") is not None:
+            epoch += f" ({progress['epoch_pct']:.0f}% of epoch)"
+        parts.append(epoch)
+    if progress.get("loss") is not None:
+        parts.append(f"loss {progress['loss']:.4f}")
+    if progress.get("steps_per_sec"):
+        parts.append(f"{progress['steps_per_sec']:.1f} steps/s")
+    if progress.get("examples_per_sec"):
+        parts.append(f"{progress['examples_per_sec']:.0f} examples/s")
+    if progress.get("eta_secs") is not None:
+        parts.append(f"ETA {progress['eta_secs']:.0f} s")
+    return ", ".join(parts)
 
 
 class RunWatch:
@@ -25,8 +61,6 @@ class RunWatch:
         self.seen: set[tuple[Any, Any]] = set()
 
     def lines(self, status: dict[str, Any] | None, failures: list[dict[str, Any]]) -> list[str]:
-        from airflow_tfos.triggers.tfos import progress_line
-
         out = []
         for event in failures:
             key = (event.get("run_id"), event.get("attempt"))

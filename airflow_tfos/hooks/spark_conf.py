@@ -31,7 +31,8 @@ MIN_OVERHEAD_MB, OVERHEAD_FACTOR = 384, 0.10
 LIVE_STATES = ("NEW", "NEW_SAVING", "SUBMITTED", "ACCEPTED", "RUNNING")
 LAUNCHER_NAME = "tfos_driver.py"
 #: Shipped with the runtime whether or not it imports them (storage plugs WebHDFS in by name).
-_SHIPPED = ("__init__.py", "rundir.py", "storage.py", "spec.py", "webhdfs.py")
+#: The subpackages shipped to the Spark side (with the package's ``__init__.py``).
+SHIPPED_PACKAGES = ("runtime", "shared")
 GPU_SCRIPT_NAME = "tfos_gpu_discovery.sh"
 
 _LAUNCHER = '''"""Start the airflow-tfos driver (written by airflow_tfos.hooks.tfos; spark-submit runs this file)."""
@@ -304,30 +305,12 @@ def properties_text(conf: Mapping[str, str]) -> str:
 
 
 def runtime_files(package_dir: Path | None = None) -> list[Path]:
-    """The package's files the Spark side needs: ``runtime/`` and every module it imports, transitively."""
-    import ast
-
+    """The package's files the Spark side needs: the runtime and what both halves share (``runtime/``,
+    ``shared/`` and the package's ``__init__.py``); tests check that these import nothing else of the package."""
     root = package_dir or Path(importlib.util.find_spec("airflow_tfos").origin).parent
-    wanted = {root / name for name in _SHIPPED if (root / name).is_file()}
-    wanted.update(p for p in (root / "runtime").rglob("*.py") if "__pycache__" not in p.parts)
-    pending = list(wanted)
-    while pending:
-        tree = ast.parse(pending.pop().read_text())
-        for node in ast.walk(tree):
-            names = [node.module or ""] if isinstance(node, ast.ImportFrom) else []
-            names += [a.name for a in node.names] if isinstance(node, ast.Import) else []
-            for name in names:
-                parts = name.split(".")
-                if parts[0] != "airflow_tfos" or len(parts) < 2 or parts[1] == "runtime":
-                    continue
-                module = root.joinpath(*parts[1:]).with_suffix(".py")
-                package = root.joinpath(*parts[1:], "__init__.py")
-                for found in (module, package):
-                    if found.is_file() and found not in wanted:
-                        wanted.add(found)
-                        pending.append(found)
-                        if found is module:  # its packages' __init__ files too
-                            wanted.update(p / "__init__.py" for p in found.parents if root in p.parents)
+    wanted = {root / "__init__.py"}
+    for folder in SHIPPED_PACKAGES:
+        wanted.update(p for p in (root / folder).rglob("*.py") if "__pycache__" not in p.parts)
     return sorted(wanted)
 
 

@@ -258,7 +258,8 @@ class TFoSHook(BaseHook):
             ``spark.executor.memoryOverhead`` (with 512 MiB for the PySpark worker).
         :param gpus_per_node: GPUs for each TF node (the spec's ``gpus_per_node``).
         :param conf: more Spark settings for this submission.
-        :param spec_hash: the hash of the spec.json that was written (:func:`~airflow_tfos.rundir.spec_digest`, or
+        :param spec_hash: the hash of the spec.json that was written
+            (:func:`~airflow_tfos.shared.rundir.spec_digest`, or
             :meth:`RunDir.write_spec`'s shorter answer). It goes
             on the driver's command line (``--spec-hash``), out of the run directory's reach: the driver refuses
             a spec.json changed after submission. None: the driver runs whatever spec.json holds.

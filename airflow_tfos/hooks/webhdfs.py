@@ -22,7 +22,8 @@ from __future__ import annotations
 
 import logging
 
-from airflow_tfos.webhdfs import DEFAULT_PORTS, WebHDFSConfig, WebHDFSConfigError, WebHDFSStorage
+from airflow_tfos.shared.storage.webhdfs_client import WebHDFSStorage
+from airflow_tfos.shared.storage.webhdfs_config import DEFAULT_PORTS, WebHDFSConfig, WebHDFSConfigError
 
 log = logging.getLogger(__name__)
 
@@ -45,7 +46,8 @@ def _kerberos_security() -> bool:
 def webhdfs_config_from_connection(
     webhdfs_conn_id: str = DEFAULT_CONN_ID, proxy_user: str | None = None
 ) -> WebHDFSConfig:
-    """Build :class:`~airflow_tfos.webhdfs.WebHDFSConfig` from the Airflow connection ``webhdfs_conn_id``.
+    """Build :class:`~airflow_tfos.shared.storage.webhdfs_config.WebHDFSConfig` from the Airflow connection
+    ``webhdfs_conn_id``.
 
     :param webhdfs_conn_id: a connection of type ``webhdfs``.
     :param proxy_user: the HDFS user to act as (instead of the connection's login).
@@ -98,5 +100,6 @@ def webhdfs_config_from_connection(
 
 
 def storage_from_connection(webhdfs_conn_id: str = DEFAULT_CONN_ID, proxy_user: str | None = None) -> WebHDFSStorage:
-    """A :class:`~airflow_tfos.webhdfs.WebHDFSStorage` for the connection (for run-directory hooks and sensors)."""
+    """A :class:`~airflow_tfos.shared.storage.webhdfs_client.WebHDFSStorage` for the connection (for run-directory
+    hooks and sensors)."""
     return WebHDFSStorage(webhdfs_config_from_connection(webhdfs_conn_id, proxy_user))

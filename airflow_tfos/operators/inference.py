@@ -9,17 +9,17 @@ from typing import TYPE_CHECKING, Any
 from airflow.sdk.exceptions import AirflowException
 
 from airflow_tfos.hooks.run_dir import RunDirHook
+from airflow_tfos.hooks.runs import RunConfigError
 from airflow_tfos.operators.train import _TFoSRunOperator
-from airflow_tfos.rundir import spec_hash
-from airflow_tfos.runs import RunConfigError
-from airflow_tfos.storage import join
+from airflow_tfos.shared.rundir import spec_hash
+from airflow_tfos.shared.storage import join
 
 if TYPE_CHECKING:
     from airflow.providers.openlineage.extractors import OperatorLineage
     from airflow.sdk import Context
 
     from airflow_tfos.hooks.state import AppState
-    from airflow_tfos.storage import Storage
+    from airflow_tfos.shared.storage import Storage
 
 #: Spark's commit marker in a written output directory.
 SUCCESS_MARKER = "_SUCCESS"

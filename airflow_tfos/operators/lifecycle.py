@@ -19,12 +19,12 @@ from airflow.sdk.exceptions import AirflowException
 
 from airflow_tfos.hooks.apps import ApplicationClient
 from airflow_tfos.hooks.run_dir import RunDirHook, RunWatch
+from airflow_tfos.hooks.runs import RunConfigError, check_run_dir, run_key, run_tag, safe_name
 from airflow_tfos.hooks.state import AppState
 from airflow_tfos.links.tfos import TRACKING_URL_KEY, SparkApplicationLink, TrainingReportLink
 from airflow_tfos.operators.run_dirs import resolve_run_dir, templated
-from airflow_tfos.runs import RunConfigError, check_run_dir, run_key, run_tag, safe_name
 from airflow_tfos.sensors.tfos import application_failure
-from airflow_tfos.spec import SpecError, check_data
+from airflow_tfos.shared.spec import SpecError, check_data
 from airflow_tfos.triggers.tfos import TFoSRunDirTrigger
 
 if TYPE_CHECKING:

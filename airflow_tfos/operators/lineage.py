@@ -17,7 +17,7 @@ Dataset names follow OpenLineage's dataset naming spec:
 A path without a scheme means what it means to whoever reads it: data that Spark reads (``input_mode``
 ``SPARK``) or writes (predictions) is on Spark's default file system (``spark.hadoop.fs.defaultFS`` in
 the operator's ``conf``; else HDFS on YARN, local files otherwise); run directories, models and the files
-that the TF nodes read themselves (``input_mode`` ``TENSORFLOW``) go through :mod:`airflow_tfos.storage`,
+that the TF nodes read themselves (``input_mode`` ``TENSORFLOW``) go through :mod:`airflow_tfos.shared.storage`,
 where such a path is a local file.
 
 Facets: input data fed by Spark carries a ``schema`` facet with the feed's feature and label columns; an
@@ -106,7 +106,7 @@ def data_id(
     :param data: ``{"format": ..., "path"|"table"|"function": ...}`` as in spec.json.
     :param namespaces: where names without a namespace belong.
     :param read_by_spark: Spark reads it (input_mode SPARK), so a path without a scheme is on Spark's default
-        file system; False: the TF nodes read it through :mod:`airflow_tfos.storage` (a local path).
+        file system; False: the TF nodes read it through :mod:`airflow_tfos.shared.storage` (a local path).
     """
     if not isinstance(data, dict):
         return None

@@ -12,7 +12,7 @@ from airflow.sdk.exceptions import AirflowException
 from airflow_tfos.hooks.registry import ModelRegistryHook
 from airflow_tfos.hooks.run_dir import RunDirHook
 from airflow_tfos.operators.run_dirs import resolve_run_dir
-from airflow_tfos.registry import RegistryError, decide
+from airflow_tfos.shared.registry import RegistryError, decide
 
 if TYPE_CHECKING:
     from airflow.sdk import Context

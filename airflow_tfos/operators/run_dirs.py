@@ -1,6 +1,6 @@
 """Where a task's run directory is: as given (templated or not), or the default one, checked against the base.
 
-Airflow side (reads ``[tfos] run_dir_base``); the rules themselves are pure, in :mod:`airflow_tfos.runs`.
+Airflow side (reads ``[tfos] run_dir_base``); the rules themselves are pure, in :mod:`airflow_tfos.hooks.runs`.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from airflow.sdk.configuration import conf
 
-from airflow_tfos.runs import default_run_dir, place_run_dir
+from airflow_tfos.hooks.runs import default_run_dir, place_run_dir
 
 if TYPE_CHECKING:
     from airflow.sdk import Context

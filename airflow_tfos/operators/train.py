@@ -37,7 +37,8 @@ from airflow.sdk.configuration import conf
 from airflow.sdk.exceptions import AirflowException
 
 from airflow_tfos.hooks.local import ApplicationAlreadyRunningError
-from airflow_tfos.hooks.run_dir import RunDirHook, RunWatch
+from airflow_tfos.hooks.run_dir import RunDirHook, RunWatch, progress_line
+from airflow_tfos.hooks.runs import RunConfigError, check_run_dir, pick_winner, run_tag
 from airflow_tfos.hooks.state import TERMINAL_STATES, YARN_STATES, AppState
 from airflow_tfos.hooks.user_code import ShippedCode, UserCodeError, code_package, comma_list, import_path_of
 from airflow_tfos.links.tfos import (
@@ -48,17 +49,16 @@ from airflow_tfos.links.tfos import (
     TrainingReportLink,
 )
 from airflow_tfos.operators.run_dirs import resolve_run_dir, templated
-from airflow_tfos.rundir import spec_digest, spec_hash
-from airflow_tfos.runs import RunConfigError, check_run_dir, pick_winner, run_tag
-from airflow_tfos.spec import INPUT_MODES, SpecError, parse_spec, split_import_path
-from airflow_tfos.triggers.tfos import TFoSApplicationTrigger, TFoSRunDirTrigger, progress_line
+from airflow_tfos.shared.rundir import spec_digest, spec_hash
+from airflow_tfos.shared.spec import INPUT_MODES, SpecError, parse_spec, split_import_path
+from airflow_tfos.triggers.tfos import TFoSApplicationTrigger, TFoSRunDirTrigger
 
 if TYPE_CHECKING:
     from airflow.providers.openlineage.extractors import OperatorLineage
     from airflow.sdk import Context
 
     from airflow_tfos.hooks.tfos import TFoSHook
-    from airflow_tfos.rundir import RunDir
+    from airflow_tfos.shared.rundir import RunDir
 
 #: The run-directory event recording which application a task submitted (or attached to after a race).
 SUBMITTED_EVENT = "submitted"

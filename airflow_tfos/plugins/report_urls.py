@@ -32,7 +32,7 @@ REPORT_PAGE = "report.html"
 REPORT_FILE_NAME = re.compile(r"^(?:report\.html|[A-Za-z0-9][A-Za-z0-9_-]{0,99}\.png)$")
 #: The ``webhdfs`` connection that HDFS run directories use when none is named.
 DEFAULT_WEBHDFS_CONN_ID = "webhdfs_default"
-#: Schemes of run directories (as :func:`airflow_tfos.storage.storage_for` knows them); the HDFS ones.
+#: Schemes of run directories (as :func:`airflow_tfos.shared.storage.storage_for` knows them); the HDFS ones.
 RUN_DIR_SCHEMES = frozenset({"", "file", "hdfs", "webhdfs", "swebhdfs"})
 HDFS_SCHEMES = frozenset({"hdfs", "webhdfs", "swebhdfs"})
 

@@ -47,8 +47,8 @@ from airflow_tfos.plugins.report_urls import (
     decode_report_token,
     normalize_run_dir,
 )
-from airflow_tfos.rundir import REPORT_DIR, SPEC
-from airflow_tfos.storage import Storage, join
+from airflow_tfos.shared.rundir import REPORT_DIR, SPEC
+from airflow_tfos.shared.storage import Storage, join
 
 log = logging.getLogger(__name__)
 

@@ -3,7 +3,7 @@
 Follows TensorFlow's multi-worker rules: every worker takes part in each save (a collective under
 MultiWorkerMirroredStrategy), the chief writes the real checkpoint and the others write to a
 throw-away directory. The chief writes under a temporary name, renames it into place, then names it
-in the manifest (:mod:`airflow_tfos.rundir`), so a crash mid-save leaves the previous checkpoint in
+in the manifest (:mod:`airflow_tfos.shared.rundir`), so a crash mid-save leaves the previous checkpoint in
 charge. On every start of a TF cluster, :meth:`RunCheckpointer.restore` loads the latest one: weights,
 optimizer state, and the global step (hence the epoch and the position within it).
 
@@ -45,8 +45,8 @@ import weakref
 from collections.abc import Iterator
 from typing import Any
 
-from airflow_tfos.rundir import EXPORT, SUCCESS, RunDir
-from airflow_tfos.storage import Storage, join, storage_for
+from airflow_tfos.shared.rundir import EXPORT, SUCCESS, RunDir
+from airflow_tfos.shared.storage import Storage, join, storage_for
 
 log = logging.getLogger(__name__)
 

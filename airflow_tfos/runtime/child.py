@@ -106,7 +106,7 @@ def _record_feed(ctx) -> None:
     """Record how many rows reached this node from Spark, and how fast (all splits were read together)."""
     if not ctx.run_dir or not ctx.feed_shares:
         return
-    from airflow_tfos.rundir import RunDir
+    from airflow_tfos.shared.rundir import RunDir
 
     try:
         shares = list(ctx.feed_shares.values())
@@ -131,8 +131,8 @@ def _record_end(ctx, ok: bool) -> None:
     if ctx is None or not ctx.run_dir:
         return
     try:
-        from airflow_tfos.rundir import RunDir
         from airflow_tfos.runtime.progress import flush_all
+        from airflow_tfos.shared.rundir import RunDir
 
         flush_all(timeout=30.0 if ok else 10.0)
         RunDir(ctx.run_dir).add_event(

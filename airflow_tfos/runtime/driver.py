@@ -7,7 +7,7 @@ id, attempt, latest checkpoint step, heartbeat, and the chief's ``progress.json`
 honours a stop request (waits for the next checkpoint, at most ``stop_grace_secs``, then stops the
 cluster), records the events ``application`` (``application_id``, ``spec_hash``, ``spark_version``) and
 ``application_end`` (``application_id``, ``state``, ``exit_code``, ``seconds``), writes the training
-report (``report/report.html``, :mod:`airflow_tfos.report`; best effort) and exits non-zero on failure:
+report (``report/report.html``, :mod:`airflow_tfos.runtime.report`; best effort) and exits non-zero on failure:
 
 - 0: trained (or already exported for this spec, or stopped on request);
 - 1: training failed (the error is in status.json and on stderr; checkpoints are kept);
@@ -30,12 +30,12 @@ import threading
 import time
 from typing import Any
 
-from airflow_tfos.rundir import RunDir, RunDirError, verified_spec_hash
 from airflow_tfos.runtime.errors import ClusterConfigError, RunCancelledError, TFoSRuntimeError
 from airflow_tfos.runtime.feed.plan import Feed, FeedConfigError
 from airflow_tfos.runtime.launcher import TFClusterRun
 from airflow_tfos.runtime.spec import RunSpec, SpecError, import_callable, parse_spec
-from airflow_tfos.spec import check_data
+from airflow_tfos.shared.rundir import RunDir, RunDirError, verified_spec_hash
+from airflow_tfos.shared.spec import check_data
 
 log = logging.getLogger("airflow_tfos.driver")
 
@@ -466,7 +466,7 @@ def write_report_safely(rundir: RunDir) -> str | None:
     """Write the training report; on any failure log a warning and return None (never fails the run)."""
     started = time.monotonic()
     try:
-        from airflow_tfos.report import write_report
+        from airflow_tfos.runtime.report import write_report
 
         path = write_report(rundir)
     except Exception as exc:  # the report is a convenience: it must never change the run's outcome
@@ -506,7 +506,7 @@ def main(argv: list[str] | None = None) -> int:
     options = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if options.webhdfs_config:
-        from airflow_tfos.webhdfs import ENV_VAR, WebHDFSConfig, WebHDFSConfigError
+        from airflow_tfos.shared.storage.webhdfs_config import ENV_VAR, WebHDFSConfig, WebHDFSConfigError
 
         try:  # the TF nodes get it from the environment too (TFClusterRun passes AIRFLOW_TFOS_* on)
             os.environ[ENV_VAR] = WebHDFSConfig.from_json(options.webhdfs_config).to_json()

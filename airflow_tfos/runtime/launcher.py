@@ -21,7 +21,6 @@ import uuid
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from airflow_tfos.rundir import RunDir, RunDirError
 from airflow_tfos.runtime.checks import check_cluster, snapshot_resources
 from airflow_tfos.runtime.cluster import KERAS_MODES, ClusterConfigError, decider_ids, plan_roles
 from airflow_tfos.runtime.errors import (
@@ -34,6 +33,7 @@ from airflow_tfos.runtime.errors import (
 from airflow_tfos.runtime.feed.plan import Feed, FeedConfigError
 from airflow_tfos.runtime.feed.rows import RowFeed
 from airflow_tfos.runtime.node import NodeJob, run_node
+from airflow_tfos.shared.rundir import RunDir, RunDirError
 
 log = logging.getLogger(__name__)
 

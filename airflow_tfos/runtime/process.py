@@ -20,7 +20,7 @@ import threading
 import time
 from collections.abc import Mapping, Sequence
 
-from airflow_tfos.procgroup import signal_group
+from airflow_tfos.shared.procgroup import signal_group
 
 log = logging.getLogger(__name__)
 

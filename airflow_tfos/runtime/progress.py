@@ -11,7 +11,7 @@ included), ``steps_per_sec`` (over the last ``RATE_WINDOW_SECS``), ``global_batc
 ``examples_per_sec`` (when the batch size is known), ``eta_secs``, ``elapsed_secs``, ``finished``,
 ``attempt``, ``run_id``, ``worker`` and ``time``.
 
-It also records events for the training report (:mod:`airflow_tfos.report`):
+It also records events for the training report (:mod:`airflow_tfos.runtime.report`):
 
 - ``metrics`` (chief, every epoch end): ``step``, ``epoch``, ``attempt`` and the epoch's logs as they
   are (``loss``, ``accuracy``, ``val_loss``...);
@@ -55,7 +55,7 @@ import time
 import weakref
 from typing import Any
 
-from airflow_tfos.rundir import RunDir
+from airflow_tfos.shared.rundir import RunDir
 
 log = logging.getLogger(__name__)
 

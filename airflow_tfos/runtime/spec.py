@@ -1,8 +1,8 @@
-"""The training spec lives in :mod:`airflow_tfos.spec` (pure Python, shared with the Airflow side)."""
+"""The training spec lives in :mod:`airflow_tfos.shared.spec` (pure Python, shared with the Airflow side)."""
 
 from __future__ import annotations
 
-from airflow_tfos.spec import (
+from airflow_tfos.shared.spec import (
     DATA_FORMATS,
     INPUT_MODES,
     RunSpec,

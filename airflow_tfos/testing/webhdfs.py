@@ -169,8 +169,9 @@ class WebHDFSEmulator:
         return f"{scheme}://{self.url.split('://', 1)[1]}/{path.lstrip('/')}"
 
     def config(self, user: str = "tester", **settings: Any):
-        """A :class:`airflow_tfos.webhdfs.WebHDFSConfig` naming every namenode of this emulator."""
-        from airflow_tfos.webhdfs import WebHDFSConfig
+        """A :class:`~airflow_tfos.shared.storage.webhdfs_config.WebHDFSConfig` naming every namenode of this
+        emulator."""
+        from airflow_tfos.shared.storage.webhdfs_config import WebHDFSConfig
 
         return WebHDFSConfig(namenodes=self.urls, user=user, **settings)
 

@@ -13,11 +13,8 @@ import posixpath
 import socket
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import TYPE_CHECKING, Any
+from typing import Any
 from urllib.parse import parse_qs, quote, unquote, urlsplit
-
-if TYPE_CHECKING:
-    from airflow_tfos.testing.webhdfs import WebHDFSEmulator
 
 log = logging.getLogger(__name__)
 
@@ -79,7 +76,7 @@ class Server(ThreadingHTTPServer):
     daemon_threads = True
     allow_reuse_address = True
 
-    def __init__(self, emulator: WebHDFSEmulator, name: str):
+    def __init__(self, emulator: Any, name: str):  # a WebHDFSEmulator; not imported: it imports this module
         """One emulated server (``namenode0``, ``namenode1`` or ``datanode``) of ``emulator``."""
         super().__init__((HOST, 0), _Handler)
         self.emulator, self.name = emulator, name

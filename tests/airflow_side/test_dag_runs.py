@@ -22,7 +22,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from airflow_tfos.rundir import RunDir
+from airflow_tfos.shared.rundir import RunDir
 from tests.conftest import REPO, write_linear_parquet
 
 pytestmark = pytest.mark.integration

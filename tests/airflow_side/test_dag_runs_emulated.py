@@ -21,11 +21,12 @@ from pathlib import Path
 
 import pytest
 
-from airflow_tfos.rundir import RunDir
-from airflow_tfos.runs import default_run_dir, run_tag
+from airflow_tfos.hooks.runs import default_run_dir, run_tag
+from airflow_tfos.shared.rundir import RunDir
+from airflow_tfos.shared.storage.webhdfs_client import WebHDFSStorage
+from airflow_tfos.shared.storage.webhdfs_config import ENV_VAR
 from airflow_tfos.testing.webhdfs import WebHDFSEmulator
 from airflow_tfos.testing.yarn import ResourceManagerEmulator
-from airflow_tfos.webhdfs import ENV_VAR, WebHDFSStorage
 from tests.airflow_side.yarn_driver_fakes import YarnDriverBroker, read_calls, write_spark_submit
 from tests.conftest import REPO
 

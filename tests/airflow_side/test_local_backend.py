@@ -15,7 +15,7 @@ import pytest
 
 from airflow_tfos.hooks.local import ApplicationAlreadyRunningError, LocalBackend
 from airflow_tfos.hooks.tfos import TFoSHook
-from airflow_tfos.rundir import RunDir
+from airflow_tfos.shared.rundir import RunDir
 
 pytestmark = pytest.mark.integration
 

@@ -23,7 +23,7 @@ from airflow_tfos.hooks.local import (
     default_tracker_dir,
     map_local_state,
 )
-from airflow_tfos.rundir import RunDir
+from airflow_tfos.shared.rundir import RunDir
 from tests.conftest import REPO
 
 PY = sys.executable
@@ -76,7 +76,8 @@ def test_a_failing_application_is_failed_with_the_log_tail(backend, tmp_path):
 def test_the_status_json_error_is_in_the_diagnostics(backend, tmp_path):
     rundir = RunDir(str(tmp_path / "run"))
     code = (
-        f"from airflow_tfos.rundir import RunDir; RunDir({rundir.uri!r}).write_status('FAILED', error='bad spec'); "
+        "from airflow_tfos.shared.rundir import RunDir; "
+        f"RunDir({rundir.uri!r}).write_status('FAILED', error='bad spec'); "
         "exit(2)"
     )
     state = ended(backend, submit(backend, code, tmp_path))

@@ -14,6 +14,7 @@ import sys
 import pytest
 from openlineage.client.serde import Serde
 
+from airflow_tfos.hooks.runs import run_tag
 from airflow_tfos.operators import TFoSFeedOperator, TFoSInferenceOperator, TFoSTrainOperator
 from airflow_tfos.operators.lineage import (
     CATALOG_NAMESPACE,
@@ -25,8 +26,7 @@ from airflow_tfos.operators.lineage import (
     path_id,
     table_id,
 )
-from airflow_tfos.rundir import RunDir, spec_hash
-from airflow_tfos.runs import run_tag
+from airflow_tfos.shared.rundir import RunDir, spec_hash
 from tests.airflow_side.fakes import FakeBackend, make_context, use_backend
 from tests.conftest import REPO
 

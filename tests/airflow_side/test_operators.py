@@ -7,6 +7,7 @@ from dataclasses import replace
 import pytest
 from airflow.sdk.exceptions import AirflowException, TaskDeferred
 
+from airflow_tfos.hooks.runs import RunConfigError, run_tag
 from airflow_tfos.hooks.state import AppState
 from airflow_tfos.operators import (
     TFoSFeedOperator,
@@ -16,8 +17,7 @@ from airflow_tfos.operators import (
     TFoSTrainOperator,
 )
 from airflow_tfos.operators.train import STATE_APPLICATION_ID
-from airflow_tfos.rundir import RunDir, spec_hash
-from airflow_tfos.runs import RunConfigError, run_tag
+from airflow_tfos.shared.rundir import RunDir, spec_hash
 from airflow_tfos.triggers.tfos import TFoSApplicationTrigger, TFoSRunDirTrigger
 from tests.airflow_side.fakes import FakeBackend, FakeStateStore, make_context, use_backend
 

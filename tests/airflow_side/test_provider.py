@@ -39,8 +39,9 @@ def test_runtime_never_imports_airflow():
 
 def test_the_shared_modules_import_neither_tensorflow_nor_pyspark():
     code = (
-        "import sys, airflow_tfos.get_provider_info, airflow_tfos.rundir, airflow_tfos.storage, airflow_tfos.spec, "
-        "airflow_tfos.runs, airflow_tfos.hooks.state; "
+        "import sys, airflow_tfos.get_provider_info, airflow_tfos.shared.rundir, airflow_tfos.shared.storage, "
+        "airflow_tfos.shared.spec, "
+        "airflow_tfos.hooks.runs, airflow_tfos.hooks.state; "
         "bad = [m for m in sys.modules if m.split('.')[0] in ('tensorflow', 'pyspark', 'keras')]; "
         "print(bad); sys.exit(1 if bad else 0)"
     )

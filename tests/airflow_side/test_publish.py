@@ -12,8 +12,8 @@ from airflow.sdk.exceptions import AirflowException
 
 from airflow_tfos.hooks.registry import ModelRegistryHook
 from airflow_tfos.operators import TFoSPublishModelOperator
-from airflow_tfos.registry import ModelRegistry, RegistryError
-from airflow_tfos.rundir import RunDir
+from airflow_tfos.shared.registry import ModelRegistry, RegistryError
+from airflow_tfos.shared.rundir import RunDir
 from tests.airflow_side.fakes import make_context
 
 
@@ -153,7 +153,7 @@ def test_two_concurrent_publishers_never_put_an_older_model_back_in_service(tmp_
 
 
 def test_a_lock_left_by_a_dead_publisher_is_taken_over(tmp_path, monkeypatch):
-    import airflow_tfos.registry as registry_module
+    import airflow_tfos.shared.registry as registry_module
 
     registry = ModelRegistry(str(tmp_path / "registry"))
     registry.storage.write_bytes(registry.path("current.lock"), b'{"token": "dead", "time": 0}')

@@ -39,9 +39,9 @@ from airflow_tfos.plugins.report_urls import (
     report_path,
 )
 from airflow_tfos.plugins.reports import TFoSReportsPlugin, authenticated_user, create_app
-from airflow_tfos.rundir import RunDir
+from airflow_tfos.shared.rundir import RunDir
+from airflow_tfos.shared.storage.webhdfs_client import WebHDFSStorage
 from airflow_tfos.testing.webhdfs import WebHDFSEmulator
-from airflow_tfos.webhdfs import WebHDFSStorage
 from tests.conftest import REPO
 
 PAGE = b'<!doctype html><html><body><h1>Training report</h1><img src="metrics.png" alt="m"></body></html>'

@@ -11,11 +11,11 @@ import pytest
 from airflow.sdk.exceptions import AirflowException, TaskDeferred
 
 from airflow_tfos.hooks.apps import ApplicationClient
+from airflow_tfos.hooks.run_dir import progress_line
 from airflow_tfos.hooks.state import AppState
-from airflow_tfos.rundir import RunDir
 from airflow_tfos.sensors import TFoSCheckpointSensor, YarnApplicationSensor
+from airflow_tfos.shared.rundir import RunDir
 from airflow_tfos.triggers import TFoSApplicationTrigger, TFoSRunDirTrigger
-from airflow_tfos.triggers.tfos import progress_line
 from tests.airflow_side.fakes import FakeBackend, make_context
 
 

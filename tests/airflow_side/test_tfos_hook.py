@@ -261,13 +261,14 @@ def test_the_runtime_zip_holds_the_runtime_and_what_it_imports(tmp_path):
     path = runtime_zip(tmp_path)
     names = set(zipfile.ZipFile(path).namelist())
     for needed in ["airflow_tfos/__init__.py", "airflow_tfos/runtime/driver.py", "airflow_tfos/runtime/feed/plan.py",
-                   "airflow_tfos/rundir.py", "airflow_tfos/storage.py", "airflow_tfos/spec.py"]:  # fmt: skip
+                   "airflow_tfos/shared/rundir.py", "airflow_tfos/shared/storage/__init__.py",
+                   "airflow_tfos/shared/storage/webhdfs_client.py", "airflow_tfos/shared/spec.py"]:  # fmt: skip
         assert needed in names
     assert not [
         n for n in names if n.startswith(("airflow_tfos/hooks", "airflow_tfos/operators", "airflow_tfos/testing"))
     ]
     assert not [n for n in names if "__pycache__" in n or not n.endswith(".py")]
-    assert "airflow_tfos/localrun.py" not in names
+    assert "airflow_tfos/hooks/localrun.py" not in names
 
 
 def test_the_runtime_zip_is_cached_by_content(tmp_path):

@@ -22,7 +22,7 @@ from typing import Any
 import psutil
 
 from airflow_tfos.hooks.local import LocalBackend
-from airflow_tfos.rundir import RunDir
+from airflow_tfos.shared.rundir import RunDir
 
 #: Seconds between two looks.
 POLL_SECS = 0.25

@@ -32,7 +32,7 @@ import pytest
 
 from airflow_tfos.hooks.local import LocalBackend
 from airflow_tfos.plugins.report_urls import report_link
-from airflow_tfos.rundir import RunDir
+from airflow_tfos.shared.rundir import RunDir
 from tests.conftest import REPO
 from tests.drills import browser
 from tests.drills.faults import RunWatch, kill_driver, kill_executor, mark_failed

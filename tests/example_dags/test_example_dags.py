@@ -17,8 +17,8 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from airflow_tfos.registry import ModelRegistry
-from airflow_tfos.rundir import RunDir
+from airflow_tfos.shared.registry import ModelRegistry
+from airflow_tfos.shared.rundir import RunDir
 from tests.conftest import REPO
 
 EXAMPLES = REPO / "example_dags"

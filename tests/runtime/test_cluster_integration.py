@@ -182,7 +182,7 @@ def test_when_attempts_are_spent_the_run_fails_with_the_last_error(sc, tmp_path)
     tf_run = TFClusterRun(sc, programs.die_by_signal, num_nodes=2, max_attempts=2, run_dir=str(tmp_path)).start()
     with pytest.raises(NodeFailedError, match="process killed by SIGKILL"):
         tf_run.wait(300)
-    from airflow_tfos.rundir import RunDir
+    from airflow_tfos.shared.rundir import RunDir
 
     failed = RunDir(str(tmp_path)).events("attempt_failed")
     assert [(e["attempt"], e["retrying"]) for e in failed] == [(0, True), (1, False)]
@@ -195,14 +195,14 @@ def test_an_error_in_the_program_is_not_retried(sc, tmp_path):
     ).start()
     with pytest.raises(NodeFailedError, match="ValueError: boom"):
         tf_run.wait(300)
-    from airflow_tfos.rundir import RunDir
+    from airflow_tfos.shared.rundir import RunDir
 
     assert len(RunDir(str(tmp_path)).events("attempt")) == 1
 
 
 def test_time_based_checkpoints_are_taken_by_every_worker_together(sc, tmp_path):
     _, step = run_cluster(sc, programs.timed_checkpoints, num_nodes=2, run_dir=str(tmp_path), timeout=300)
-    from airflow_tfos.rundir import RunDir
+    from airflow_tfos.shared.rundir import RunDir
 
     saved = [e["step"] for e in RunDir(str(tmp_path)).events("checkpoint")]
     assert step == 32

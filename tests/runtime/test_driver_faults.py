@@ -7,13 +7,13 @@ import time
 
 import pytest
 
-from airflow_tfos.rundir import RunDir
 from airflow_tfos.runtime.driver import _Watch, feed_request_input
 from airflow_tfos.runtime.feed.plan import Feed
 from airflow_tfos.runtime.spec import SpecError, parse_spec
-from airflow_tfos.spec import _FEED_FIELDS
+from airflow_tfos.shared.rundir import RunDir
+from airflow_tfos.shared.spec import _FEED_FIELDS
+from airflow_tfos.shared.storage.webhdfs_client import WebHDFSStorage
 from airflow_tfos.testing.webhdfs import WebHDFSEmulator
-from airflow_tfos.webhdfs import WebHDFSStorage
 
 
 def wait_until(condition, within: float, what: str) -> None:

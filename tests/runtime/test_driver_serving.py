@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from airflow_tfos.rundir import RunDir
+from airflow_tfos.shared.rundir import RunDir
 from tests.conftest import REPO
 from tests.runtime.test_driver_entrypoint import driver_command, run_driver
 

@@ -12,9 +12,9 @@ import time
 import psutil
 import pytest
 
-from airflow_tfos import procgroup
 from airflow_tfos.runtime import child as child_module
 from airflow_tfos.runtime.process import ChildProcess
+from airflow_tfos.shared import procgroup
 
 
 @pytest.fixture

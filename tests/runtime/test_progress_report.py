@@ -14,12 +14,13 @@ from types import SimpleNamespace
 
 import pytest
 
-from airflow_tfos import report
-from airflow_tfos.rundir import RunDir
+from airflow_tfos.hooks.run_dir import progress_line
 from airflow_tfos.runtime import progress as progress_mod
+from airflow_tfos.runtime import report
 from airflow_tfos.runtime.progress import ProgressTracker, epoch_position, percentile
+from airflow_tfos.runtime.report import cli as report_cli
+from airflow_tfos.shared.rundir import RunDir
 from airflow_tfos.testing.webhdfs import WebHDFSEmulator
-from airflow_tfos.triggers.tfos import progress_line
 from tests.conftest import REPO
 from tests.runtime.test_driver_entrypoint import driver_command
 
@@ -174,11 +175,11 @@ def test_the_report_of_a_failed_run_without_feed_or_export(tmp_path):
 
 
 def test_the_report_cli_and_an_empty_directory(tmp_path, capsys):
-    assert report.main(["--run-dir", str(tmp_path / "nothing")]) == 1
+    assert report_cli.main(["--run-dir", str(tmp_path / "nothing")]) == 1
     assert "not a run directory" in capsys.readouterr().err
     rundir = RunDir(str(tmp_path / "run"))
     rundir.write_spec({"train_fn": "pkg.mod:train", "num_nodes": 1})
-    assert report.main(["--run-dir", rundir.uri]) == 0
+    assert report_cli.main(["--run-dir", rundir.uri]) == 0
     assert capsys.readouterr().out.strip() == f"{rundir.uri}/report/report.html"
     page = Path(rundir.uri, "report", "report.html").read_text()
     assert "No training was recorded yet" in page and not list(Path(rundir.uri, "report").glob("*.png"))

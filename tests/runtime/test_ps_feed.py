@@ -15,7 +15,7 @@ import time
 
 import pytest
 
-from airflow_tfos.rundir import RunDir
+from airflow_tfos.shared.rundir import RunDir
 from tests.conftest import REPO
 from tests.runtime.helpers import read_records
 from tests.runtime.ps_driver import BATCH, FILE_BATCH, FILE_ROWS, ID_ROWS

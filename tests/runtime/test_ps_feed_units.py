@@ -169,7 +169,7 @@ def _id_files(directory, rows_per_file) -> list[int]:
 
 def test_worker_files_are_dealt_over_the_workers_only_by_absolute_names(tmp_path, monkeypatch):
     from airflow_tfos.runtime.feed.files import WorkerFiles
-    from airflow_tfos.storage import FileInfo
+    from airflow_tfos.shared.storage import FileInfo
 
     _id_files(tmp_path / "data", [40, 30, 20, 10, 5])
     monkeypatch.chdir(tmp_path)

@@ -12,7 +12,7 @@ import time
 import psutil
 import pytest
 
-from airflow_tfos.rundir import RunDir
+from airflow_tfos.shared.rundir import RunDir
 from tests.runtime.test_driver_process import start_driver
 
 pytestmark = pytest.mark.integration

@@ -11,7 +11,7 @@ import pytest
 
 from airflow_tfos.runtime.feed import Feed
 from airflow_tfos.runtime.feed.files import csv_dataset, list_files, parquet_dataset, shard_files, tfrecord_dataset
-from airflow_tfos.storage import storage_for
+from airflow_tfos.shared.storage import storage_for
 from airflow_tfos.testing.webhdfs import WebHDFSEmulator
 
 

@@ -7,10 +7,11 @@ import os
 
 import pytest
 
-from airflow_tfos.rundir import RunDir
 from airflow_tfos.runtime import run
+from airflow_tfos.shared.rundir import RunDir
+from airflow_tfos.shared.storage.webhdfs_client import clear_cached_storages
+from airflow_tfos.shared.storage.webhdfs_config import ENV_VAR
 from airflow_tfos.testing.webhdfs import WebHDFSEmulator
-from airflow_tfos.webhdfs import ENV_VAR, clear_cached_storages
 from tests.runtime import programs
 
 ARGS = {"steps_per_epoch": 10, "every": 5, "progress": False}

@@ -6,9 +6,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from airflow_tfos.rundir import RunDir
 from airflow_tfos.runtime import NodeFailedError, run
 from airflow_tfos.runtime.checkpoint import WarmStartError, find_warm_start
+from airflow_tfos.shared.rundir import RunDir
 from airflow_tfos.testing.webhdfs import WebHDFSEmulator
 from tests.runtime import programs
 from tests.runtime.helpers import read_records

@@ -139,8 +139,8 @@ def train_fed(args: DigitsArgs | dict | None, ctx) -> dict:
     """
     import tensorflow as tf
 
-    from airflow_tfos.rundir import RunDir
     from airflow_tfos.runtime.checkpoint import RunCheckpointer, export_model, fit_resumable
+    from airflow_tfos.shared.rundir import RunDir
 
     if not isinstance(args, DigitsArgs):
         args = DigitsArgs(**(args or {}))

@@ -2,7 +2,7 @@
 
 :func:`shard_files` is pure: a deterministic, size-balanced split of a file list. The readers take the
 files this node got (``ctx.shard_files(...)``) and return ``tf.data.Dataset`` pipelines; files are
-reached through :mod:`airflow_tfos.storage`, so every scheme registered there works. Under
+reached through :mod:`airflow_tfos.shared.storage`, so every scheme registered there works. Under
 MultiWorkerMirroredStrategy the readers are told the number of training nodes (``workers=``) and lay
 each node's batches out for tf.distribute as the fed dataset does.
 
@@ -24,7 +24,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
 from airflow_tfos.runtime.feed.plan import Feed, FeedConfigError
-from airflow_tfos.storage import FileInfo, storage_for
+from airflow_tfos.shared.storage import FileInfo, storage_for
 
 
 def shard_files(files: Sequence[FileInfo], num_shards: int, index: int) -> list[FileInfo]:

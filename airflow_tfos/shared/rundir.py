@@ -32,7 +32,7 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
-from airflow_tfos.storage import Storage, is_plain_name, join, storage_for
+from airflow_tfos.shared.storage import Storage, is_plain_name, join, storage_for
 
 log = logging.getLogger(__name__)
 

@@ -1,4 +1,4 @@
-"""Run one local Spark application and record how it ended: ``python -m airflow_tfos.localrun``.
+"""Run one local Spark application and record how it ended: ``python -m airflow_tfos.hooks.localrun``.
 
 The local backend (:mod:`airflow_tfos.hooks.local`) starts this wrapper as a detached process, the
 leader of its own process group, instead of starting spark-submit directly. The wrapper runs the
@@ -81,7 +81,7 @@ def run(command: list[str], exit_file: str, remove: list[str]) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m airflow_tfos.localrun", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m airflow_tfos.hooks.localrun", description=__doc__.splitlines()[0])
     parser.add_argument("--exit-file", required=True, help="where to write the exit code (JSON)")
     parser.add_argument("--remove", action="append", default=[], help="a file to delete once the command ends")
     parser.add_argument("command", nargs=argparse.REMAINDER, help="-- then the command to run")

@@ -1,4 +1,5 @@
-"""WebHDFSStorage: the :class:`airflow_tfos.storage.Storage` protocol over WebHDFS (see :mod:`airflow_tfos.webhdfs`).
+"""WebHDFSStorage: the :class:`airflow_tfos.shared.storage.Storage` protocol over WebHDFS (settings, errors and
+URIs: :mod:`airflow_tfos.shared.storage.webhdfs_config`).
 
 Built on the ``hdfs`` package (HdfsCLI), one client per namenode, each with its own ``requests``
 session; retries, failover and error mapping are ours, so that every failure is bounded and says
@@ -20,12 +21,13 @@ import uuid
 from collections.abc import Callable, Iterator
 from typing import Any, BinaryIO, TypeVar
 
-from airflow_tfos.storage import PRIVATE_DIR_MODE, FileInfo, is_plain_name
-from airflow_tfos.webhdfs import (
+from airflow_tfos.shared.storage.base import PRIVATE_DIR_MODE, FileInfo, is_plain_name
+from airflow_tfos.shared.storage.webhdfs_config import (
     WebHDFSConfig,
     WebHDFSConfigError,
     WebHDFSError,
     WebHDFSUnavailableError,
+    config_for_uri,
     split_uri,
 )
 
@@ -53,7 +55,7 @@ def _raise_for_server_error(response, *args, **kwargs):
 
 
 class WebHDFSStorage:
-    """The :class:`airflow_tfos.storage.Storage` protocol over WebHDFS, with HA failover and bounded retries.
+    """The :class:`airflow_tfos.shared.storage.Storage` protocol over WebHDFS, with HA failover and bounded retries.
 
     Paths are URIs (``webhdfs://host:port/p``, ``hdfs://ns/p``) or absolute paths; listings come back in
     the form they were asked in. :meth:`local_path` is None: TensorFlow writes locally and
@@ -491,3 +493,23 @@ def _renamer(src: str, dst: str, options: str):
         return not answer.content.strip() or bool(answer.json()["boolean"])
 
     return rename
+
+
+_STORAGES: dict[str, WebHDFSStorage] = {}
+_STORAGES_LOCK = threading.Lock()
+
+
+def storage_for_uri(uri: str) -> WebHDFSStorage:
+    """A (shared) :class:`WebHDFSStorage` for ``uri``; what :func:`airflow_tfos.shared.storage.storage_for` calls."""
+    config = config_for_uri(uri)
+    key = config.to_json()
+    with _STORAGES_LOCK:
+        if key not in _STORAGES:
+            _STORAGES[key] = WebHDFSStorage(config)
+        return _STORAGES[key]
+
+
+def clear_cached_storages() -> None:
+    """Forget the storages made so far (tests that change ``AIRFLOW_TFOS_WEBHDFS`` call it)."""
+    with _STORAGES_LOCK:
+        _STORAGES.clear()

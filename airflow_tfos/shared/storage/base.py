@@ -1,14 +1,8 @@
-"""The one seam through which both halves read and write files: local paths, ``file://``, and HDFS.
+"""The storage interface, and local files.
 
-Pure Python (no Airflow, no Spark, no TensorFlow). A storage is chosen by the URI's scheme
-(:func:`storage_for`): plain paths and ``file://`` are local; ``webhdfs://``, ``swebhdfs://`` and
-``hdfs://`` go over WebHDFS (:mod:`airflow_tfos.webhdfs`, imported only when such a URI is used).
-Other schemes plug in with :func:`register_storage`. Every scheme is usable wherever a path is
-taken: the run directory (:mod:`airflow_tfos.rundir`), InputMode.TENSORFLOW file shards and the
-readers in :mod:`airflow_tfos.runtime.feed.files`.
-
-Writes that others may watch are atomic: :meth:`Storage.write_bytes` writes a temporary name, then
-renames it into place, so a reader sees the old content or the new, never half of it.
+Pure Python (no Airflow, no Spark, no TensorFlow). Writes that others may watch are atomic:
+:meth:`Storage.write_bytes` writes a temporary name, then renames it into place, so a reader sees the old
+content or the new, never half of it.
 """
 
 from __future__ import annotations
@@ -17,7 +11,6 @@ import glob
 import os
 import shutil
 import uuid
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import BinaryIO, Protocol
 
@@ -164,37 +157,3 @@ class LocalStorage:
         if not os.path.isdir(source):
             raise FileNotFoundError(f"no directory {path} to copy")
         shutil.copytree(source, local_dir, dirs_exist_ok=True)
-
-
-def _webhdfs_storage(uri: str) -> Storage:
-    from airflow_tfos.webhdfs import storage_for_uri  # imports the hdfs package only when HDFS is used
-
-    return storage_for_uri(uri)
-
-
-_FACTORIES: dict[str, Callable[[str], Storage]] = {
-    "": lambda uri: LocalStorage(),
-    "file": lambda uri: LocalStorage(),
-    "webhdfs": _webhdfs_storage,
-    "swebhdfs": _webhdfs_storage,
-    "hdfs": _webhdfs_storage,
-}
-
-
-def register_storage(scheme: str, factory: Callable[[str], Storage]) -> None:
-    """Make URIs with ``scheme`` (e.g. ``webhdfs``) usable; ``factory(uri)`` returns their storage."""
-    _FACTORIES[scheme] = factory
-
-
-def join(base: str, *parts: str) -> str:
-    """Join path parts onto a path or URI with ``/``."""
-    return "/".join([base.rstrip("/"), *(p.strip("/") for p in parts)])
-
-
-def storage_for(uri: str) -> Storage:
-    """Return the storage for ``uri``, or raise naming the schemes that are supported."""
-    scheme = uri.split("://", 1)[0] if "://" in uri else ""
-    if scheme not in _FACTORIES:
-        known = ", ".join(f"{s}://" for s in sorted(_FACTORIES) if s) + " and plain paths"
-        raise ValueError(f"no storage for {uri!r}: supported are {known}")
-    return _FACTORIES[scheme](uri)

@@ -31,13 +31,8 @@ import getpass
 import json
 import os
 import posixpath
-import threading
 from dataclasses import asdict, dataclass, fields, replace
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from airflow_tfos.webhdfs_storage import WebHDFSStorage
-
+from typing import Any
 
 ENV_VAR = "AIRFLOW_TFOS_WEBHDFS"
 SCHEMES = ("webhdfs", "swebhdfs", "hdfs")
@@ -177,34 +172,3 @@ def config_for_uri(uri: str, environ: dict[str, str] | None = None) -> WebHDFSCo
             )
         return env
     raise WebHDFSConfigError(f"{uri!r} is not a WebHDFS URI: use webhdfs://, swebhdfs:// or hdfs://")
-
-
-_STORAGES: dict[str, WebHDFSStorage] = {}
-_STORAGES_LOCK = threading.Lock()
-
-
-def storage_for_uri(uri: str) -> WebHDFSStorage:
-    """A (shared) :class:`WebHDFSStorage` for ``uri``; what :func:`airflow_tfos.storage.storage_for` calls."""
-    from airflow_tfos.webhdfs_storage import WebHDFSStorage
-
-    config = config_for_uri(uri)
-    key = config.to_json()
-    with _STORAGES_LOCK:
-        if key not in _STORAGES:
-            _STORAGES[key] = WebHDFSStorage(config)
-        return _STORAGES[key]
-
-
-def clear_cached_storages() -> None:
-    """Forget the storages made so far (tests that change ``AIRFLOW_TFOS_WEBHDFS`` call it)."""
-    with _STORAGES_LOCK:
-        _STORAGES.clear()
-
-
-def __getattr__(name: str) -> Any:
-    """``WebHDFSStorage`` is importable from here; its module is loaded only when asked for."""
-    if name == "WebHDFSStorage":
-        from airflow_tfos.webhdfs_storage import WebHDFSStorage
-
-        return WebHDFSStorage
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

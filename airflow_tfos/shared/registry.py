@@ -32,7 +32,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from airflow_tfos.storage import Storage, join, storage_for
+from airflow_tfos.shared.storage import Storage, join, storage_for
 
 log = logging.getLogger(__name__)
 

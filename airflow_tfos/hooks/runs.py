@@ -11,7 +11,7 @@ import hashlib
 import re
 from datetime import datetime
 
-from airflow_tfos.storage import join
+from airflow_tfos.shared.storage import join
 
 TAG_PREFIX = "tfos-"
 _UNSAFE = re.compile(r"[^A-Za-z0-9_.=-]+")

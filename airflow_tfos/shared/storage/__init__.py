@@ -1,0 +1,26 @@
+"""The one seam through which both halves read and write files: local paths, ``file://``, and HDFS.
+
+- :mod:`.base`: the :class:`Storage` interface and :class:`LocalStorage`.
+- :mod:`.webhdfs_config`: WebHDFS settings, errors and URI parsing (no I/O).
+- :mod:`.webhdfs_client`: :class:`~.webhdfs_client.WebHDFSStorage`, the interface over WebHDFS.
+- :mod:`.schemes`: which storage serves a URI (:func:`storage_for`); other schemes plug in with
+  :func:`register_storage`. The WebHDFS client is imported only when an HDFS URI is first used.
+
+Every scheme is usable wherever a path is taken: the run directory (:mod:`airflow_tfos.shared.rundir`),
+InputMode.TENSORFLOW file shards and the readers in :mod:`airflow_tfos.runtime.feed.files`. Imports point
+one way: ``schemes -> base``, ``webhdfs_client -> base, webhdfs_config``; nothing here imports the package.
+"""
+
+from airflow_tfos.shared.storage.base import PRIVATE_DIR_MODE, FileInfo, LocalStorage, Storage, is_plain_name
+from airflow_tfos.shared.storage.schemes import join, register_storage, storage_for
+
+__all__ = [
+    "PRIVATE_DIR_MODE",
+    "FileInfo",
+    "LocalStorage",
+    "Storage",
+    "is_plain_name",
+    "join",
+    "register_storage",
+    "storage_for",
+]
