@@ -36,6 +36,7 @@ from airflow_tfos.runtime.launcher import TFClusterRun
 from airflow_tfos.runtime.spec import RunSpec, SpecError, import_callable, parse_spec
 from airflow_tfos.shared.rundir import RunDir, RunDirError, verified_spec_hash
 from airflow_tfos.shared.spec import check_data
+from airflow_tfos.shared.storage.webhdfs_config import WebHDFSConfigError, add_config_option, use_config
 
 log = logging.getLogger("airflow_tfos.driver")
 
@@ -498,18 +499,12 @@ def main(argv: list[str] | None = None) -> int:
         help="the hash of the spec that was submitted: a spec.json whose content hashes otherwise is refused "
         "(exit 2) before anything named in it is imported; without it, spec.json is not verified",
     )
-    parser.add_argument(
-        "--webhdfs-config",
-        metavar="JSON",
-        help="HDFS settings (a WebHDFSConfig JSON) for hdfs:// paths; default: $AIRFLOW_TFOS_WEBHDFS",
-    )
+    add_config_option(parser)
     options = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if options.webhdfs_config:
-        from airflow_tfos.shared.storage.webhdfs_config import ENV_VAR, WebHDFSConfig, WebHDFSConfigError
-
         try:  # the TF nodes get it from the environment too (TFClusterRun passes AIRFLOW_TFOS_* on)
-            os.environ[ENV_VAR] = WebHDFSConfig.from_json(options.webhdfs_config).to_json()
+            use_config(options.webhdfs_config)
         except WebHDFSConfigError as exc:
             return _fail(None, f"--webhdfs-config: {exc}", EXIT_BAD_INPUT)
     conf = dict(item.split("=", 1) for item in options.conf)

@@ -178,14 +178,15 @@ def die_by_signal(args, ctx):
     time.sleep(600)
 
 
-def mwms_rows_seen(args, ctx):
-    """Under MultiWorkerMirroredStrategy: the labels (row ids) this node's replica gets from ``ctx.dataset()``
-    through tf.distribute in one epoch, and the steps Keras ``fit`` runs per epoch; recorded per node."""
+def _replica_rows_and_fit_steps(make_dataset) -> tuple[list, list[int], list[int]]:
+    """Under MultiWorkerMirroredStrategy: the labels this node's replica gets from ``make_dataset()`` through
+    tf.distribute in one pass, the size of each of its batches, and the steps Keras ``fit`` runs in each of
+    two epochs on it."""
     import tensorflow as tf
 
     strategy = tf.distribute.MultiWorkerMirroredStrategy()
     seen, sizes = [], []
-    for batch in strategy.experimental_distribute_dataset(ctx.dataset()):  # what fit's steps are given
+    for batch in strategy.experimental_distribute_dataset(make_dataset()):  # what fit's steps are given
         for part in strategy.experimental_local_results(batch[1]):
             seen.extend(part.numpy().tolist())
             sizes.append(int(part.shape[0]))
@@ -201,7 +202,14 @@ def mwms_rows_seen(args, ctx):
         def on_train_batch_end(self, batch, logs=None):
             steps[-1] += 1
 
-    model.fit(ctx.dataset(), epochs=2, callbacks=[Count()], verbose=0)
+    model.fit(make_dataset(), epochs=2, callbacks=[Count()], verbose=0)
+    return seen, sizes, steps
+
+
+def mwms_rows_seen(args, ctx):
+    """Under MultiWorkerMirroredStrategy: the labels (row ids) this node's replica gets from ``ctx.dataset()``
+    through tf.distribute in one epoch, and the steps Keras ``fit`` runs per epoch; recorded per node."""
+    seen, sizes, steps = _replica_rows_and_fit_steps(ctx.dataset)
     record = {"seen": seen, "sizes": sizes, "fit_steps": steps, "steps_per_epoch": ctx.steps_per_epoch}
     _write(ctx, "seen", record)
     return record
@@ -502,33 +510,13 @@ def mwms_file_rows_seen(args, ctx):
     """InputMode.TENSORFLOW under MultiWorkerMirroredStrategy: the labels (row ids) this node's replica gets
     through tf.distribute in one pass over ``parquet_dataset`` of its share of the files, and the steps Keras
     ``fit`` runs per epoch on it; recorded per node. ``args['workers']``: passed to the reader when set."""
-    import tensorflow as tf
-
     from airflow_tfos.runtime.feed import Feed
     from airflow_tfos.runtime.feed.files import parquet_dataset
 
-    strategy = tf.distribute.MultiWorkerMirroredStrategy()
     files = ctx.shard_files(args["pattern"])
     feed = Feed(features="x", label="y", batch_size=args["batch_size"], shuffle=False)
     kwargs = {"workers": ctx.num_workers} if args.get("workers") else {}
-    seen, sizes = [], []
-    for batch in strategy.experimental_distribute_dataset(parquet_dataset(files, feed, **kwargs)):
-        for part in strategy.experimental_local_results(batch[1]):
-            seen.extend(part.numpy().tolist())
-            sizes.append(int(part.shape[0]))
-    with strategy.scope():
-        model = tf.keras.Sequential([tf.keras.Input(shape=(2,)), tf.keras.layers.Dense(1)])
-        model.compile(optimizer=tf.keras.optimizers.SGD(1e-6), loss="mse")
-    steps = []
-
-    class Count(tf.keras.callbacks.Callback):
-        def on_epoch_begin(self, epoch, logs=None):
-            steps.append(0)
-
-        def on_train_batch_end(self, batch, logs=None):
-            steps[-1] += 1
-
-    model.fit(parquet_dataset(files, feed, **kwargs), epochs=2, callbacks=[Count()], verbose=0)
+    seen, sizes, steps = _replica_rows_and_fit_steps(lambda: parquet_dataset(files, feed, **kwargs))
     record = {"files": files, "seen": seen, "sizes": sizes, "fit_steps": steps}
     _write(ctx, "fileseen", record)
     return record

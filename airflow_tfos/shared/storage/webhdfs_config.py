@@ -172,3 +172,18 @@ def config_for_uri(uri: str, environ: dict[str, str] | None = None) -> WebHDFSCo
             )
         return env
     raise WebHDFSConfigError(f"{uri!r} is not a WebHDFS URI: use webhdfs://, swebhdfs:// or hdfs://")
+
+
+def add_config_option(parser) -> None:
+    """Add ``--webhdfs-config JSON`` to an ``argparse`` parser (the driver's and the report's command lines)."""
+    parser.add_argument(
+        "--webhdfs-config",
+        metavar="JSON",
+        help=f"HDFS settings (a WebHDFSConfig JSON) for hdfs:// paths; default: ${ENV_VAR}",
+    )
+
+
+def use_config(text: str) -> None:
+    """Make ``text`` (a WebHDFSConfig JSON) the settings of this process and of the processes it starts
+    (through ``AIRFLOW_TFOS_WEBHDFS``); raise :class:`WebHDFSConfigError` when it cannot be used."""
+    os.environ[ENV_VAR] = WebHDFSConfig.from_json(text).to_json()
