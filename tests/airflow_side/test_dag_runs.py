@@ -61,10 +61,13 @@ def airflow_env(tmp_path_factory, data_path) -> dict[str, str]:
 _DATES = iter(f"2026-11-{day:02d}" for day in range(1, 29))
 
 
-def dags_test(env: dict[str, str], dag_id: str, timeout: float = 600, **extra: str) -> subprocess.CompletedProcess:
-    """Run one DAG run to its end; each call uses a new logical date."""
+def dags_test(
+    env: dict[str, str], dag_id: str, timeout: float = 600, date: str | None = None, **extra: str
+) -> subprocess.CompletedProcess:
+    """Run one DAG run to its end; each call uses a new logical date unless given ``date`` (the run of that
+    date is run again: ``airflow dags test`` clears its task instances first, as a Clear in the UI does)."""
     return subprocess.run(
-        [sys.executable, "-m", "airflow", "dags", "test", dag_id, next(_DATES)],
+        [sys.executable, "-m", "airflow", "dags", "test", dag_id, date or next(_DATES)],
         env={**env, **extra},
         cwd=REPO,
         capture_output=True,
@@ -164,3 +167,60 @@ def test_a_failed_launch_leaves_nothing_running_and_the_shutdown_still_runs(airf
     assert backend.processes(apps[0]["app_id"]) == [], "processes of the failed launch's application are left"
     sys.stdout.write(f"failed launch: nothing of it left {time.monotonic() - started:.0f} s after the run began\n")
     assert RunDir(apps[0]["run_dir"]).events("launch_failed")
+
+
+def _wait_until_gone(backend, app_ids: list[str], timeout: float = 30) -> dict[str, list]:
+    deadline = time.monotonic() + timeout
+    left = {app_id: backend.processes(app_id) for app_id in app_ids}
+    while any(left.values()) and time.monotonic() < deadline:
+        time.sleep(0.5)
+        left = {app_id: backend.processes(app_id) for app_id in app_ids}
+    return {app_id: procs for app_id, procs in left.items() if procs}
+
+
+def test_a_cleared_lifecycle_run_trains_anew_despite_the_stop_request_of_its_first_shutdown(airflow_env):
+    """Issue 19: launch -> feed -> shutdown to success, then the spec edited (2 epochs instead of 1) and the
+    same logical date run again. The first shutdown's stop request (control/stop.json) named the first
+    application: the new one must serve the feed, export its own spec, and stop only at its own shutdown.
+
+    ``airflow dags test`` of a date that has a run replaces that run (its task instances run again): the
+    tasks find what a Clear leaves them, the same default run directory and feed id (both keyed by the
+    logical date), with the first run's stop request, feed done record and export in it."""
+    from airflow_tfos.hooks.local import LocalBackend
+
+    date, dag_id = "2026-12-01", "tfos_it_lifecycle"
+    started = time.monotonic()
+    first = dags_test(airflow_env, dag_id, date=date, TFOS_IT_EPOCHS="1")
+    assert succeeded(first), tail(first)
+    (app1,) = [a for a in applications(airflow_env) if f"/{dag_id}/" in a.get("run_dir", "")]
+    rundir = RunDir(app1["run_dir"])
+    spec1 = rundir.read_spec()["spec_hash"]
+    assert rundir.export_success()["spec_hash"] == spec1
+    assert rundir.stop_requested()["application_id"] == app1["app_id"]  # left by the first shutdown
+    first_done = time.monotonic()
+
+    rerun = dags_test(airflow_env, dag_id, date=date, TFOS_IT_EPOCHS="2")
+    out = rerun.stdout + rerun.stderr
+    assert succeeded(rerun), tail(rerun)
+    apps = [a for a in applications(airflow_env) if f"/{dag_id}/" in a.get("run_dir", "")]
+    assert len(apps) == 2 and apps[0]["app_id"] == app1["app_id"], apps  # the rerun started an application
+    app2 = apps[1]
+    assert app2["run_dir"] == app1["run_dir"]  # the same run directory, with the first shutdown's stop.json
+    spec2 = rundir.read_spec()["spec_hash"]
+    assert spec2 != spec1
+    # the feed, done for the first spec, was requested again; the new application served it and exported
+    # its own spec, resuming from the first run's checkpoint (step 10: 1 epoch of 10 steps)
+    assert f"was done for spec {spec1}, not for the run's spec {spec2}: requesting it again" in out, tail(rerun)
+    export = rundir.export_success()
+    assert export["spec_hash"] == spec2, export
+    assert export["step"] == 20, export  # 2 epochs in all: the checkpoint at step 10, then one more epoch
+    assert not rundir.events("idle_stop")
+    # then its own shutdown stopped it
+    assert rundir.stop_requested()["application_id"] == app2["app_id"]
+    assert f"asked application {app2['app_id']} to stop" in out
+    backend = LocalBackend(airflow_env["AIRFLOW_TFOS_LOCAL_DIR"])
+    assert [backend.get_state(a["app_id"]).state for a in apps] == ["FINISHED", "FINISHED"]
+    assert _wait_until_gone(backend, [a["app_id"] for a in apps]) == {}, "processes of the lifecycle runs are left"
+    sys.stdout.write(
+        f"lifecycle: first run {first_done - started:.0f} s, cleared rerun {time.monotonic() - first_done:.0f} s\n"
+    )

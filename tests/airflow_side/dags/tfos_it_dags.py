@@ -95,3 +95,34 @@ with DAG("tfos_it_launch_fails", schedule=None, start_date=START, catchup=False)
         trigger_rule="all_done",
     )
     launch >> feed >> shutdown
+
+with DAG("tfos_it_lifecycle", schedule=None, start_date=START, catchup=False):
+    # launch -> feed -> shutdown (all_done); epochs from TFOS_IT_EPOCHS, so that a test can edit the spec
+    # between a run and its rerun
+    launch = TFoSLaunchClusterOperator(
+        task_id="launch",
+        train_fn="tests.runtime.programs:spec_training",
+        args={"epochs": int(os.environ.get("TFOS_IT_EPOCHS", "1")), "every": 5},
+        num_nodes=2,
+        feed=FEED,
+        ready_timeout=240,
+        idle_timeout=120,
+        **COMMON,
+    )
+    feed = TFoSFeedOperator(
+        task_id="feed",
+        launch_task_id="launch",
+        data=DATA,
+        spark_conn_id="spark_tfos_it",
+        poll_interval=1.0,
+        feed_timeout=240,
+    )
+    shutdown = TFoSShutdownClusterOperator(
+        task_id="shutdown",
+        launch_task_id="launch",
+        spark_conn_id="spark_tfos_it",
+        grace_secs=60,
+        poll_interval=1.0,
+        trigger_rule="all_done",
+    )
+    launch >> feed >> shutdown
