@@ -10,6 +10,7 @@ launch / feed / shutdown, twice, by the lifecycle example's test.
 
 from __future__ import annotations
 
+import concurrent.futures
 import json
 import os
 import signal
@@ -17,11 +18,13 @@ import subprocess
 import sys
 import threading
 import time
+from datetime import datetime
 from pathlib import Path
 
 import psutil
 import pytest
 
+from airflow_tfos.registry import ModelRegistry
 from airflow_tfos.rundir import RunDir
 from tests.conftest import REPO, write_linear_parquet
 
@@ -223,4 +226,146 @@ def test_a_cleared_lifecycle_run_trains_anew_despite_the_stop_request_of_its_fir
     assert _wait_until_gone(backend, [a["app_id"] for a in apps]) == {}, "processes of the lifecycle runs are left"
     sys.stdout.write(
         f"lifecycle: first run {first_done - started:.0f} s, cleared rerun {time.monotonic() - first_done:.0f} s\n"
+    )
+
+
+class _ServiceWatch(threading.Thread):
+    """Reads current.json every few milliseconds: it must always name a complete copy (``_SUCCESS`` beside its
+    ``model/``), whose model file stays the one first seen in service (same inode, size and time)."""
+
+    def __init__(self, registry: Path):
+        super().__init__(daemon=True)
+        self.registry, self.done = registry, threading.Event()
+        self.seen: dict[str, tuple] = {}  # model path -> its saved_model.pb when first seen in service
+        self.order: list[str] = []  # versions/<version>/<spec> in service, in the order seen
+        self.problems: list[str] = []
+        self.polls = 0
+
+    def run(self) -> None:
+        while not self.done.wait(0.005):
+            self.polls += 1
+            try:
+                record = json.loads((self.registry / "current.json").read_text())
+            except FileNotFoundError:
+                continue
+            except ValueError as exc:
+                self.problems.append(f"current.json is not JSON: {exc}")
+                continue
+            model = Path(record["model_path"])
+            try:
+                found = _identity(model / "saved_model.pb")
+                complete = (model.parent / "_SUCCESS").is_file()
+            except FileNotFoundError:
+                found, complete = None, False
+            if not complete or found != self.seen.setdefault(str(model), found):
+                self.problems.append(f"current.json names {model}: complete {complete}, saved_model.pb {found}")
+            where = str(model.parent.relative_to(self.registry))
+            if not self.order or self.order[-1] != where:
+                self.order.append(where)
+
+
+def _identity(path: Path) -> tuple[int, int, int]:
+    """A file's inode, size and modification time: another file put in its place differs."""
+    found = path.stat()
+    return found.st_ino, found.st_size, found.st_mtime_ns
+
+
+def _task_span(done: subprocess.CompletedProcess, task_id: str) -> tuple[datetime, datetime]:
+    """When ``airflow dags test`` started and ended ``task_id``, from its log."""
+    stamps, markers = {}, {"start": f"[DAG TEST] starting task_id={task_id} ", "end": f"end task task_id={task_id} "}
+    for line in (done.stdout + done.stderr).splitlines():
+        for what, marker in markers.items():
+            if marker in line:
+                stamps[what] = datetime.fromisoformat(line.split()[0].replace("Z", "+00:00"))
+    return stamps["start"], stamps["end"]
+
+
+def _model_head(model: Path) -> bytes:
+    with open(model / "saved_model.pb", "rb") as handle:
+        return handle.readline().strip()
+
+
+def test_concurrent_publishes_keep_the_newest_model_in_service_and_never_touch_a_model_in_service(
+    airflow_env, tmp_path
+):
+    """Issue 19, the registry race, with real DAG runs on one registry: with an old model in service, a run of
+    a newer date and a backfill of an older one (a better score and a bigger model: without the lock both
+    would decide against the old model, and the backfill would write current.json last) publish at the same
+    moment; then the newer date is run again with another spec (a changed DAG) while its first copy is in
+    service. The newer model ends in service, no copy that was in service is deleted or replaced, and
+    current.json always names a complete copy.
+
+    (Two ``airflow dags test`` of a DAG not yet in the metadata database collide on SQLite while they write
+    it: the first, sequential, run puts it there.)"""
+    registry = tmp_path / "registry"
+    barrier = tmp_path / "barrier"
+    barrier.mkdir()
+    env = {**airflow_env, "TFOS_IT_REGISTRY": str(registry)}
+    oldest, older, newer = [(f"2026-12-0{day}", f"2026120{day}T000000") for day in (1, 2, 3)]
+    watch = _ServiceWatch(registry)
+    watch.start()
+    started = time.monotonic()
+    try:
+        first = dags_test(env, "tfos_it_publish", date=oldest[0], TFOS_IT_SPEC="dddd0000", TFOS_IT_ACCURACY="0.80")
+        assert succeeded(first), tail(first)
+        assert ModelRegistry(str(registry)).current()["version"] == oldest[1]
+        first_done = time.monotonic()
+        together = {"TFOS_IT_BARRIER": str(barrier), "TFOS_IT_BARRIER_N": "2"}
+        with concurrent.futures.ThreadPoolExecutor(2) as pool:
+            runs = [
+                pool.submit(
+                    dags_test,
+                    env,
+                    "tfos_it_publish",
+                    date=newer[0],
+                    TFOS_IT_SPEC="aaaa1111",
+                    TFOS_IT_ACCURACY="0.93",
+                    TFOS_IT_BASELINE="0.90",
+                    **together,
+                ),
+                pool.submit(
+                    dags_test,
+                    env,
+                    "tfos_it_publish",
+                    date=older[0],
+                    TFOS_IT_SPEC="cccc3333",
+                    TFOS_IT_ACCURACY="0.99",
+                    TFOS_IT_MODEL_MB="64",
+                    **together,
+                ),
+            ]
+            for run in runs:
+                assert succeeded(run.result()), tail(run.result())
+        concurrent_done = time.monotonic()
+        (start_a, end_a), (start_b, end_b) = (_task_span(run.result(), "publish") for run in runs)
+        assert start_a < end_b and start_b < end_a, "the two publish tasks did not run at the same time"
+        current = ModelRegistry(str(registry)).current()
+        assert (current["version"], current["spec_hash"]) == (newer[1], "aaaa1111"), current
+
+        # the newer date again, its DAG changed (another spec): a copy of its own beside the one in service
+        changed = {"TFOS_IT_SPEC": "bbbb2222", "TFOS_IT_ACCURACY": "0.95", "TFOS_IT_BASELINE": "0.93"}
+        again = dags_test(env, "tfos_it_publish", date=newer[0], **changed)
+        assert succeeded(again), tail(again)
+    finally:
+        watch.done.set()
+        watch.join(timeout=10)
+    current = ModelRegistry(str(registry)).current()
+    assert (current["version"], current["spec_hash"]) == (newer[1], "bbbb2222"), current
+    assert watch.problems == [], watch.problems[:5]
+    assert watch.seen, "current.json was never seen"
+    for model, found in watch.seen.items():  # every copy that was in service is still there, unchanged
+        assert _identity(Path(model) / "saved_model.pb") == found, model
+        assert (Path(model).parent / "_SUCCESS").is_file(), model
+    versions = registry / "versions"
+    assert _model_head(versions / newer[1] / "aaaa1111" / "model") == f"model of {newer[1][:8]} spec aaaa1111".encode()
+    assert _model_head(versions / newer[1] / "bbbb2222" / "model") == f"model of {newer[1][:8]} spec bbbb2222".encode()
+    assert _model_head(versions / older[1] / "cccc3333" / "model") == f"model of {older[1][:8]} spec cccc3333".encode()
+    # the backfill went into service, if at all, only before the newer model did (both decided under the lock)
+    published = [d["version"] for d in ModelRegistry(str(registry)).decisions() if d["published"]]
+    assert older[1] not in published[published.index(newer[1]) :], published
+    sys.stdout.write(
+        f"registry race: publish tasks started {abs((start_a - start_b).total_seconds()):.2f} s apart; in service, "
+        f"in order: {watch.order}; {watch.polls} reads of current.json; first run "
+        f"{first_done - started:.0f} s, concurrent runs {concurrent_done - first_done:.0f} s, rerun "
+        f"{time.monotonic() - concurrent_done:.0f} s\n"
     )
