@@ -1,6 +1,8 @@
 """Real DAG runs (``airflow dags test`` on SQLite) against the local backend: a real local Spark cluster
 training a real model, retried after its driver is killed (the operator waiting in the task, not
-deferred); a sensor failing at once on a FAILED application of the ResourceManager emulator.
+deferred); a sensor failing at once on a FAILED application of the ResourceManager emulator; a failed
+launch that leaves nothing running; a lifecycle run (launch, feed, shutdown) run again after its spec
+changed, past its first shutdown's stop request; concurrent publish runs racing on one model registry.
 
 The DAGs are in tests/airflow_side/dags/tfos_it_dags.py. Fresh runs and reruns are run by
 test_dag_runs_emulated.py (YARN and HDFS emulators), by the example DAGs' tests and by the failure

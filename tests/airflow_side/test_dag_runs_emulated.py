@@ -1,5 +1,6 @@
-"""A real DAG run (``airflow dags test`` on SQLite) of TFoSTrainOperator on the YARN path, with the run
-directory on HDFS: both reached through their protocol emulators, which run here, in the test's process.
+"""Real DAG runs (``airflow dags test`` on SQLite) on the YARN path, with run directories on HDFS: both reached
+through their protocol emulators, which run here, in the test's process. TFoSTrainOperator trains, exports and
+is run again; a lifecycle's launch that is not serving within ready_timeout leaves nothing running.
 
 - HDFS: :class:`~airflow_tfos.testing.webhdfs.WebHDFSEmulator`, reached through a ``webhdfs`` connection
   (Airflow side) and the settings TFoSHook hands the driver in its private properties file (Spark side).
@@ -7,7 +8,9 @@ directory on HDFS: both reached through their protocol emulators, which run here
   (tests/airflow_side/yarn_driver_fakes.py) that starts the REAL driver on ``local-cluster[2,1,1024]``
   and registers it with the emulator, which reports its state from the real process.
 
-Spark, TensorFlow and Airflow are real. The DAG is in tests/airflow_side/emulated_dags/.
+Spark, TensorFlow and Airflow are real. The DAGs are in tests/airflow_side/emulated_dags/. Not emulated: a
+graceful stop. A stop request names the YARN application id, which a driver on local-cluster does not know
+itself by, so a shutdown here ends in a kill after its grace.
 """
 
 from __future__ import annotations
