@@ -117,7 +117,8 @@ class TFoSFeedOperator(_RunTaskOperator):
     """Ask the running application to train on one dataset, and wait until it has.
 
     Idempotent by ``feed_id``: a feed already done returns its result; a feed already requested is
-    waited for, not requested again.
+    waited for, not requested again. A feed that failed, or that was done for another spec than the run's
+    (the spec changed, then the DAG run was cleared), is requested again.
 
     :param run_dir: the run directory of the application (templated); or
     :param launch_task_id: the launch task, whose default run directory in this DAG run is used.
@@ -167,11 +168,12 @@ class TFoSFeedOperator(_RunTaskOperator):
         )
         rundir = self.run_dir_hook.rundir
         done = rundir.feed_result(feed_id)
-        if done is not None and not done.get("error"):
+        stale = None if done is None else stale_feed(done, (rundir.read_spec() or {}).get("spec_hash"))
+        if done is not None and stale is None:
             self.log.info("feed %s was done already (step %s)", feed_id, done.get("step"))
             return done
-        if done is not None:  # a try that failed: this one asks again, with this task's data
-            self.log.info("feed %s failed before (%s): requesting it again", feed_id, done["error"])
+        if done is not None:  # a try that failed, or a feed of an earlier spec: this one asks again
+            self.log.info("feed %s %s: requesting it again", feed_id, stale)
             rundir.withdraw_feed(feed_id)
         app = self.live_application()
         if app is None:
@@ -251,6 +253,18 @@ class TFoSFeedOperator(_RunTaskOperator):
         from airflow_tfos.operators.lineage import feed_operator_lineage
 
         return feed_operator_lineage(self, self._feed_result)
+
+
+def stale_feed(record: dict[str, Any], spec_hash: str | None) -> str | None:
+    """Why a feed's done record does not stand for this task's feed in a run of spec ``spec_hash`` (None: it
+    does): the feed failed, or it was trained on by an application of another spec (the DAG run was
+    cleared after its spec changed, and the launch started a new application of the new spec)."""
+    if record.get("error"):
+        return f"failed before ({record['error']})"
+    done_for = record.get("spec_hash")
+    if done_for and spec_hash and done_for != spec_hash:
+        return f"was done for spec {done_for}, not for the run's spec {spec_hash}"
+    return None
 
 
 def feed_outcome(feed_id: str, record: dict[str, Any]) -> dict[str, Any]:

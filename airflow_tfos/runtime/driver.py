@@ -239,17 +239,21 @@ def _serve_feed(spark, spec: RunSpec, rundir: RunDir, train_fn, watch: _Watch, d
         result = _run_once(spark, spec, rundir, train_fn, args, data, watch, digest)
     except (SpecError, FeedConfigError) as exc:
         log.error("feed %s failed on its input; the cluster serves on: %s", feed_id, exc)
-        rundir.mark_feed_done(feed_id, step=_step_or_none(watch), error=str(exc), exit_code=EXIT_BAD_INPUT)
+        rundir.mark_feed_done(
+            feed_id, step=_step_or_none(watch), error=str(exc), exit_code=EXIT_BAD_INPUT, spec_hash=digest
+        )
         return None
     except RunCancelledError:
         raise  # a stop request, or the cluster cancelled: the feed was not done
     except Exception as exc:  # the cluster failed: the feed says why, then the driver ends
         try:
-            rundir.mark_feed_done(feed_id, step=_step_or_none(watch), error=str(exc), exit_code=EXIT_FAILED)
+            rundir.mark_feed_done(
+                feed_id, step=_step_or_none(watch), error=str(exc), exit_code=EXIT_FAILED, spec_hash=digest
+            )
         except Exception as record_error:
             log.warning("cannot mark feed %s as failed: %s", feed_id, record_error)
         raise
-    rundir.mark_feed_done(feed_id, step=watch.step(), result=_jsonable(result))
+    rundir.mark_feed_done(feed_id, step=watch.step(), result=_jsonable(result), spec_hash=digest)
     return result
 
 

@@ -680,6 +680,33 @@ class TestLifecycle:
         assert done["step"] == 12 and "error" not in done
         assert requested == [DATA]
 
+    def test_a_feed_done_for_an_earlier_spec_is_requested_again(self, tmp_path):
+        # the DAG run's spec changed, it was cleared, and the launch started an application of the new spec
+        rundir = RunDir(str(tmp_path))
+        old = rundir.write_spec({"args": {"epochs": 1}})
+        rundir.request_feed("feed-20261121T000000", {"data": DATA})
+        rundir.mark_feed_done("feed-20261121T000000", step=10, result=None, spec_hash=old)
+        new = rundir.write_spec({"args": {"epochs": 2}})
+        backend = FakeBackend()
+        app = backend.add("application_1_0002", "RUNNING", tags=[run_tag(str(tmp_path))])
+        requested = []
+
+        def serves(app_id):
+            for request in rundir.pending_feeds():
+                requested.append(request["feed_id"])
+                rundir.mark_feed_done(request["feed_id"], step=30, result=None, spec_hash=new)
+            return app
+
+        backend.get_state = serves
+        op = self._feed_op(tmp_path)
+        use_backend(op, backend)
+        assert op.execute(make_context("feed"))["step"] == 30
+        assert requested == ["feed-20261121T000000"]
+        # done for the run's spec: a rerun requests nothing
+        again = self._feed_op(tmp_path)
+        use_backend(again, FakeBackend())
+        assert again.execute(make_context("feed"))["step"] == 30
+
     def test_a_feed_whose_application_failed_names_the_driver_error_first(self, tmp_path):
         backend = FakeBackend()
         tag = run_tag(str(tmp_path))

@@ -34,6 +34,9 @@ from tests.airflow_side.tfos_hook_fakes import JsonBroker, write_fake_spark_subm
 
 #: The master the broker gives the driver instead of YARN.
 LOCAL_MASTER = "local-cluster[2,1,1024]"
+#: The environment variable naming a driver's stand-in container, inherited by whatever the driver starts (not
+#: YARN's CONTAINER_ID: with it Spark takes itself for a YARN container and looks for YARN's LOCAL_DIRS).
+CONTAINER_ENV = "FAKE_YARN_CONTAINER"
 
 _SCRIPT = r"""
 import json, os, sys, time, urllib.request
@@ -128,7 +131,7 @@ class YarnDriverBroker(JsonBroker):
     def __init__(self, rm, *, log_dir: Path, env: dict[str, str], master: str = LOCAL_MASTER) -> None:
         super().__init__()
         self.rm, self.log_dir, self.env, self.master = rm, log_dir, dict(env), master
-        #: what each submission was: application id, name, tags, the driver's command line and pid
+        #: what each submission was: application id, name, tags, the driver's command line, pid and container
         self.submissions: list[dict] = []
         self.processes: list[subprocess.Popen] = []
         self._lock = threading.Lock()
@@ -142,10 +145,12 @@ class YarnDriverBroker(JsonBroker):
         self.log_dir.mkdir(parents=True, exist_ok=True)
         with self._lock:
             log_path = self.log_dir / f"driver-{len(self.submissions)}.log"
+            # inherited by whatever the driver starts, so that a test can find it all
+            marker = {CONTAINER_ENV: f"container_fake_{os.getpid()}_{len(self.submissions):04d}"}
             with open(log_path, "wb") as log:
                 process = subprocess.Popen(
                     command,
-                    env={**self.env, **extra_env},
+                    env={**self.env, **extra_env, **marker},
                     stdin=subprocess.DEVNULL,
                     stdout=log,
                     stderr=subprocess.STDOUT,
@@ -164,6 +169,7 @@ class YarnDriverBroker(JsonBroker):
                     "command": command,
                     "env": sorted(extra_env),
                     "pid": process.pid,
+                    "container": marker[CONTAINER_ENV],
                     "log": log_path,
                 }
             )

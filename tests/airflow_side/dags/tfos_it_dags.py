@@ -6,13 +6,15 @@ Everything that varies between tests comes from environment variables the test s
 from __future__ import annotations
 
 import os
+import time
 from datetime import datetime
 
-from airflow.sdk import DAG
+from airflow.sdk import DAG, task
 
 from airflow_tfos.operators import (
     TFoSFeedOperator,
     TFoSLaunchClusterOperator,
+    TFoSPublishModelOperator,
     TFoSShutdownClusterOperator,
     TFoSTrainOperator,
 )
@@ -95,3 +97,75 @@ with DAG("tfos_it_launch_fails", schedule=None, start_date=START, catchup=False)
         trigger_rule="all_done",
     )
     launch >> feed >> shutdown
+
+with DAG("tfos_it_lifecycle", schedule=None, start_date=START, catchup=False):
+    # launch -> feed -> shutdown (all_done); epochs from TFOS_IT_EPOCHS, so that a test can edit the spec
+    # between a run and its rerun
+    launch = TFoSLaunchClusterOperator(
+        task_id="launch",
+        train_fn="tests.runtime.programs:spec_training",
+        args={"epochs": int(os.environ.get("TFOS_IT_EPOCHS", "1")), "every": 5},
+        num_nodes=2,
+        feed=FEED,
+        ready_timeout=240,
+        idle_timeout=120,
+        **COMMON,
+    )
+    feed = TFoSFeedOperator(
+        task_id="feed",
+        launch_task_id="launch",
+        data=DATA,
+        spark_conn_id="spark_tfos_it",
+        poll_interval=1.0,
+        feed_timeout=240,
+    )
+    shutdown = TFoSShutdownClusterOperator(
+        task_id="shutdown",
+        launch_task_id="launch",
+        spark_conn_id="spark_tfos_it",
+        grace_secs=60,
+        poll_interval=1.0,
+        trigger_rule="all_done",
+    )
+    launch >> feed >> shutdown
+
+
+@task
+def exported_model(**context) -> str:
+    """A run directory holding a complete export (as the driver publishes one), made without training.
+
+    Its spec hash, metrics and size come from TFOS_IT_SPEC, TFOS_IT_ACCURACY, TFOS_IT_BASELINE and
+    TFOS_IT_MODEL_MB. With TFOS_IT_BARRIER (a folder) and TFOS_IT_BARRIER_N, it waits (at most 60 s) until N
+    tasks have reached this point, so that the publish tasks of concurrent DAG runs start together.
+    """
+    from airflow_tfos.operators.run_dirs import run_dir_base
+    from airflow_tfos.shared.rundir import RunDir
+
+    spec, ds = os.environ["TFOS_IT_SPEC"], context["ds_nodash"]
+    rundir = RunDir(os.path.join(run_dir_base(), "tfos_it_publish", f"{ds}-{spec}"))
+    staging = rundir.export_staging()
+    with open(os.path.join(staging, "saved_model.pb"), "wb") as handle:
+        handle.write(
+            f"model of {ds} spec {spec}\n".encode() + os.urandom(int(os.environ.get("TFOS_IT_MODEL_MB", "1")) << 20)
+        )
+    metrics = {"test_accuracy": float(os.environ["TFOS_IT_ACCURACY"])}
+    if os.environ.get("TFOS_IT_BASELINE"):
+        metrics["baseline_test_accuracy"] = float(os.environ["TFOS_IT_BASELINE"])
+    rundir.publish_export(staging, spec_hash=spec, step=10, metrics=metrics)
+    barrier = os.environ.get("TFOS_IT_BARRIER")
+    if barrier:
+        with open(os.path.join(barrier, f"{ds}-{spec}"), "w"):
+            pass
+        deadline = time.monotonic() + 60
+        while len(os.listdir(barrier)) < int(os.environ["TFOS_IT_BARRIER_N"]) and time.monotonic() < deadline:
+            time.sleep(0.02)
+    return rundir.uri
+
+
+with DAG("tfos_it_publish", schedule=None, start_date=START, catchup=False):
+    TFoSPublishModelOperator(
+        task_id="publish",
+        run_dir=exported_model(),
+        registry=os.environ.get("TFOS_IT_REGISTRY", "/tmp/tfos-it-registry"),
+        metric="test_accuracy",
+    )

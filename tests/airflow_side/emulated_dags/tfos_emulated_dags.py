@@ -1,6 +1,6 @@
-"""The DAG run by tests/airflow_side/test_dag_runs_emulated.py: training submitted to YARN (the ResourceManager
+"""The DAGs run by tests/airflow_side/test_dag_runs_emulated.py: training submitted to YARN (the ResourceManager
 emulator and a stand-in spark-submit that starts the real driver) with its run directory on HDFS (the
-WebHDFS emulator).
+WebHDFS emulator); a lifecycle whose launch fails.
 
 The run directory is the default one (``[tfos] run_dir_base`` comes from ``AIRFLOW_TFOS_RUN_DIR_BASE``, an
 ``hdfs://`` URI), so a rerun of the same DAG run finds the same directory. The connections come from
@@ -14,10 +14,22 @@ from datetime import datetime
 
 from airflow.sdk import DAG
 
-from airflow_tfos.operators import TFoSTrainOperator
+from airflow_tfos.operators import (
+    TFoSFeedOperator,
+    TFoSLaunchClusterOperator,
+    TFoSShutdownClusterOperator,
+    TFoSTrainOperator,
+)
 from airflow_tfos.sensors import TFoSCheckpointSensor
 
 WEBHDFS_CONN = "webhdfs_tfos_em"
+CONNS = {"spark_conn_id": "spark_tfos_em", "yarn_conn_id": "yarn_tfos_em", "webhdfs_conn_id": WEBHDFS_CONN}
+CONF = {
+    "spark.driver.host": "127.0.0.1",
+    "spark.ui.enabled": "false",
+    "spark.ui.showConsoleProgress": "false",
+    "spark.executorEnv.PYTHONPATH": os.environ.get("PYTHONPATH", ""),
+}
 
 with DAG("tfos_em_train", schedule=None, start_date=datetime(2026, 11, 1), catchup=False):
     train = TFoSTrainOperator(
@@ -26,15 +38,8 @@ with DAG("tfos_em_train", schedule=None, start_date=datetime(2026, 11, 1), catch
         # 10 steps per epoch, a checkpoint every 5; progress files are local-only, so off on HDFS
         args={"steps_per_epoch": 10, "epochs": 1, "every": 5, "progress": False},
         num_nodes=2,
-        spark_conn_id="spark_tfos_em",
-        yarn_conn_id="yarn_tfos_em",
-        webhdfs_conn_id=WEBHDFS_CONN,
-        conf={
-            "spark.driver.host": "127.0.0.1",
-            "spark.ui.enabled": "false",
-            "spark.ui.showConsoleProgress": "false",
-            "spark.executorEnv.PYTHONPATH": os.environ.get("PYTHONPATH", ""),
-        },
+        conf=CONF,
+        **CONNS,
         executor_memory="768m",
         poll_interval=1.0,
         deferrable=os.environ.get("TFOS_EM_DEFERRABLE") == "1",
@@ -48,3 +53,26 @@ with DAG("tfos_em_train", schedule=None, start_date=datetime(2026, 11, 1), catch
         timeout=60,
     )
     train >> exported
+
+with DAG("tfos_em_launch_fails", schedule=None, start_date=datetime(2026, 11, 1), catchup=False):
+    # the application on YARN cannot serve within ready_timeout: its TF nodes first train on ``data`` (here they
+    # sleep), so the launch kills it and fails; the feed never runs, and the shutdown (all_done) finds the
+    # launch's run by launch_task_id, with no XCom to render
+    launch = TFoSLaunchClusterOperator(
+        task_id="launch",
+        train_fn="tests.runtime.programs:fail_on",
+        args={"job": "none", "index": -1, "others_sleep": 600},
+        num_nodes=2,
+        input_mode="TENSORFLOW",
+        data={"format": "parquet", "path": "hdfs://emuns/tfos-data/never-read"},
+        ready_timeout=float(os.environ.get("TFOS_EM_READY_TIMEOUT", "20")),
+        conf=CONF,
+        executor_memory="768m",
+        poll_interval=1.0,
+        **CONNS,
+    )
+    feed = TFoSFeedOperator(task_id="feed", launch_task_id="launch", poll_interval=1.0, **CONNS)
+    shutdown = TFoSShutdownClusterOperator(
+        task_id="shutdown", launch_task_id="launch", grace_secs=30, poll_interval=1.0, trigger_rule="all_done", **CONNS
+    )
+    launch >> feed >> shutdown
