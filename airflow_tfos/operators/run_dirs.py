@@ -46,13 +46,17 @@ def resolve_run_dir(
     of a feed or shutdown) in this DAG run; normalised (never ``..``).
 
     A templated run directory (``as_written``, the value before rendering, holds Jinja; unknown counts as
-    templated) and the default one must lie under ``[tfos] run_dir_base``, unless ``allow_outside_base``.
+    templated), the run directory of a mapped task instance (its value may come from ``.expand()`` over an
+    upstream task's output, data rather than the DAG's text) and the default one must lie under
+    ``[tfos] run_dir_base``, unless ``allow_outside_base``.
     """
     base = run_dir_base()
-    if run_dir:
-        bounded = (as_written is None or templated(as_written)) and not allow_outside_base
-        return place_run_dir(run_dir, base, must_be_under_base=bounded)
     ti, dag_run = context["ti"], context["dag_run"]
+    if run_dir:
+        map_index = getattr(ti, "map_index", None)
+        mapped = map_index is not None and map_index >= 0
+        bounded = (as_written is None or templated(as_written) or mapped) and not allow_outside_base
+        return place_run_dir(run_dir, base, must_be_under_base=bounded)
     # a mapped instance's own run directory (a feed or shutdown names its launch task: that one's, unmapped)
     map_index = getattr(ti, "map_index", None) if task_id is None else None
     default = default_run_dir(

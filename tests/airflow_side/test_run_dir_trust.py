@@ -71,6 +71,22 @@ def test_templated_run_dirs_inside_the_base_are_normalised_and_dot_dot_is_refuse
         train_op(f"{base}/../victim")  # written as is: refused when the DAG is parsed
 
 
+def test_a_mapped_instances_run_dir_is_bound_to_the_base_even_when_not_templated(tmp_path, base):
+    """``.expand(run_dir=upstream.output)`` hands the operator a plain string that came from data."""
+    outside = str(tmp_path / "elsewhere" / "run")
+    context = make_context()
+    context["ti"].map_index = 0
+    op, backend = train_op(outside), FakeBackend()
+    use_backend(op, backend)
+    with pytest.raises(RunConfigError, match=r"not inside \[tfos\] run_dir_base.*allow_run_dir_outside_base=True"):
+        op.execute(context)
+    assert backend.submitted == []
+    allowed, backend = train_op(outside, allow_run_dir_outside_base=True), FakeBackend()
+    use_backend(allowed, backend)
+    exporting(backend, RunDir(outside), spec_hash(allowed.build_spec()))
+    assert allowed.execute(context)["run_dir"] == outside
+
+
 def test_a_default_run_dir_never_leaves_the_base(base):
     op = TFoSTrainOperator(task_id="train", train_fn="pkg.mod:main_fun", deferrable=False)  # no run_dir
     use_backend(op, FakeBackend())
