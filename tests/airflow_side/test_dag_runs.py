@@ -1,13 +1,13 @@
-"""Real DAG runs (``airflow dags test`` on SQLite) against the local backend: a real local Spark cluster
-training a real model, retried after its driver is killed (the operator waiting in the task, not
-deferred); a sensor failing at once on a FAILED application of the ResourceManager emulator; a failed
-launch that leaves nothing running; a lifecycle run (launch, feed, shutdown) run again after its spec
-changed, past its first shutdown's stop request; concurrent publish runs racing on one model registry.
+"""Real DAG runs (``airflow dags test`` on SQLite) against the local backend: a sensor failing at once on a
+FAILED application of the ResourceManager emulator; a failed launch that leaves nothing running; a
+lifecycle run (launch, feed, shutdown) run again after its spec changed, past its first shutdown's stop
+request; concurrent publish runs racing on one model registry.
 
 The DAGs are in tests/airflow_side/dags/tfos_it_dags.py. Fresh runs and reruns are run by
 test_dag_runs_emulated.py (YARN and HDFS emulators), by the example DAGs' tests and by the failure
-drills (tests/drills: a real scheduler and triggerer, driver and executor kills, a UI "Clear");
-launch / feed / shutdown, twice, by the lifecycle example's test.
+drills (tests/drills: a real scheduler and triggerer; a retry after the driver is killed, resuming from
+its checkpoint; an executor kill; a UI "Clear"); launch / feed / shutdown, twice, by the lifecycle
+example's test.
 """
 
 from __future__ import annotations
@@ -15,7 +15,6 @@ from __future__ import annotations
 import concurrent.futures
 import json
 import os
-import signal
 import subprocess
 import sys
 import threading
@@ -23,7 +22,6 @@ import time
 from datetime import datetime
 from pathlib import Path
 
-import psutil
 import pytest
 
 from airflow_tfos.shared.registry import ModelRegistry
@@ -93,46 +91,6 @@ def applications(env: dict[str, str]) -> list[dict]:
     apps = Path(env["AIRFLOW_TFOS_LOCAL_DIR"]) / "apps"
     names = sorted(p for p in apps.glob("*.json") if p.name.count(".") == 1) if apps.exists() else []
     return [json.loads(p.read_text()) for p in names]
-
-
-def _kill_driver_after_first_checkpoint(run_dir: str, env: dict[str, str], killed: list, deadline: float) -> None:
-    rundir = RunDir(run_dir)
-    while time.monotonic() < deadline:
-        latest = rundir.latest_checkpoint()
-        apps = [a for a in applications(env) if a.get("run_dir") == run_dir]
-        if latest is not None and apps:
-            root = psutil.Process(apps[-1]["pid"])
-            for proc in root.children(recursive=True):
-                if "org.apache.spark.deploy.SparkSubmit" in " ".join(proc.cmdline()):
-                    os.kill(proc.pid, signal.SIGKILL)
-                    killed.append(latest.step)
-                    return
-        time.sleep(0.2)
-
-
-def test_retry_after_the_driver_is_killed_resumes_from_the_checkpoint(airflow_env, tmp_path):
-    run_dir = str(tmp_path / "run")
-    killed: list[int] = []
-    killer = threading.Thread(
-        target=_kill_driver_after_first_checkpoint,
-        args=(run_dir, airflow_env, killed, time.monotonic() + 300),
-        daemon=True,
-    )
-    killer.start()
-    first = dags_test(airflow_env, "tfos_it_train", TFOS_IT_RUN_DIR=run_dir, TFOS_IT_EPOCHS="6", TFOS_IT_SLEEP="0.2")
-    killer.join(timeout=10)
-    assert killed, "the driver was never killed: " + tail(first)
-    assert not succeeded(first), "the task should fail when its driver dies"
-    assert "resumes from checkpoint step" in first.stdout + first.stderr
-
-    retry = dags_test(airflow_env, "tfos_it_train", TFOS_IT_RUN_DIR=run_dir, TFOS_IT_EPOCHS="6")
-    assert succeeded(retry), tail(retry)
-    rundir = RunDir(run_dir)
-    submits = rundir.events("submit")
-    assert submits[0]["resume_step"] == 0
-    assert submits[-1]["resume_step"] >= killed[0] > 0
-    assert rundir.events("restore"), "the new application did not restore the checkpoint"
-    assert rundir.export_success()["step"] == 6 * 10  # 300 rows per node / batch 30 = 10 steps per epoch
 
 
 def test_sensor_fails_at_once_on_a_failed_yarn_application(airflow_env):

@@ -16,11 +16,9 @@ from airflow_tfos.operators import (
     TFoSLaunchClusterOperator,
     TFoSPublishModelOperator,
     TFoSShutdownClusterOperator,
-    TFoSTrainOperator,
 )
-from airflow_tfos.sensors import TFoSCheckpointSensor, YarnApplicationSensor
+from airflow_tfos.sensors import YarnApplicationSensor
 
-RUN_DIR = os.environ.get("TFOS_IT_RUN_DIR", "/tmp/tfos-it-run")
 DATA = {"format": "parquet", "path": os.environ.get("TFOS_IT_DATA", "/tmp/tfos-it-data")}
 FEED = {"features": ["x"], "label": "y", "batch_size": 30}
 SPARK_CONF = {
@@ -38,32 +36,6 @@ COMMON = {
     "poll_interval": 1.0,
 }
 START = datetime(2026, 11, 1)
-
-with DAG("tfos_it_train", schedule=None, start_date=START, catchup=False):
-    train = TFoSTrainOperator(
-        task_id="train",
-        train_fn="tests.runtime.programs:spec_training",
-        args={
-            "epochs": int(os.environ.get("TFOS_IT_EPOCHS", "2")),
-            "every": 5,
-            "sleep": float(os.environ.get("TFOS_IT_SLEEP", "0")),
-        },
-        num_nodes=2,
-        data=DATA,
-        feed=FEED,
-        run_dir=RUN_DIR,
-        deferrable=os.environ.get("TFOS_IT_DEFERRABLE") == "1",
-        **COMMON,
-    )
-    exported = TFoSCheckpointSensor(
-        task_id="exported",
-        run_dir=RUN_DIR,
-        export=True,
-        poke_interval=1,
-        timeout=60,
-        webhdfs_conn_id=COMMON["webhdfs_conn_id"],
-    )
-    train >> exported
 
 with DAG("tfos_it_yarn_sensor", schedule=None, start_date=START, catchup=False):
     YarnApplicationSensor(
