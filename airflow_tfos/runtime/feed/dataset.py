@@ -63,11 +63,6 @@ class FeedShare:
     def rows_per_epoch(self) -> int:
         return self.rows if self.once else self.steps_per_epoch * self.feed.batch_size
 
-    @property
-    def batches_per_epoch(self) -> int:
-        """This node's own batches per pass (``steps_per_epoch`` unless ``once``)."""
-        return -(-self.rows // self.feed.batch_size) if self.once else self.steps_per_epoch
-
 
 def _cast(name: str, array: np.ndarray, feed: Feed) -> np.ndarray:
     if feed.cast_floats and array.dtype.kind == "f" and name != feed.label:
