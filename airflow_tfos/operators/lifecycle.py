@@ -18,7 +18,7 @@ from airflow.sdk.configuration import conf
 from airflow.sdk.exceptions import AirflowException
 
 from airflow_tfos.hooks.apps import ApplicationClient
-from airflow_tfos.hooks.run_dir import RunDirHook, RunWatch
+from airflow_tfos.hooks.run_dir import PollPacer, RunDirHook, RunWatch
 from airflow_tfos.hooks.runs import RunConfigError, check_run_dir, run_key, run_tag, safe_name
 from airflow_tfos.hooks.state import AppState
 from airflow_tfos.links.tfos import TRACKING_URL_KEY, SparkApplicationLink, TrainingReportLink
@@ -203,7 +203,7 @@ class TFoSFeedOperator(_RunTaskOperator):
                 method_name="execute_complete",
             )
         deadline = None if self.feed_timeout is None else time.monotonic() + self.feed_timeout
-        watch = RunWatch()
+        watch, pacer = RunWatch(), PollPacer(self.poll_interval)
         while True:
             result = self.run_dir_hook.check(condition)
             if result is not None:
@@ -219,7 +219,7 @@ class TFoSFeedOperator(_RunTaskOperator):
                 raise AirflowException(self._not_done(feed_id, state))
             if deadline is not None and time.monotonic() > deadline:
                 raise AirflowException(f"feed {feed_id} was not done within {self.feed_timeout:.0f} s (feed_timeout)")
-            time.sleep(self.poll_interval)
+            time.sleep(pacer.next_secs(watch.status, time.time()))
 
     def execute_complete(self, context: Context, event: dict[str, Any]) -> Any:
         if event.get("status") == "done":

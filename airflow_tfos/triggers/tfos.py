@@ -10,7 +10,7 @@ from typing import Any
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 from airflow_tfos.hooks.apps import ApplicationClient, latest
-from airflow_tfos.hooks.run_dir import RunDirHook, RunWatch, progress_line
+from airflow_tfos.hooks.run_dir import PollPacer, RunDirHook, RunWatch, progress_line
 from airflow_tfos.hooks.state import AppState
 
 #: How many polls in a row may fail (network, RM failover) before the trigger gives up.
@@ -26,7 +26,8 @@ class TFoSApplicationTrigger(BaseTrigger):
     :param spark_conn_id: a ``spark`` connection (its master picks YARN or the local backend); None for
         YARN through ``yarn_conn_id`` alone.
     :param yarn_conn_id: the ``yarn`` connection.
-    :param run_dir: the run directory, to log training progress from its status.json.
+    :param run_dir: the run directory, to log training progress from its status.json, and to look again
+        soon after the run's expected end (see :class:`~airflow_tfos.hooks.run_dir.PollPacer`).
     :param webhdfs_conn_id: the ``webhdfs`` connection for HDFS run directories.
     :param poll_interval: seconds between polls.
     :param kill_on_kill: kill the application when a user kills the deferred task (mark failed, clear).
@@ -93,6 +94,7 @@ class TFoSApplicationTrigger(BaseTrigger):
         client = self._client()
         rundir = RunDirHook(self.run_dir, webhdfs_conn_id=self.webhdfs_conn_id) if self.run_dir else None
         errors, last_line, tracking_url = 0, None, None
+        pacer = PollPacer(self.poll_interval)
         while True:
             try:
                 state = await self._state(client)
@@ -110,15 +112,17 @@ class TFoSApplicationTrigger(BaseTrigger):
             if self._reached(state):
                 yield TriggerEvent({"status": "done", "app": state.to_json(), "tracking_url": tracking_url})
                 return
+            status = None
             if rundir is not None:
                 try:
-                    line = progress_line(await rundir.aread_status())
+                    status = await rundir.aread_status()
+                    line = progress_line(status)
                 except Exception as exc:
                     line = f"cannot read status.json: {exc}"
                 if line and line != last_line:
                     self.log.info("%s: %s", state or self.tag, line)
                     last_line = line
-            await asyncio.sleep(self.poll_interval)
+            await asyncio.sleep(pacer.next_secs(status, time.time()))
 
     async def on_kill(self) -> None:
         if not self.kill_on_kill:
@@ -188,7 +192,7 @@ class TFoSRunDirTrigger(BaseTrigger):
         client = ApplicationClient(spark_conn_id=self.spark_conn_id, yarn_conn_id=self.yarn_conn_id)
         deadline = None if self.timeout is None else time.monotonic() + self.timeout
         errors = 0
-        watch = RunWatch()
+        watch, pacer = RunWatch(), PollPacer(self.poll_interval)
         while True:
             try:
                 result = await rundir.acheck(self.condition)
@@ -218,4 +222,4 @@ class TFoSRunDirTrigger(BaseTrigger):
             if deadline is not None and time.monotonic() > deadline:
                 yield TriggerEvent({"status": "timeout", "message": f"not met within {self.timeout:.0f} s"})
                 return
-            await asyncio.sleep(self.poll_interval)
+            await asyncio.sleep(pacer.next_secs(watch.status, time.time()))

@@ -11,7 +11,7 @@ import pytest
 from airflow.sdk.exceptions import AirflowException, TaskDeferred
 
 from airflow_tfos.hooks.apps import ApplicationClient
-from airflow_tfos.hooks.run_dir import progress_line
+from airflow_tfos.hooks.run_dir import PollPacer, progress_line
 from airflow_tfos.hooks.state import AppState
 from airflow_tfos.sensors import TFoSCheckpointSensor, YarnApplicationSensor
 from airflow_tfos.shared.rundir import RunDir
@@ -227,6 +227,38 @@ class TestTriggers:
         )
         event = asyncio.run(first_event(trigger))
         assert event["status"] == "app_ended" and event["app"]["diagnostics"] == "driver died"
+
+    def test_application_trigger_looks_again_soon_after_the_runs_expected_end(self, backend, tmp_path, monkeypatch):
+        """With a minute between polls, the end of a run whose progress says it is about to finish is still
+        seen within a fraction of that: the trigger looks again just after the ETA, then backs off."""
+        monkeypatch.setattr(PollPacer, "FIRST_SECS", 0.05)
+        RunDir(str(tmp_path)).write_status("RUNNING", progress={"time": time.time(), "eta_secs": 0.1, "step": 9})
+        running = AppState("application_1_0004", "RUNNING")
+        backend.apps["application_1_0004"] = running
+        backend.script["application_1_0004"] = [running] * 4 + [AppState("application_1_0004", "FINISHED", "SUCCEEDED")]
+        trigger = TFoSApplicationTrigger(
+            application_id="application_1_0004", spark_conn_id="spark_default", run_dir=str(tmp_path), poll_interval=60
+        )
+        started = time.monotonic()
+        event = asyncio.run(asyncio.wait_for(first_event(trigger), timeout=20))
+        assert event["status"] == "done" and time.monotonic() - started < 5
+
+    def test_poll_pacer_follows_the_eta_then_backs_off_to_the_interval(self):
+        pacer, now = PollPacer(15.0), 1000.0
+
+        def status(eta, at=now, **fields):
+            return {"state": "RUNNING", "progress": {"time": at, "eta_secs": eta, **fields}}
+
+        assert pacer.next_secs(None, now) == 15.0  # nothing known: the interval
+        assert pacer.next_secs({"state": "STARTING"}, now) == 15.0
+        assert pacer.next_secs(status(100.0), now) == 15.0  # the end is further than one interval
+        assert pacer.next_secs(status(6.0, at=now - 2), now) == 5.0  # 4 s left, then one more
+        assert pacer.next_secs(status(0.5), now) == 1.5
+        # the expected end has passed: 1, 2, 4, 8 s, then the interval
+        assert [pacer.next_secs(status(3.0, at=now - 10), now) for _ in range(6)] == [1, 2, 4, 8, 15, 15]
+        assert pacer.next_secs(status(30.0), now) == 15.0  # a new ETA (a slower epoch) starts over
+        assert pacer.next_secs(status(50.0, finished=True), now) == 1.0  # the last step is done
+        assert pacer.next_secs({"state": "SUCCEEDED"}, now) == 2.0
 
     def test_run_dir_trigger_times_out(self, tmp_path):
         trigger = TFoSRunDirTrigger(run_dir=str(tmp_path), condition={"export": {}}, poll_interval=0.01, timeout=0.05)
