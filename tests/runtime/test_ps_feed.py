@@ -51,7 +51,8 @@ def _drive(num_nodes: int, run_dir, scenarios: list[str]) -> dict:
 
 @pytest.fixture(scope="module")
 def two_workers(tmp_path_factory):
-    scenarios = ["count_ids", "count_file_ids", "keras", "keras_files", "unfed"]
+    # the ids fed from Spark and the run that feeds nothing are counted on three workers
+    scenarios = ["count_file_ids", "keras", "keras_files"]
     return _drive(4, tmp_path_factory.mktemp("ps-2-workers"), scenarios)
 
 
@@ -81,10 +82,6 @@ def _check_ids_counted(run: dict, workers: int) -> None:
         assert set(record["batches_by_pid"].values()) == {steps // workers}
     for i in range(workers):
         assert "airflow-tfos-" in nodes[f"worker:{i}"]["cwd"]  # the worker ran in its node directory
-
-
-def test_two_workers_train_every_fed_id_once_per_epoch_from_their_own_processes(two_workers):
-    _check_ids_counted(two_workers, 2)
 
 
 def test_three_workers_train_every_fed_id_once_per_epoch_from_their_own_processes(three_workers):
@@ -133,10 +130,11 @@ def test_keras_fit_on_files_read_by_the_workers_converges(two_workers):
     assert result["loss"][-1] < result["loss"][0] / 100
 
 
-@pytest.mark.parametrize("scenario", ["count_ids", "unfed"])
-def test_the_run_ends_within_seconds_of_the_chief_returning(two_workers, three_workers, scenario):
-    for run in (two_workers, three_workers):
-        assert run["results"][scenario]["ended_after"] < END_WITHIN
+def test_the_run_ends_within_seconds_of_the_chief_returning(two_workers, three_workers):
+    ended_after = {
+        name: run["results"][name]["ended_after"] for run in (two_workers, three_workers) for name in run["results"]
+    }
+    assert ended_after and all(value < END_WITHIN for value in ended_after.values()), ended_after
 
 
 def _chief_progress(run_dir, min_step: int, within: float = 240) -> dict:
