@@ -15,6 +15,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
+from airflow_tfos.shared.registry import ModelRegistry
 from airflow_tfos.shared.rundir import RunDir
 from tests.conftest import REPO, write_linear_parquet
 
@@ -49,7 +50,7 @@ from datetime import datetime
 
 from airflow.sdk import DAG, task
 
-from airflow_tfos.operators import TFoSInferenceOperator, TFoSTrainOperator
+from airflow_tfos.operators import TFoSInferenceOperator, TFoSPublishModelOperator, TFoSTrainOperator
 from my_training import main_fun
 
 TRAINING = {
@@ -87,7 +88,14 @@ with DAG("user_sweep", schedule=None, start_date=datetime(2026, 11, 1), catchup=
             print(f"sweep member {member['run_dir']}: loss {member['metrics']['loss']:.6f}")
         return min(results, key=lambda member: member["metrics"]["loss"])
 
-    best(members.output)
+    publish = TFoSPublishModelOperator(
+        task_id="publish",
+        run_dir="{{ ti.xcom_pull(task_ids='best')['run_dir'] }}",
+        registry=os.environ["USER_REGISTRY"],
+        metric="loss",
+        higher_is_better=False,
+    )
+    best(members.output) >> publish
 """
 
 
@@ -110,6 +118,7 @@ def user_airflow(tmp_path_factory):
             "USER_DATA": write_linear_parquet(home / "data", seed=11),
             "USER_RUN_DIR": str(home / "tfos-runs" / "train"),
             "USER_PREDICTIONS": str(home / "predictions"),
+            "USER_REGISTRY": str(home / "models" / "sweep"),
         }
     )
     done = subprocess.run(
@@ -155,7 +164,9 @@ def test_a_dag_with_its_module_beside_it_trains_reruns_as_a_no_op_and_trains_aga
     assert rundir.export_success()["metrics"]["version"] == 2
 
 
-def test_a_mapped_sweep_gives_each_member_its_own_run_directory_and_application(user_airflow):
+def test_a_mapped_sweep_gives_each_member_its_own_run_directory_and_application_and_publishes_the_best(
+    user_airflow,
+):
     env, _ = user_airflow
     done = dags_test(env, "user_sweep")
     out = done.stdout + done.stderr
@@ -171,3 +182,10 @@ def test_a_mapped_sweep_gives_each_member_its_own_run_directory_and_application(
         assert export is not None and f"sweep member {member}: loss {export['metrics']['loss']:.6f}" in out
         assert len(rundir.events("submitted")) == 1  # its own application, never another member's
     assert sorted(epochs) == [1, 2]
+    # the best member (lowest loss) went through the publish gate into the registry, which was empty
+    losses = {str(member): RunDir(str(member)).export_success()["metrics"]["loss"] for member in members}
+    (decision,) = ModelRegistry(env["USER_REGISTRY"]).decisions()
+    assert decision["published"] and decision["candidate"] == pytest.approx(min(losses.values()))
+    best = min(losses, key=losses.get)
+    current = ModelRegistry(env["USER_REGISTRY"]).current()
+    assert current["spec_hash"] == RunDir(best).export_success()["spec_hash"]

@@ -173,22 +173,6 @@ def test_lifecycle_example_launch_feed_checkpoint_shutdown_then_again(demo):
 
 
 @pytest.mark.integration
-def test_sweep_example_trains_each_setting_in_its_own_run_and_publishes_the_best(demo):
-    text = dags_test(demo, "tfos_sweep_digits", DAY1, timeout=1500)
-    apps = [a for a in local_apps(demo) if "tfos_sweep_digits" in a.get("run_dir", "")]
-    run_dirs = sorted({a["run_dir"] for a in apps})
-    assert len(apps) == 2 and len(run_dirs) == 2  # one application and run directory per mapped instance
-    accuracy = {run_dir: RunDir(run_dir).export_success()["metrics"]["test_accuracy"] for run_dir in run_dirs}
-    settings = sorted(json.dumps(RunDir(run_dir).read_spec()["args"], sort_keys=True) for run_dir in run_dirs)
-    assert len(set(settings)) == 2  # each member trained its own setting
-    for run_dir, value in accuracy.items():
-        assert f"{run_dir}: test accuracy {value:.4f}" in text
-    (decision,) = ModelRegistry(str(demo.DEMO / "models" / "digits-sweep")).decisions()
-    assert decision["published"] and decision["candidate"] == pytest.approx(max(accuracy.values()))
-    sys.stdout.write(f"sweep: {json.dumps(accuracy)}\n")
-
-
-@pytest.mark.integration
 def test_migrated_tfos_program_reads_its_files_and_exports_a_usable_model(demo):
     dags_test(demo, "tfos_migrated_digits", DAY1)
     export = demo.DEMO / "tfos-export" / "digits" / DAY1
