@@ -1,1 +1,4 @@
 """airflow-tfos."""
+
+#: The release; the package metadata reads it from here.
+__version__ = "0.1.0"

@@ -2,16 +2,8 @@
 
 from __future__ import annotations
 
-from importlib.metadata import PackageNotFoundError, version
-
+from airflow_tfos import __version__
 from airflow_tfos.hooks.yarn_rest import YARN_CONNECTION_TYPE
-
-
-def _version() -> str:
-    try:
-        return version("airflow-tfos")
-    except PackageNotFoundError:
-        return "0.0.0"
 
 
 def get_provider_info() -> dict:
@@ -19,7 +11,7 @@ def get_provider_info() -> dict:
         "package-name": "airflow-tfos",
         "name": "TensorFlow on Spark (airflow-tfos)",
         "description": "Distributed TensorFlow training inside Spark clusters, run nightly from Airflow.",
-        "versions": [_version()],
+        "versions": [__version__],
         "integrations": [
             {
                 "integration-name": "TensorFlow on Spark",

@@ -97,3 +97,47 @@ def test_the_metadata_declares_ranges_and_the_constraints_pin_them():
     assert ">=3.3.0" in airflow and "<4" in airflow
     assert pinned["pyspark"] == pinned["pyspark-client"]  # they install into the same folder
     assert pinned["apache-airflow"] != OTHER_AIRFLOW  # the wheel test tries another release
+
+
+def test_the_sdist_and_the_wheel_carry_the_license_the_types_marker_and_the_provider_entry_point(tmp_path):
+    """Built with the build backend itself (what ``pip wheel`` and ``python -m build`` call), offline."""
+    import email
+    import tarfile
+    import tomllib
+    import zipfile
+
+    from packaging.requirements import Requirement
+    from packaging.specifiers import SpecifierSet
+
+    import airflow_tfos
+
+    run([sys.executable, "-m", "hatchling", "build", "-d", str(tmp_path)], cwd=REPO)
+    version = airflow_tfos.__version__
+    (wheel,) = tmp_path.glob(f"airflow_tfos-{version}-py3-none-any.whl")
+    (sdist,) = tmp_path.glob(f"airflow_tfos-{version}.tar.gz")
+    license_text = (REPO / "LICENSE").read_text()
+    assert license_text.lstrip().startswith("Apache License") and "Version 2.0" in license_text
+
+    with zipfile.ZipFile(wheel) as zipped:
+        names = set(zipped.namelist())
+        info = f"airflow_tfos-{version}.dist-info"
+        metadata = email.message_from_bytes(zipped.read(f"{info}/METADATA"))
+        entry_points = zipped.read(f"{info}/entry_points.txt").decode()
+        assert zipped.read(f"{info}/licenses/LICENSE").decode() == license_text
+    assert "airflow_tfos/py.typed" in names
+    assert not [n for n in names if n.startswith(("tests/", "example_dags/", "bench/"))]  # the package only
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    assert metadata["Name"] == "airflow-tfos" and metadata["Version"] == version
+    assert metadata["License-Expression"] == project["license"] == "Apache-2.0"
+    assert SpecifierSet(metadata["Requires-Python"]) == SpecifierSet(project["requires-python"])
+    declared = [*project["dependencies"]] + [
+        f"{req}; extra == '{extra}'" for extra, reqs in project["optional-dependencies"].items() for req in reqs
+    ]
+    assert {str(Requirement(r)) for r in metadata.get_all("Requires-Dist")} == {str(Requirement(r)) for r in declared}
+    assert "[apache_airflow_provider]\nprovider_info = airflow_tfos.get_provider_info:get_provider_info" in entry_points
+
+    with tarfile.open(sdist) as tar:
+        files = {name.split("/", 1)[1] for name in tar.getnames() if "/" in name}
+    for needed in ("LICENSE", "CHANGELOG.md", "README.md", "pyproject.toml", "airflow_tfos/py.typed",
+                   "requirements/constraints.txt", "docs/architecture.md", "scripts/bootstrap.sh"):  # fmt: skip
+        assert needed in files, f"{needed} is not in the sdist"
