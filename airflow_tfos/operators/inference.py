@@ -10,8 +10,8 @@ from airflow.sdk.exceptions import AirflowException
 
 from airflow_tfos.hooks.run_dir import RunDirHook
 from airflow_tfos.hooks.runs import RunConfigError
-from airflow_tfos.operators.train import _TFoSRunOperator
-from airflow_tfos.shared.rundir import spec_hash
+from airflow_tfos.operators.train import _TFoSRunOperator, shipped_code
+from airflow_tfos.shared.spec import RunSpec
 from airflow_tfos.shared.storage import join
 
 if TYPE_CHECKING:
@@ -71,7 +71,7 @@ class TFoSInferenceOperator(_TFoSRunOperator):
             )
         super().__init__(data=data, num_nodes=num_executors, **kwargs)
 
-    def build_spec(self, *, code: bool = True) -> dict[str, Any]:
+    def build_spec(self, *, code: bool = True) -> RunSpec:
         inference = {
             "model_path": self.model_path,
             "features": self.features,
@@ -81,17 +81,14 @@ class TFoSInferenceOperator(_TFoSRunOperator):
         }
         if self.model_output:
             inference["output"] = self.model_output
-        spec = {
-            "kind": "inference",
-            "num_nodes": self.num_nodes,
-            "data": self.data,
-            "inference": inference,
-            "env": dict(self.env),
-        }
-        shipped = self.user_code if code else None  # a data function of the user's (format "function")
-        if shipped is not None:
-            spec["code"] = {"packages": list(shipped.packages), "hash": shipped.digest}
-        return spec
+        return RunSpec(
+            kind="inference",
+            num_nodes=self.num_nodes,
+            data=self.data,
+            inference=inference,
+            env=dict(self.env),
+            code=shipped_code(self.user_code if code else None),  # a data function of the user's
+        )
 
     def num_executors(self) -> int:
         return self.num_nodes
@@ -122,7 +119,7 @@ class TFoSInferenceOperator(_TFoSRunOperator):
 
     def finish(self, app: AppState) -> dict[str, Any]:
         if app.is_successful and self.output_storage.exists(self._marker()):
-            return self.result(app, spec_hash(self.build_spec()))
+            return self.result(app, self.request_hash())
         status = self.rundir.read_status() or {}
         raise AirflowException(
             f"inference application {app.app_id} ended {app.state}/{app.final_status} without writing "

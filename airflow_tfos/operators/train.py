@@ -28,6 +28,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import fields
 from datetime import timedelta
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
@@ -50,7 +51,7 @@ from airflow_tfos.links.tfos import (
 )
 from airflow_tfos.operators.run_dirs import resolve_run_dir, templated
 from airflow_tfos.shared.rundir import spec_digest, spec_hash
-from airflow_tfos.shared.spec import INPUT_MODES, SpecError, parse_spec, split_import_path
+from airflow_tfos.shared.spec import INPUT_MODES, RunSpec, SpecError, parse_spec, split_import_path
 from airflow_tfos.triggers.tfos import TFoSApplicationTrigger, TFoSRunDirTrigger
 
 if TYPE_CHECKING:
@@ -69,8 +70,22 @@ RUN_DIR_KEY = "run_dir"
 STATE_APPLICATION_ID = "tfos_application_id"
 #: Where the training report is written in a run directory.
 REPORT_PATH = "report/report.html"
+#: Spec fields the operators take under another argument name (the others take the field's own name).
+SPEC_ARGUMENTS = {"timeout": "training_timeout", "serve_idle_secs": "idle_timeout"}
+#: Spec fields no argument sets: derived when the spec is built, stored with it, or inference's own.
+DERIVED_SPEC_FIELDS = frozenset({"code", "spec_hash", "inference"})
 #: What :meth:`_TFoSRunOperator.get_job_status` answers for an application the cluster no longer knows.
 UNKNOWN_STATUS = "UNKNOWN"
+
+
+def spec_arguments() -> list[str]:
+    """The :class:`RunSpec` fields that the training operators' arguments set."""
+    return [f.name for f in fields(RunSpec) if f.name not in DERIVED_SPEC_FIELDS]
+
+
+def shipped_code(shipped: ShippedCode | None) -> dict[str, Any] | None:
+    """The spec's ``code`` field for the shipped user code (None: nothing shipped)."""
+    return None if shipped is None else {"packages": list(shipped.packages), "hash": shipped.digest}
 
 
 class _TFoSRunOperator(ResumableJobMixin, BaseOperator):
@@ -98,6 +113,8 @@ class _TFoSRunOperator(ResumableJobMixin, BaseOperator):
     serve = False
     #: What the application does (spec.json ``kind``).
     kind = "train"
+    #: Seconds a serving application waits for a feed request (the launch operator's argument).
+    idle_timeout: float | None = None
     #: Key of the application id in the task's durable state (ResumableJobMixin).
     external_id_key = STATE_APPLICATION_ID
 
@@ -209,44 +226,28 @@ class _TFoSRunOperator(ResumableJobMixin, BaseOperator):
             check_run_dir(self.run_dir, f"{where}: run_dir")
         if self.poll_interval <= 0:
             raise RunConfigError(f"{where}: poll_interval must be > 0, got {self.poll_interval}")
-        spec = self.build_spec(code=False)
+        spec = self.build_spec(code=False).to_json()
         if not templated(spec):
             try:
                 parse_spec(spec)
             except SpecError as exc:
                 raise RunConfigError(f"{where}: {exc}") from None
 
-    def build_spec(self, *, code: bool = True) -> dict[str, Any]:
-        """The spec.json this task asks for (its hash identifies the run's request).
+    def build_spec(self, *, code: bool = True) -> RunSpec:
+        """The spec this task asks for (the hash of its JSON form identifies the run's request).
+
+        Every field of :class:`RunSpec` but those derived here comes from the operator's argument of the same
+        name (or the one :data:`SPEC_ARGUMENTS` names).
 
         :param code: name the shipped code and its hash (zipping it on the first call), so that a change of
             the code is a new request; False at parse time, which does no I/O.
         """
-        spec: dict[str, Any] = {
-            "train_fn": self.train_fn,
-            "args": self.args,
-            "num_nodes": self.num_nodes,
-            "num_ps": self.num_ps,
-            "master_node": self.master_node,
-            "eval_node": self.eval_node,
-            "input_mode": self.input_mode,
-            "data": self.data,
-            "validation_data": self.validation_data,
-            "feed": self.feed,
-            "max_attempts": self.max_attempts,
-            "timeout": self.training_timeout,
-            "keras": self.keras,
-            "gpus_per_node": self.gpus_per_node,
-            "env": dict(self.env),
-            "stop_grace_secs": self.stop_grace_secs,
-            "warm_start": self.warm_start,
-        }
-        if self.serve:
-            spec["serve"] = True
-        shipped = self.user_code if code else None
-        if shipped is not None:
-            spec["code"] = {"packages": list(shipped.packages), "hash": shipped.digest}
-        return spec
+        settings = {name: getattr(self, SPEC_ARGUMENTS.get(name, name)) for name in spec_arguments()}
+        return RunSpec(**settings, code=shipped_code(self.user_code if code else None))
+
+    def request_hash(self) -> str:
+        """The hash of this task's spec: what an export, a live application or a stored id must match."""
+        return spec_hash(self.build_spec().to_json())
 
     def user_functions(self) -> list[str]:
         """Import paths of the user's functions the application runs (``train_fn``, data functions)."""
@@ -317,7 +318,7 @@ class _TFoSRunOperator(ResumableJobMixin, BaseOperator):
         self.run_dir = self.resolve_run_dir(context)
         context["ti"].xcom_push(key=RUN_DIR_KEY, value=self.run_dir)
         context["ti"].xcom_push(key=REPORT_URL_KEY, value=self.rundir.path(REPORT_PATH))
-        spec = self.build_spec()
+        spec = self.build_spec().to_json()
         parse_spec(spec)
         done = self.already_done(spec_hash(spec))
         if done is not None and done.get("application_id"):  # e.g. a cleared task: name what did the work
@@ -332,14 +333,15 @@ class _TFoSRunOperator(ResumableJobMixin, BaseOperator):
     def submit_job(self, context: Context) -> str:
         """Reattach to a live application carrying the run's tag that works on this spec, else write the spec
         and submit one (a live application of another spec is killed first)."""
-        digest = spec_hash(self.build_spec())
+        spec = self.build_spec().to_json()
+        digest = spec_hash(spec)
         live = [app for app in self.hook.find_live(run_tag(self.run_dir)) if self.works_on_spec(app, digest)]
         if live:
             winner = pick_winner([a.app_id for a in live])
             self.log.info("reattaching to application %s, which already works on %s", winner, self.run_dir)
             self._app = next(a for a in live if a.app_id == winner)
         else:
-            self._app = self._submit(context, self.build_spec(), digest)
+            self._app = self._submit(context, spec, digest)
         return self._app.app_id
 
     def works_on_spec(self, app: AppState, digest: str) -> bool:
@@ -365,7 +367,7 @@ class _TFoSRunOperator(ResumableJobMixin, BaseOperator):
         except Exception as exc:
             self.log.warning("cannot look up application %s kept from an earlier try: %s", external_id, exc)
             return UNKNOWN_STATUS
-        if not app.is_terminal and not self.works_on_spec(app, spec_hash(self.build_spec())):
+        if not app.is_terminal and not self.works_on_spec(app, self.request_hash()):
             app = self.hook.get_state(app.app_id)  # killed: the mixin submits anew
         self._app = app
         return f"{app.state}/{app.final_status}" if app.is_terminal else app.state
@@ -532,7 +534,7 @@ class _TFoSRunOperator(ResumableJobMixin, BaseOperator):
 
     def finish(self, app: AppState) -> dict[str, Any]:
         """The result of a successful application, or an error that says what failed and where a retry resumes."""
-        digest = spec_hash(self.build_spec())
+        digest = self.request_hash()
         line = progress_line(self.rundir.read_status())
         if line:
             self.log.info("application %s ended %s: %s", app.app_id, app.state, line)
@@ -666,9 +668,6 @@ class TFoSLaunchClusterOperator(_TFoSRunOperator):
         super().__init__(**kwargs)
         self.ready_timeout = ready_timeout
 
-    def build_spec(self, *, code: bool = True) -> dict[str, Any]:
-        return {**super().build_spec(code=code), "serve_idle_secs": self.idle_timeout}
-
     def execute(self, context: Context) -> Any:
         return self.launch_and_wait(context)
 
@@ -735,7 +734,7 @@ class TFoSLaunchClusterOperator(_TFoSRunOperator):
         """The result of an application that ended before it served feeds: a failure unless it left an
         export of this spec (e.g. it was stopped at once by a stop request)."""
         self.finish(app)  # raises if it failed
-        digest = spec_hash(self.build_spec())
+        digest = self.request_hash()
         result = self.result(app, digest)
         if result["export_path"] is None:
             state = (self.rundir.read_status() or {}).get("state")

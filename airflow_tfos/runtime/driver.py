@@ -31,7 +31,7 @@ import time
 from typing import Any
 
 from airflow_tfos.runtime.errors import ClusterConfigError, RunCancelledError, TFoSRuntimeError
-from airflow_tfos.runtime.feed.plan import Feed, FeedConfigError
+from airflow_tfos.runtime.feed.plan import FeedConfigError
 from airflow_tfos.runtime.launcher import TFClusterRun
 from airflow_tfos.runtime.spec import RunSpec, SpecError, import_callable, parse_spec
 from airflow_tfos.shared.rundir import RunDir, RunDirError, verified_spec_hash
@@ -179,24 +179,15 @@ def _run_once(spark, spec: RunSpec, rundir: RunDir, train_fn, args, data, watch:
     validation = build_input(spark, spec.validation_data, "validation_data") if spec.validation_data else None
     if data and spec.input_mode == "TENSORFLOW" and isinstance(args, dict | None):
         args = {**(args or {}), "data": data}
-    tf_run = TFClusterRun(
+    tf_run = TFClusterRun.from_spec(
         spark.sparkContext,
+        spec,
         train_fn,
         args,
-        num_nodes=spec.num_nodes,
-        num_ps=spec.num_ps,
-        master_node=spec.master_node,
-        eval_node=spec.eval_node,
         run_dir=rundir.uri,
-        timeout=spec.timeout,
-        gpus_per_node=spec.gpus_per_node,
-        keras=spec.keras,
-        env={**spec.env, "AIRFLOW_TFOS_SPEC_HASH": digest},
+        env={"AIRFLOW_TFOS_SPEC_HASH": digest},
         data=frame,
-        feed=Feed(**spec.feed) if frame is not None else None,
         validation_data=validation,
-        max_attempts=spec.max_attempts,
-        warm_start=spec.warm_start,
     )
     watch.attach(tf_run)
     return tf_run.start().wait()

@@ -34,6 +34,7 @@ from airflow_tfos.runtime.feed.plan import Feed, FeedConfigError
 from airflow_tfos.runtime.feed.rows import RowFeed
 from airflow_tfos.runtime.node import NodeJob, run_node
 from airflow_tfos.shared.rundir import RunDir, RunDirError
+from airflow_tfos.shared.spec import RunSpec
 
 log = logging.getLogger(__name__)
 
@@ -140,6 +141,48 @@ class TFClusterRun:
         self._error: BaseException | None = None
         self._cancelled = False
         self._frame = None
+        #: the spec this run was started from (:meth:`from_spec`), handed to every node
+        self.spec: RunSpec | None = None
+
+    @classmethod
+    def from_spec(
+        cls,
+        sc,
+        spec: RunSpec,
+        main_fun: Callable[[Any, Any], Any],
+        args: Any = None,
+        *,
+        run_dir: str | None = None,
+        env: Mapping[str, str] | None = None,
+        data: Any = None,
+        validation_data: Any = None,
+    ) -> TFClusterRun:
+        """The TF cluster ``spec`` asks for (what the driver starts): the layout, limits and node settings come
+        from the spec; what the driver made of it is passed: the training function, its ``args`` (a feed
+        request's own, or the spec's), the DataFrames it built (fed with ``spec.feed``), and ``env`` added to
+        the spec's.
+        """
+        run = cls(
+            sc,
+            main_fun,
+            args,
+            num_nodes=spec.num_nodes,
+            num_ps=spec.num_ps,
+            master_node=spec.master_node,
+            eval_node=spec.eval_node,
+            run_dir=run_dir,
+            timeout=spec.timeout,
+            gpus_per_node=spec.gpus_per_node,
+            keras=spec.keras,
+            env={**spec.env, **(env or {})},
+            data=data,
+            feed=Feed(**spec.feed) if data is not None else None,
+            validation_data=validation_data,
+            max_attempts=spec.max_attempts,
+            warm_start=spec.warm_start,
+        )
+        run.spec = spec
+        return run
 
     @property
     def num_nodes(self) -> int:
@@ -196,6 +239,7 @@ class TFClusterRun:
             with_validation=self.validation_data is not None,
             row_feed=self.row_feed,
             warm_start=self.warm_start,
+            spec=self.spec,
         )
 
     def _collect(self, job: NodeJob) -> None:

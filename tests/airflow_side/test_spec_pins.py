@@ -21,7 +21,7 @@ COMMON = {"run_dir": "/tmp/pinned-run", "ship_code": False}
 
 
 def spec_json(op) -> dict:
-    return op.build_spec()
+    return op.build_spec().to_json()
 
 
 def train_full() -> TFoSTrainOperator:
@@ -123,3 +123,15 @@ def test_the_shipped_code_is_part_of_the_pinned_spec():
     spec = spec_json(op)
     assert spec["code"] == {"packages": ["pkg"], "hash": "abc123"}
     assert spec_hash(spec) == "bfe9e67fff9cd3b7"
+
+
+def test_every_spec_field_but_the_derived_ones_is_an_argument_of_the_training_operators():
+    import inspect
+
+    from airflow_tfos.operators.train import SPEC_ARGUMENTS, spec_arguments
+
+    accepted = set(inspect.signature(TFoSTrainOperator.__init__).parameters)
+    accepted |= set(inspect.signature(TFoSLaunchClusterOperator.__init__).parameters)
+    accepted |= {"kind", "serve"}  # the operator class says these
+    missing = {SPEC_ARGUMENTS.get(name, name) for name in spec_arguments()} - accepted
+    assert not missing, f"spec fields no operator argument sets: {missing}"
