@@ -8,12 +8,11 @@ from typing import Any
 
 from airflow.sdk import BaseHook
 
+from airflow_tfos.shared.events import ATTEMPT_FAILED
 from airflow_tfos.shared.rundir import RunDir
 from airflow_tfos.shared.storage import Storage, storage_for
 
 HDFS_SCHEMES = ("hdfs", "webhdfs", "swebhdfs")
-#: The event the runtime records when a TF cluster attempt fails (a node lost), before it retries.
-ATTEMPT_FAILED = "attempt_failed"
 
 
 def progress_line(status: dict[str, Any] | None) -> str | None:

@@ -33,6 +33,7 @@ from airflow_tfos.runtime.errors import (
 from airflow_tfos.runtime.feed.plan import Feed, FeedConfigError
 from airflow_tfos.runtime.feed.rows import RowFeed
 from airflow_tfos.runtime.node import NodeJob, run_node
+from airflow_tfos.shared import events
 from airflow_tfos.shared.rundir import RunDir, RunDirError
 from airflow_tfos.shared.spec import RunSpec
 
@@ -245,7 +246,7 @@ class TFClusterRun:
     def _collect(self, job: NodeJob) -> None:
         self.sc.setJobGroup(self.job_group, f"airflow-tfos TF cluster {self.run_id}", interruptOnCancel=True)
         for attempt in range(self.max_attempts):
-            self._event("attempt", attempt=attempt)
+            self._event(events.ATTEMPT, attempt=attempt)
             try:
                 self._outcome = self._stage(dataclasses.replace(job, attempt=attempt))
                 return
@@ -255,7 +256,7 @@ class TFClusterRun:
                 if self._cancelled or not _retryable(exc):
                     return
                 reason = str(self._translate(exc)).splitlines()[0][:500]
-                self._event("attempt_failed", attempt=attempt, reason=reason, retrying=not last)
+                self._event(events.ATTEMPT_FAILED, attempt=attempt, reason=reason, retrying=not last)
                 if last:
                     log.error("TF cluster %s: attempt %d failed, no attempts left: %s", self.run_id, attempt, reason)
                     return

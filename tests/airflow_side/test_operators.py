@@ -16,7 +16,7 @@ from airflow_tfos.operators import (
     TFoSShutdownClusterOperator,
     TFoSTrainOperator,
 )
-from airflow_tfos.operators.train import STATE_APPLICATION_ID
+from airflow_tfos.operators.application import STATE_APPLICATION_ID
 from airflow_tfos.shared.rundir import RunDir
 from airflow_tfos.triggers.tfos import TFoSApplicationTrigger, TFoSRunDirTrigger
 from tests.airflow_side.fakes import FakeBackend, FakeStateStore, make_context, use_backend
@@ -757,7 +757,7 @@ class TestLifecycle:
         assert backend.killed == ["application_1_0001"]
 
     def test_shutdown_finds_the_launch_tasks_run_with_no_xcom(self, tmp_path, monkeypatch):
-        from airflow_tfos.operators.train import resolve_run_dir
+        from airflow_tfos.operators.run_dirs import resolve_run_dir
 
         monkeypatch.setenv("AIRFLOW_TFOS_RUN_DIR_BASE", str(tmp_path))
         launched = resolve_run_dir(None, make_context("launch"))  # where the launch task put its run

@@ -128,10 +128,12 @@ def test_the_shipped_code_is_part_of_the_pinned_spec():
 def test_every_spec_field_but_the_derived_ones_is_an_argument_of_the_training_operators():
     import inspect
 
+    from airflow_tfos.operators.application import _TFoSApplicationOperator
     from airflow_tfos.operators.train import SPEC_ARGUMENTS, spec_arguments
 
-    accepted = set(inspect.signature(TFoSTrainOperator.__init__).parameters)
-    accepted |= set(inspect.signature(TFoSLaunchClusterOperator.__init__).parameters)
+    accepted = set()
+    for operator in (_TFoSApplicationOperator, TFoSTrainOperator, TFoSLaunchClusterOperator):
+        accepted |= set(inspect.signature(operator.__init__).parameters)
     accepted |= {"kind", "serve"}  # the operator class says these
     missing = {SPEC_ARGUMENTS.get(name, name) for name in spec_arguments()} - accepted
     assert not missing, f"spec fields no operator argument sets: {missing}"
