@@ -143,8 +143,12 @@ class _TFoSApplicationOperator(ResumableJobMixin, BaseOperator):
         raise NotImplementedError
 
     def new_run(self, spec: RunSpec) -> ApplicationRun:
-        """The protocol of this task's request ``spec`` to its (resolved) run directory."""
+        """The protocol of this task's request ``spec`` to its (resolved) run directory (see :meth:`run_parts`)."""
         raise NotImplementedError
+
+    def run_parts(self, spec: RunSpec) -> dict[str, Any]:
+        """What every run protocol of this task is made of: the run directory, the spec, the hooks, the log."""
+        return {"run_dir": self.run_dir, "spec": spec, "hook": self.hook, "rundir": self.rundir, "log": self.log}
 
     def user_functions(self) -> list[str]:
         """Import paths of the user's functions the application runs (whose package is shipped)."""
@@ -238,7 +242,7 @@ class _TFoSApplicationOperator(ResumableJobMixin, BaseOperator):
         """How this task's application is submitted."""
         return Submission(
             name=f"tfos {ti.dag_id}.{ti.task_id} {os.path.basename(self.run_dir)}",
-            num_executors=self.num_executors(),
+            num_nodes=self.num_executors(),
             executor_cores=self.executor_cores,
             executor_memory=self.executor_memory,
             tf_memory_mb=self.tf_memory_mb,

@@ -145,15 +145,7 @@ class TFoSInferenceOperator(_TFoSApplicationOperator):
         return []
 
     def new_run(self, spec: RunSpec) -> InferenceRun:
-        return InferenceRun(
-            run_dir=self.run_dir,
-            spec=spec,
-            hook=self.hook,
-            rundir=self.rundir,
-            log=self.log,
-            output_path=self.output_path,
-            output_storage=self.output_storage,
-        )
+        return InferenceRun(**self.run_parts(spec), output_path=self.output_path, output_storage=self.output_storage)
 
     def num_executors(self) -> int:
         return self.num_nodes

@@ -33,10 +33,11 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class Submission:
-    """How the Spark application of a run is submitted (what the spec does not say).
+    """How the Spark application of a run is submitted (what the spec does not say): the keyword arguments
+    of ``TFoSHook.submit``.
 
     :param name: the application's name.
-    :param num_executors: executors it asks for.
+    :param num_nodes: executors it asks for (one per TF node).
     :param executor_cores: cores per executor.
     :param executor_memory: JVM heap per executor.
     :param tf_memory_mb: memory of each TF node process, off the JVM heap.
@@ -45,7 +46,7 @@ class Submission:
     """
 
     name: str
-    num_executors: int
+    num_nodes: int
     executor_cores: int = 1
     executor_memory: str = "2g"
     tf_memory_mb: int | None = None
@@ -148,18 +149,7 @@ class ApplicationRun:
         tag = run_tag(self.run_dir)
         rundir.add_event(SUBMIT, try_number=ti.try_number, resume_step=latest.step if latest else 0)
         try:
-            app_id = self.hook.submit(
-                self.run_dir,
-                tag=tag,
-                name=submission.name,
-                num_nodes=submission.num_executors,
-                executor_cores=submission.executor_cores,
-                executor_memory=submission.executor_memory,
-                tf_memory_mb=submission.tf_memory_mb,
-                gpus_per_node=submission.gpus_per_node,
-                conf=submission.conf,
-                spec_hash=spec_digest(self.spec_json),
-            )
+            app_id = self.hook.submit(self.run_dir, tag=tag, spec_hash=spec_digest(self.spec_json), **vars(submission))
         except ApplicationAlreadyRunningError as exc:
             # another try of this task submitted first (the local backend's per-tag lock said so)
             self.log.warning("%s: attaching to the application already running", exc)

@@ -163,7 +163,7 @@ class _TFoSRunOperator(_TFoSApplicationOperator):
     # --- the run ---------------------------------------------------------------------------------------------
 
     def new_run(self, spec: RunSpec) -> TrainingRun:
-        return TrainingRun(run_dir=self.run_dir, spec=spec, hook=self.hook, rundir=self.rundir, log=self.log)
+        return TrainingRun(**self.run_parts(spec))
 
     def num_executors(self) -> int:
         """Executors the application needs: one per TF node."""
