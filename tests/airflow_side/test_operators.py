@@ -879,3 +879,13 @@ class TestSparkApplicationLink:
 def op_id(op: TFoSFeedOperator) -> str:
     """The feed id a feed task of the test context uses."""
     return op.feed_id or "feed-20261121T000000"
+
+
+def test_inference_takes_its_own_arguments_and_no_training_settings(tmp_path):
+    common = {"task_id": "score", "model_path": "/m", "data": DATA, "features": ["x"], "output_path": "/out"}
+    op = TFoSInferenceOperator(**common, output_col="p", num_executors=3, executor_memory="1g", conf={"a": "b"})
+    assert op.num_executors() == 3 and op.executor_memory == "1g"
+    with pytest.raises(TypeError):
+        TFoSInferenceOperator(**common, train_fn="pkg.mod:main_fun")
+    with pytest.raises(RunConfigError, match="num_executors must be an integer >= 1"):
+        TFoSInferenceOperator(**common, num_executors=0)
