@@ -50,8 +50,7 @@ PROGRESS = "progress.json"
 REPORT_DIR = "report"
 REPORT_HTML = "report/report.html"
 
-#: Run states written to status.json by the driver, and those of a run that has ended (not YARN's
-#: application states: see ``airflow_tfos.hooks.state``).
+#: The run's states in status.json (not YARN's: see hooks/state.py), and those of a run that has ended.
 RUN_STATES = ("SUBMITTED", "STARTING", "RUNNING", "STOPPING", "SUCCEEDED", "FAILED", "STOPPED")
 RUN_TERMINAL_STATES = frozenset({"SUCCEEDED", "FAILED", "STOPPED"})
 
