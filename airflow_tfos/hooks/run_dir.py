@@ -8,12 +8,11 @@ from typing import Any
 
 from airflow.sdk import BaseHook
 
-from airflow_tfos.shared.rundir import TERMINAL_STATES, RunDir
+from airflow_tfos.shared.events import ATTEMPT_FAILED
+from airflow_tfos.shared.rundir import RUN_TERMINAL_STATES, RunDir
 from airflow_tfos.shared.storage import Storage, storage_for
 
 HDFS_SCHEMES = ("hdfs", "webhdfs", "swebhdfs")
-#: The event the runtime records when a TF cluster attempt fails (a node lost), before it retries.
-ATTEMPT_FAILED = "attempt_failed"
 
 
 def progress_line(status: dict[str, Any] | None) -> str | None:
@@ -102,7 +101,7 @@ class PollPacer:
     def next_secs(self, status: dict[str, Any] | None, now: float) -> float:
         progress = (status or {}).get("progress") or {}
         at, eta = progress.get("time"), progress.get("eta_secs")
-        if progress.get("finished") or (status or {}).get("state") in TERMINAL_STATES:
+        if progress.get("finished") or (status or {}).get("state") in RUN_TERMINAL_STATES:
             left = 0.0
         elif at is None or eta is None:
             self._late = 0

@@ -28,7 +28,6 @@ WEBHDFS_ENV = "AIRFLOW_TFOS_WEBHDFS"
 PYSPARK_WORKER_MB = 512
 #: Spark's own off-heap overhead of a JVM: max(384 MB, 10 % of its heap) (memoryOverheadFactor, minMemoryOverhead).
 MIN_OVERHEAD_MB, OVERHEAD_FACTOR = 384, 0.10
-LIVE_STATES = ("NEW", "NEW_SAVING", "SUBMITTED", "ACCEPTED", "RUNNING")
 LAUNCHER_NAME = "tfos_driver.py"
 #: Shipped with the runtime whether or not it imports them (storage plugs WebHDFS in by name).
 #: The subpackages shipped to the Spark side (with the package's ``__init__.py``).

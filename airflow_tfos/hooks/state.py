@@ -12,7 +12,9 @@ from typing import Any
 YARN_STATES = ("NEW", "NEW_SAVING", "SUBMITTED", "ACCEPTED", "RUNNING", "FINISHED", "FAILED", "KILLED")
 #: YARN's final statuses (``app.finalStatus``): UNDEFINED until the application ends.
 FINAL_STATUSES = ("UNDEFINED", "SUCCEEDED", "FAILED", "KILLED")
+#: The states of an application that has ended, and of one that has not (yet).
 TERMINAL_STATES = frozenset({"FINISHED", "FAILED", "KILLED"})
+LIVE_STATES = tuple(state for state in YARN_STATES if state not in TERMINAL_STATES)
 
 
 @dataclass(frozen=True)

@@ -35,7 +35,6 @@ from airflow_tfos.hooks.spark_conf import (
     _SUBMITTED,
     GPU_SCRIPT_NAME,
     LAUNCHER_NAME,
-    LIVE_STATES,
     WEBHDFS_ENV,
     TFoSSubmitError,
     cached_file,
@@ -47,7 +46,7 @@ from airflow_tfos.hooks.spark_conf import (
     runtime_zip,
     training_conf,
 )
-from airflow_tfos.hooks.state import AppState
+from airflow_tfos.hooks.state import LIVE_STATES, AppState
 from airflow_tfos.hooks.user_code import CodePackage, ShippedCode, code_zip
 
 

@@ -10,13 +10,14 @@ from airflow.sdk.exceptions import AirflowException
 
 from airflow_tfos.hooks.run_dir import RunDirHook
 from airflow_tfos.hooks.runs import RunConfigError
-from airflow_tfos.operators.train import _TFoSRunOperator
-from airflow_tfos.shared.rundir import spec_hash
+from airflow_tfos.links.tfos import SparkApplicationLink, TensorBoardLink, TrainingReportLink
+from airflow_tfos.operators.application import _TFoSApplicationOperator, shipped_code
+from airflow_tfos.operators.run import ApplicationRun
+from airflow_tfos.shared.spec import RunSpec
 from airflow_tfos.shared.storage import join
 
 if TYPE_CHECKING:
     from airflow.providers.openlineage.extractors import OperatorLineage
-    from airflow.sdk import Context
 
     from airflow_tfos.hooks.state import AppState
     from airflow_tfos.shared.storage import Storage
@@ -25,7 +26,47 @@ if TYPE_CHECKING:
 SUCCESS_MARKER = "_SUCCESS"
 
 
-class TFoSInferenceOperator(_TFoSRunOperator):
+class InferenceRun(ApplicationRun):
+    """A batch inference request: done means the output's ``_SUCCESS`` marker.
+
+    :param output_path: where the predictions go.
+    :param output_storage: the storage of ``output_path``'s scheme (not the run directory's).
+    """
+
+    def __init__(self, *, output_path: str, output_storage: Storage, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.output_path = output_path
+        self.output_storage = output_storage
+        self.marker = join(output_path, SUCCESS_MARKER)
+
+    def already_done(self) -> dict[str, Any] | None:
+        if self.output_storage.exists(self.marker):
+            self.log.info("%s holds predictions already (%s): nothing to do", self.output_path, SUCCESS_MARKER)
+            return self.result(None)
+        return None
+
+    def result(self, app: AppState | None) -> dict[str, Any]:
+        """Application id, run directory, output path and the number of rows scored."""
+        status = self.rundir.read_status() or {}
+        self.outcome = {
+            "application_id": app.app_id if app else status.get("application_id"),
+            "run_dir": self.run_dir,
+            "output_path": self.output_path,
+            "rows": (status.get("result") or {}).get("rows") if isinstance(status.get("result"), dict) else None,
+        }
+        return self.outcome
+
+    def finish(self, app: AppState) -> dict[str, Any]:
+        if app.is_successful and self.output_storage.exists(self.marker):
+            return self.result(app)
+        status = self.rundir.read_status() or {}
+        raise AirflowException(
+            f"inference application {app.app_id} ended {app.state}/{app.final_status} without writing "
+            f"{self.marker}: {status.get('error') or app.diagnostics or 'no error recorded'}"
+        )
+
+
+class TFoSInferenceOperator(_TFoSApplicationOperator):
     """Score a dataset with an exported SavedModel on the Spark executors; write the predictions as Parquet.
 
     No TF cluster is needed: every partition is scored on its own, in Arrow batches, with the model
@@ -40,11 +81,13 @@ class TFoSInferenceOperator(_TFoSRunOperator):
     :param model_output: which model output to keep (default: the first by name).
     :param batch_size: rows per model call.
     :param num_executors: executors to score on.
-    Other parameters (connections, ``conf``, ``run_dir``, ``deferrable``...) as :class:`TFoSTrainOperator`.
+    Other parameters (connections, ``conf``, ``env``, executor resources, ``run_dir``, ``deferrable``,
+    ``durable``, shipping) as :class:`TFoSTrainOperator`; the training settings do not apply.
     """
 
     template_fields: Sequence[str] = ("run_dir", "data", "model_path", "output_path", "conf", "env")
-    kind = "inference"
+    template_fields_renderers = {"data": "json", "conf": "json"}
+    operator_extra_links = (SparkApplicationLink(), TensorBoardLink(), TrainingReportLink())
 
     def __init__(
         self,
@@ -59,19 +102,23 @@ class TFoSInferenceOperator(_TFoSRunOperator):
         num_executors: int = 2,
         **kwargs: Any,
     ) -> None:
+        super().__init__(**kwargs)
         self.model_path = model_path
+        self.data = data
         self.features = list(features)
         self.output_path = output_path
         self.output_col = output_col
         self.model_output = model_output
         self.batch_size = batch_size
+        self.num_nodes = num_executors
+        where = f"TFoSInferenceOperator {self.task_id!r}"
         if not self.features:
-            raise RunConfigError(
-                f"TFoSInferenceOperator {kwargs.get('task_id')!r}: features must name at least one column"
-            )
-        super().__init__(data=data, num_nodes=num_executors, **kwargs)
+            raise RunConfigError(f"{where}: features must name at least one column")
+        if not isinstance(num_executors, int) or isinstance(num_executors, bool) or num_executors < 1:
+            raise RunConfigError(f"{where}: num_executors must be an integer >= 1, got {num_executors!r}")
+        self.check_parameters()
 
-    def build_spec(self, *, code: bool = True) -> dict[str, Any]:
+    def build_spec(self, *, code: bool = True) -> RunSpec:
         inference = {
             "model_path": self.model_path,
             "features": self.features,
@@ -81,17 +128,24 @@ class TFoSInferenceOperator(_TFoSRunOperator):
         }
         if self.model_output:
             inference["output"] = self.model_output
-        spec = {
-            "kind": "inference",
-            "num_nodes": self.num_nodes,
-            "data": self.data,
-            "inference": inference,
-            "env": dict(self.env),
-        }
-        shipped = self.user_code if code else None  # a data function of the user's (format "function")
-        if shipped is not None:
-            spec["code"] = {"packages": list(shipped.packages), "hash": shipped.digest}
-        return spec
+        return RunSpec(
+            kind="inference",
+            num_nodes=self.num_nodes,
+            data=self.data,
+            inference=inference,
+            env=dict(self.env),
+            code=shipped_code(self.user_code if code else None),  # a data function of the user's
+        )
+
+    def user_functions(self) -> list[str]:
+        """The data function, when ``data`` is read by one (format ``function``)."""
+        data = self.data
+        if isinstance(data, dict) and data.get("format") == "function" and data.get("function"):
+            return [str(data["function"])]
+        return []
+
+    def new_run(self, spec: RunSpec) -> InferenceRun:
+        return InferenceRun(**self.run_parts(spec), output_path=self.output_path, output_storage=self.output_storage)
 
     def num_executors(self) -> int:
         return self.num_nodes
@@ -100,37 +154,6 @@ class TFoSInferenceOperator(_TFoSRunOperator):
     def output_storage(self) -> Storage:
         """Where the predictions are: the storage of ``output_path``'s scheme (not the run directory's)."""
         return RunDirHook(self.output_path, webhdfs_conn_id=self.webhdfs_conn_id).storage
-
-    def _marker(self) -> str:
-        return join(self.output_path, SUCCESS_MARKER)
-
-    def already_done(self, digest: str) -> dict[str, Any] | None:
-        if self.output_storage.exists(self._marker()):
-            self.log.info("%s holds predictions already (%s): nothing to do", self.output_path, SUCCESS_MARKER)
-            return self.result(None, digest)
-        return None
-
-    def result(self, app: AppState | None, digest: str) -> dict[str, Any]:
-        status = self.rundir.read_status() or {}
-        self._tfos_result = {
-            "application_id": app.app_id if app else status.get("application_id"),
-            "run_dir": self.run_dir,
-            "output_path": self.output_path,
-            "rows": (status.get("result") or {}).get("rows") if isinstance(status.get("result"), dict) else None,
-        }
-        return self._tfos_result
-
-    def finish(self, app: AppState) -> dict[str, Any]:
-        if app.is_successful and self.output_storage.exists(self._marker()):
-            return self.result(app, spec_hash(self.build_spec()))
-        status = self.rundir.read_status() or {}
-        raise AirflowException(
-            f"inference application {app.app_id} ended {app.state}/{app.final_status} without writing "
-            f"{self._marker()}: {status.get('error') or app.diagnostics or 'no error recorded'}"
-        )
-
-    def execute(self, context: Context) -> Any:
-        return self.launch_and_wait(context)
 
     def get_openlineage_facets_on_start(self) -> OperatorLineage:
         """The data and the model this task scores with, and where the predictions go."""

@@ -25,7 +25,7 @@ from airflow_tfos.links.tfos import TRACKING_URL_KEY, SparkApplicationLink, Trai
 from airflow_tfos.operators.run_dirs import resolve_run_dir, templated
 from airflow_tfos.sensors.tfos import application_failure
 from airflow_tfos.shared.spec import SpecError, check_data
-from airflow_tfos.triggers.tfos import TFoSRunDirTrigger
+from airflow_tfos.triggers.tfos import APP_ENDED, DONE, TFoSRunDirTrigger
 
 if TYPE_CHECKING:
     from airflow.providers.openlineage.extractors import OperatorLineage
@@ -222,10 +222,10 @@ class TFoSFeedOperator(_RunTaskOperator):
             time.sleep(pacer.next_secs(watch.status, time.time()))
 
     def execute_complete(self, context: Context, event: dict[str, Any]) -> Any:
-        if event.get("status") == "done":
+        if event.get("status") == DONE:
             self._feed_result = feed_outcome(event["result"].get("feed_id", "?"), event["result"])
             return self._feed_result
-        if event.get("status") == "app_ended":
+        if event.get("status") == APP_ENDED:
             raise AirflowException(self._not_done(self.feed_id or "", AppState.from_json(event["app"])))
         raise AirflowException(f"the feed was not done: {event.get('message') or event}")
 

@@ -26,14 +26,15 @@ import argparse
 import logging
 import os
 import sys
-import threading
 import time
 from typing import Any
 
 from airflow_tfos.runtime.errors import ClusterConfigError, RunCancelledError, TFoSRuntimeError
-from airflow_tfos.runtime.feed.plan import Feed, FeedConfigError
+from airflow_tfos.runtime.feed.plan import FeedConfigError
+from airflow_tfos.runtime.heartbeat import DriverWatch
 from airflow_tfos.runtime.launcher import TFClusterRun
 from airflow_tfos.runtime.spec import RunSpec, SpecError, import_callable, parse_spec
+from airflow_tfos.shared import events
 from airflow_tfos.shared.rundir import RunDir, RunDirError, verified_spec_hash
 from airflow_tfos.shared.spec import check_data
 from airflow_tfos.shared.storage.webhdfs_config import WebHDFSConfigError, add_config_option, use_config
@@ -43,8 +44,6 @@ log = logging.getLogger("airflow_tfos.driver")
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT = 0, 1, 2
 #: How often a serving driver looks for new feed requests.
 SERVE_POLL_SECS = 2.0
-#: When this driver process started: an unnamed stop request written before it was meant for an older one.
-_STARTED = time.time()
 
 
 def build_input(spark, data: dict[str, Any], what: str = "data"):
@@ -70,97 +69,6 @@ def build_input(spark, data: dict[str, Any], what: str = "data"):
     raise SpecError(f"{what} with format {fmt!r} is read by the TF nodes themselves: use input_mode TENSORFLOW")
 
 
-class _Watch(threading.Thread):
-    """Beats status.json and turns a stop request into a stop at the next checkpoint (or the grace)."""
-
-    def __init__(self, rundir: RunDir, spec: RunSpec, base: dict[str, Any], interval: float):
-        super().__init__(name="airflow-tfos-status", daemon=True)
-        self.rundir, self.spec, self.base, self.interval = rundir, spec, base, interval
-        self.tf_run: TFClusterRun | None = None
-        self.run_ids: set[str] = set()
-        self.stopping = threading.Event()
-        self.finished = threading.Event()
-        self.lock = threading.Lock()
-        self._stop_seen: tuple[float, int] | None = None
-        #: set when a serving driver stopped itself after ``serve_idle_secs`` without a feed request
-        self.idle = False
-
-    def attach(self, tf_run: TFClusterRun) -> None:
-        """Watch this TF cluster (stop requests cancel it; its progress goes into status.json)."""
-        self.run_ids.add(tf_run.run_id)
-        self.tf_run = tf_run
-
-    def step(self) -> int:
-        latest = self.rundir.latest_checkpoint()
-        return latest.step if latest else 0
-
-    def progress(self) -> dict[str, Any] | None:
-        """The chief's progress.json, when it was written by a TF cluster of this application."""
-        record = self.rundir.read_progress()
-        if record and record.get("run_id") in self.run_ids:
-            return record
-        return None
-
-    def stop_request(self) -> dict[str, Any] | None:
-        """A stop request meant for this application: one naming it (its Spark id, or the local backend's id
-        in ``$AIRFLOW_TFOS_LOCAL_APP``), or an unnamed one written after this driver started."""
-        ids = {str(self.base.get("application_id")), os.environ.get("AIRFLOW_TFOS_LOCAL_APP", "")} - {"", "None"}
-        return self.rundir.stop_requested(application_ids=frozenset(ids), started=_STARTED)
-
-    def run(self) -> None:
-        outage: float | None = None  # when the storage stopped answering, while it does not
-        while not self.finished.wait(self.interval):
-            try:
-                self.beat()
-            except Exception as exc:  # any storage error: the heartbeat must outlive an outage
-                if outage is None:
-                    outage = time.monotonic()
-                    log.warning(
-                        "cannot update status.json in %s (%s: %s); retrying every %.0f s",
-                        self.rundir.uri,
-                        type(exc).__name__,
-                        exc,
-                        self.interval,
-                    )
-                else:
-                    log.debug("status.json still cannot be updated: %s", exc)
-                continue
-            if outage is not None:
-                log.info("status.json is updated again after %.0f s", time.monotonic() - outage)
-                outage = None
-
-    def beat(self) -> None:
-        step = self.step()
-        if self._stop_seen is None and self.stop_request():
-            self._stop_seen = (time.monotonic(), step)
-            self.stopping.set()
-            log.info("stop requested: stopping after the next checkpoint (at most %.0f s)", self.spec.stop_grace_secs)
-        if self._stop_seen is not None:
-            since, at_step = self._stop_seen
-            due = step > at_step or time.monotonic() - since >= self.spec.stop_grace_secs
-            if due and self.tf_run is not None and not self.tf_run.done():
-                log.info("stopping the TF cluster at checkpoint step %d", step)
-                self.tf_run.cancel()
-            self._write("STOPPING", step)
-            return
-        self._write("RUNNING", step)
-
-    def _write(self, state: str, step: int) -> None:
-        progress = self.progress()
-        extra = {"progress": progress} if progress is not None else {}
-        with self.lock:
-            if not self.finished.is_set():  # the final state, once written, is never overwritten
-                self.rundir.write_status(state, **self.base, step=step, **extra)
-
-    def finish(self, state: str, **fields: Any) -> None:
-        """Stop beating and write the final state."""
-        with self.lock:
-            self.finished.set()
-            progress = self.progress()
-            extra = {"progress": progress} if progress is not None else {}
-            self.rundir.write_status(state, **self.base, step=self.step(), **extra, **fields)
-
-
 def _fail(rundir: RunDir | None, message: str, code: int, **fields: Any) -> int:
     log.error("%s", message)
     sys.stderr.write(f"airflow-tfos driver: {message}\n")
@@ -168,35 +76,26 @@ def _fail(rundir: RunDir | None, message: str, code: int, **fields: Any) -> int:
         fields = {key: value for key, value in fields.items() if value is not None}  # unknown: keep the last
         try:
             rundir.write_status("FAILED", error=message, exit_code=code, **fields)
-            rundir.add_event("failed", error=message, exit_code=code)
+            rundir.add_event(events.FAILED, error=message, exit_code=code)
         except Exception as exc:  # the storage may be what failed: say so, and still exit with the code
             sys.stderr.write(f"airflow-tfos driver: cannot record the failure either: {exc}\n")
     return code
 
 
-def _run_once(spark, spec: RunSpec, rundir: RunDir, train_fn, args, data, watch: _Watch, digest: str):
+def _run_once(spark, spec: RunSpec, rundir: RunDir, train_fn, args, data, watch: DriverWatch, digest: str):
     frame = build_input(spark, data, "data") if data and spec.input_mode == "SPARK" else None
     validation = build_input(spark, spec.validation_data, "validation_data") if spec.validation_data else None
     if data and spec.input_mode == "TENSORFLOW" and isinstance(args, dict | None):
         args = {**(args or {}), "data": data}
-    tf_run = TFClusterRun(
+    tf_run = TFClusterRun.from_spec(
         spark.sparkContext,
+        spec,
         train_fn,
         args,
-        num_nodes=spec.num_nodes,
-        num_ps=spec.num_ps,
-        master_node=spec.master_node,
-        eval_node=spec.eval_node,
         run_dir=rundir.uri,
-        timeout=spec.timeout,
-        gpus_per_node=spec.gpus_per_node,
-        keras=spec.keras,
-        env={**spec.env, "AIRFLOW_TFOS_SPEC_HASH": digest},
+        env={"AIRFLOW_TFOS_SPEC_HASH": digest},
         data=frame,
-        feed=Feed(**spec.feed) if frame is not None else None,
         validation_data=validation,
-        max_attempts=spec.max_attempts,
-        warm_start=spec.warm_start,
     )
     watch.attach(tf_run)
     return tf_run.start().wait()
@@ -229,7 +128,9 @@ def feed_request_input(spec: RunSpec, request: dict[str, Any]) -> tuple[dict[str
     return data, args
 
 
-def _serve_feed(spark, spec: RunSpec, rundir: RunDir, train_fn, watch: _Watch, digest: str, request: dict[str, Any]):
+def _serve_feed(
+    spark, spec: RunSpec, rundir: RunDir, train_fn, watch: DriverWatch, digest: str, request: dict[str, Any]
+):
     """Run one feed request and mark it done. A feed whose own input is unusable is marked done with the
     error (exit code 2) and None is returned; a failure of the TF cluster is marked too, then raised."""
     feed_id = request["feed_id"]
@@ -257,7 +158,7 @@ def _serve_feed(spark, spec: RunSpec, rundir: RunDir, train_fn, watch: _Watch, d
     return result
 
 
-def _serve(spark, spec: RunSpec, rundir: RunDir, train_fn, watch: _Watch, digest: str, result: Any) -> Any:
+def _serve(spark, spec: RunSpec, rundir: RunDir, train_fn, watch: DriverWatch, digest: str, result: Any) -> Any:
     """Serving mode: run each feed request as it arrives, until a stop request.
 
     A feed that fails on its own input fails alone; the run directory failing to answer is waited out.
@@ -295,7 +196,7 @@ def _serve(spark, spec: RunSpec, rundir: RunDir, train_fn, watch: _Watch, digest
                     idle,
                     idle_limit,
                 )
-                _record(rundir, "idle_stop", idle_secs=round(idle, 1), serve_idle_secs=idle_limit)
+                _record(rundir, events.IDLE_STOP, idle_secs=round(idle, 1), serve_idle_secs=idle_limit)
                 watch.idle = True
                 watch.stopping.set()
                 break
@@ -375,7 +276,7 @@ def run_driver(
     spark = builder.getOrCreate()
     started = time.monotonic()
     app_id = spark.sparkContext.applicationId
-    _record(rundir, "application", application_id=app_id, spec_hash=digest, spark_version=spark.version)
+    _record(rundir, events.APPLICATION, application_id=app_id, spec_hash=digest, spark_version=spark.version)
     code = EXIT_FAILED
     try:
         code = _run_application(spark, spec, rundir, train_fn, digest, heartbeat_secs)
@@ -385,7 +286,7 @@ def run_driver(
         state = _read_state(rundir)
         _record(
             rundir,
-            "application_end",
+            events.APPLICATION_END,
             application_id=app_id,
             state=state,
             exit_code=code,
@@ -397,7 +298,7 @@ def run_driver(
 
 def _run_application(spark, spec: RunSpec, rundir: RunDir, train_fn, digest: str, heartbeat_secs: float) -> int:
     base = {"application_id": spark.sparkContext.applicationId, "spec_hash": digest}
-    watch = _Watch(rundir, spec, base, heartbeat_secs)
+    watch = DriverWatch(rundir, spec, base, heartbeat_secs)
     try:
         rundir.write_status("STARTING", **base, step=watch.step(), error=None, progress=None)
         watch.start()
@@ -424,7 +325,7 @@ def _run_application(spark, spec: RunSpec, rundir: RunDir, train_fn, digest: str
     except RunCancelledError:
         if watch.stopping.is_set():
             watch.finish("STOPPED")
-            rundir.add_event("stopped", step=watch.step())
+            rundir.add_event(events.STOPPED, step=watch.step())
             return EXIT_OK
         with watch.lock:
             watch.finished.set()
@@ -446,7 +347,7 @@ def _run_application(spark, spec: RunSpec, rundir: RunDir, train_fn, digest: str
         watch.finished.set()
 
 
-def _step_or_none(watch: _Watch) -> int | None:
+def _step_or_none(watch: DriverWatch) -> int | None:
     try:
         return watch.step()
     except (RunDirError, OSError):

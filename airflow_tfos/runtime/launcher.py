@@ -33,7 +33,9 @@ from airflow_tfos.runtime.errors import (
 from airflow_tfos.runtime.feed.plan import Feed, FeedConfigError
 from airflow_tfos.runtime.feed.rows import RowFeed
 from airflow_tfos.runtime.node import NodeJob, run_node
+from airflow_tfos.shared import events
 from airflow_tfos.shared.rundir import RunDir, RunDirError
+from airflow_tfos.shared.spec import RunSpec
 
 log = logging.getLogger(__name__)
 
@@ -140,6 +142,48 @@ class TFClusterRun:
         self._error: BaseException | None = None
         self._cancelled = False
         self._frame = None
+        #: the spec this run was started from (:meth:`from_spec`), handed to every node
+        self.spec: RunSpec | None = None
+
+    @classmethod
+    def from_spec(
+        cls,
+        sc,
+        spec: RunSpec,
+        main_fun: Callable[[Any, Any], Any],
+        args: Any = None,
+        *,
+        run_dir: str | None = None,
+        env: Mapping[str, str] | None = None,
+        data: Any = None,
+        validation_data: Any = None,
+    ) -> TFClusterRun:
+        """The TF cluster ``spec`` asks for (what the driver starts): the layout, limits and node settings come
+        from the spec; what the driver made of it is passed: the training function, its ``args`` (a feed
+        request's own, or the spec's), the DataFrames it built (fed with ``spec.feed``), and ``env`` added to
+        the spec's.
+        """
+        run = cls(
+            sc,
+            main_fun,
+            args,
+            num_nodes=spec.num_nodes,
+            num_ps=spec.num_ps,
+            master_node=spec.master_node,
+            eval_node=spec.eval_node,
+            run_dir=run_dir,
+            timeout=spec.timeout,
+            gpus_per_node=spec.gpus_per_node,
+            keras=spec.keras,
+            env={**spec.env, **(env or {})},
+            data=data,
+            feed=Feed(**spec.feed) if data is not None else None,
+            validation_data=validation_data,
+            max_attempts=spec.max_attempts,
+            warm_start=spec.warm_start,
+        )
+        run.spec = spec
+        return run
 
     @property
     def num_nodes(self) -> int:
@@ -196,12 +240,13 @@ class TFClusterRun:
             with_validation=self.validation_data is not None,
             row_feed=self.row_feed,
             warm_start=self.warm_start,
+            spec=self.spec,
         )
 
     def _collect(self, job: NodeJob) -> None:
         self.sc.setJobGroup(self.job_group, f"airflow-tfos TF cluster {self.run_id}", interruptOnCancel=True)
         for attempt in range(self.max_attempts):
-            self._event("attempt", attempt=attempt)
+            self._event(events.ATTEMPT, attempt=attempt)
             try:
                 self._outcome = self._stage(dataclasses.replace(job, attempt=attempt))
                 return
@@ -211,7 +256,7 @@ class TFClusterRun:
                 if self._cancelled or not _retryable(exc):
                     return
                 reason = str(self._translate(exc)).splitlines()[0][:500]
-                self._event("attempt_failed", attempt=attempt, reason=reason, retrying=not last)
+                self._event(events.ATTEMPT_FAILED, attempt=attempt, reason=reason, retrying=not last)
                 if last:
                     log.error("TF cluster %s: attempt %d failed, no attempts left: %s", self.run_id, attempt, reason)
                     return

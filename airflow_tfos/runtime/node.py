@@ -42,6 +42,7 @@ from airflow_tfos.runtime.feed.native import WORKER_INDEX_FILE
 from airflow_tfos.runtime.feed.plan import Feed, FeedConfigError
 from airflow_tfos.runtime.feed.rows import RowFeed, RowFeedManager
 from airflow_tfos.runtime.process import ChildProcess, describe_exit
+from airflow_tfos.shared.spec import RunSpec
 
 log = logging.getLogger(__name__)
 
@@ -65,12 +66,14 @@ class NodeJob:
     :param log_dir: TensorBoard's log directory.
     :param env: extra environment variables for the node processes.
     :param set_tf_config: whether nodes get TF_CONFIG (TFoS set it only when there was a chief).
-    :param stop_grace_secs: how long a service node may take to stop before it is killed.
+    :param kill_grace_secs: how long a node process may take to exit after SIGTERM before it is killed.
     :param feed: InputMode.SPARK from a DataFrame: the partition holds Arrow batches to spill and feed.
     :param with_validation: the partition also holds validation rows (tagged by a split column).
     :param row_feed: InputMode.SPARK from an RDD (TFoS's DataFeed): the partition holds Python rows.
     :param attempt: which attempt of the run this is (0 first; a new barrier stage each time).
     :param warm_start: the exported model to start from without a checkpoint (``ctx.warm_start``).
+    :param spec: the run's spec, when the cluster was started from one (``TFClusterRun.from_spec``): where a
+        node reads a setting that only the operators' runs have.
     """
 
     run_id: str
@@ -86,12 +89,13 @@ class NodeJob:
     log_dir: str | None = None
     env: dict[str, str] = field(default_factory=dict)
     set_tf_config: bool = True
-    stop_grace_secs: float = 5.0
+    kill_grace_secs: float = 5.0
     feed: Feed | None = None
     with_validation: bool = False
     row_feed: RowFeed | None = None
     attempt: int = 0
     warm_start: str | None = None
+    spec: RunSpec | None = None
 
 
 class _Released(Exception):
@@ -206,7 +210,7 @@ def _run_node(job: NodeJob, task, role: NodeRole, host: str, node_dir: Path, par
         if is_result and result_file.exists():
             yield role.executor_id, result_file.read_bytes(), "\n".join(notes)
     finally:
-        proc.stop(job.stop_grace_secs)
+        proc.stop(job.kill_grace_secs)
         if tensorboard is not None:
             tensorboard.stop(1.0)
 
@@ -285,7 +289,7 @@ def run_inference_partition(job: NodeJob, index: int, rows: Iterable) -> Iterato
         yield from results
     finally:
         if proc is not None:
-            proc.stop(job.stop_grace_secs)
+            proc.stop(job.kill_grace_secs)
         shutil.rmtree(node_dir, ignore_errors=True)
 
 

@@ -15,7 +15,7 @@ from airflow_tfos.hooks.apps import ApplicationClient, latest
 from airflow_tfos.hooks.run_dir import RunDirHook
 from airflow_tfos.hooks.runs import check_run_dir
 from airflow_tfos.hooks.state import YARN_STATES, AppState
-from airflow_tfos.triggers.tfos import TFoSApplicationTrigger, TFoSRunDirTrigger
+from airflow_tfos.triggers.tfos import DONE, TFoSApplicationTrigger, TFoSRunDirTrigger
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -133,7 +133,7 @@ class YarnApplicationSensor(_DeferrableSensor):
         )
 
     def execute_complete(self, context: Context, event: dict[str, Any]) -> Any:
-        if event.get("status") != "done":
+        if event.get("status") != DONE:
             raise AirflowException(f"cannot watch the application: {event.get('message')}")
         result = self._check(AppState.from_json(event["app"]))
         if not result.is_done:
@@ -211,7 +211,7 @@ class TFoSCheckpointSensor(_DeferrableSensor):
         )
 
     def execute_complete(self, context: Context, event: dict[str, Any]) -> Any:
-        if event.get("status") != "done":
+        if event.get("status") != DONE:
             raise AirflowException(f"{self.run_dir}: {event.get('message') or event}")
         return event["result"]
 

@@ -32,6 +32,7 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
+from airflow_tfos.shared.events import APPLICATION
 from airflow_tfos.shared.storage import Storage, is_plain_name, join, storage_for
 
 log = logging.getLogger(__name__)
@@ -49,9 +50,9 @@ PROGRESS = "progress.json"
 REPORT_DIR = "report"
 REPORT_HTML = "report/report.html"
 
-#: Run states written to status.json by the driver.
-STATES = ("SUBMITTED", "STARTING", "RUNNING", "STOPPING", "SUCCEEDED", "FAILED", "STOPPED")
-TERMINAL_STATES = frozenset({"SUCCEEDED", "FAILED", "STOPPED"})
+#: The run's states in status.json (not YARN's: see hooks/state.py), and those of a run that has ended.
+RUN_STATES = ("SUBMITTED", "STARTING", "RUNNING", "STOPPING", "SUCCEEDED", "FAILED", "STOPPED")
+RUN_TERMINAL_STATES = frozenset({"SUCCEEDED", "FAILED", "STOPPED"})
 
 #: Name prefixes of directories being written (staging) or being replaced (aside) in a run directory.
 STAGING_PREFIX = ".staging-"
@@ -283,8 +284,8 @@ class RunDir:
 
     def write_status(self, state: str, **fields: Any) -> dict[str, Any]:
         """Replace status.json: ``state`` plus the given fields, and the time as heartbeat."""
-        if state not in STATES:
-            raise ValueError(f"unknown run state {state!r}; one of {', '.join(STATES)}")
+        if state not in RUN_STATES:
+            raise ValueError(f"unknown run state {state!r}; one of {', '.join(RUN_STATES)}")
         status = {**(self.read_status() or {}), **fields, "state": state, "heartbeat": time.time()}
         self._write_json(status, STATUS)
         return status
@@ -299,7 +300,7 @@ class RunDir:
         status = self.read_status() or {}
         if status.get("application_id") == app_id and status.get("spec_hash"):
             return status["spec_hash"]
-        for event in reversed(self.events("application")):
+        for event in reversed(self.events(APPLICATION)):
             if event.get("application_id") == app_id and event.get("spec_hash"):
                 return event["spec_hash"]
         return (self.read_spec() or {}).get("spec_hash")

@@ -18,38 +18,12 @@ Pure Python: parsed and checked here, with errors that name the field and what t
 from __future__ import annotations
 
 import importlib
-from dataclasses import dataclass, field
+from dataclasses import MISSING, Field, dataclass, field, fields
 from typing import Any
 
 INPUT_MODES = ("SPARK", "TENSORFLOW")
 DATA_FORMATS = ("table", "parquet", "csv", "tfrecord", "function")
 
-_FIELDS = {
-    "train_fn": str,
-    "args": (dict, list, type(None)),
-    "num_nodes": int,
-    "num_ps": int,
-    "master_node": (str, type(None)),
-    "eval_node": bool,
-    "input_mode": str,
-    "data": (dict, type(None)),
-    "validation_data": (dict, type(None)),
-    "feed": (dict, type(None)),
-    "max_attempts": int,
-    "timeout": (int, float, type(None)),
-    "keras": str,
-    "gpus_per_node": int,
-    "env": dict,
-    "stop_grace_secs": (int, float),
-    "spec_hash": str,
-    "kind": str,
-    "serve": bool,
-    "warm_start": (str, type(None)),
-    "inference": (dict, type(None)),
-    "code": (dict, type(None)),
-    "serve_idle_secs": (int, float, type(None)),
-}
-_REQUIRED = ("num_nodes",)
 KINDS = ("train", "inference")
 _INFERENCE_FIELDS = {"model_path", "features", "output_path", "output_col", "output", "signature", "batch_size"}
 _DATA_FIELDS = {"format", "path", "table", "function", "options"}
@@ -65,38 +39,84 @@ _FEED_FIELDS = {
     "cast_floats": (str, type(None)),
 }
 
+#: When a field is written into spec.json (and so into its hash): ``ALWAYS``; ``TRAINING``, in a spec of
+#: kind ``train`` only; ``SERVING``, when ``serve`` is true; ``WHEN_SET``, when it differs from its default;
+#: ``NEVER`` (what spec.json was stored with, not what it asks for). A new field is ``WHEN_SET``: specs
+#: that do not use it keep the hash they had before it existed.
+ALWAYS, TRAINING, SERVING, WHEN_SET, NEVER = "always", "training", "serving", "when_set", "never"
+
+
+def _spec(json_types: Any, written: str = WHEN_SET) -> dict[str, Any]:
+    """A :class:`RunSpec` field's metadata: the JSON types spec.json may hold for it, and when it is written."""
+    return {"json": json_types, "written": written}
+
 
 class SpecError(ValueError):
     """spec.json cannot be run; the message names the field."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class RunSpec:
-    """A checked spec. Fields as in spec.json."""
+    """What one run asks for, from the operator that builds it to the nodes that train: ``spec.json``.
 
-    num_nodes: int
-    train_fn: str = ""
-    args: Any = None
-    num_ps: int = 0
-    master_node: str | None = "chief"
-    eval_node: bool = False
-    input_mode: str = "SPARK"
-    data: dict | None = None
-    validation_data: dict | None = None
-    feed: dict | None = None
-    max_attempts: int = 3
-    timeout: float | None = None
-    keras: str = "auto"
-    gpus_per_node: int = 0
-    env: dict = field(default_factory=dict)
-    stop_grace_secs: float = 120.0
-    spec_hash: str = ""
-    kind: str = "train"
-    serve: bool = False
-    warm_start: str | None = None
-    inference: dict | None = None
-    code: dict | None = None
-    serve_idle_secs: float | None = None
+    The operator builds it (:meth:`to_json` is what it writes, and what the spec hash is computed from), the
+    driver reads it back with :func:`parse_spec` and starts the TF cluster from it
+    (``airflow_tfos.runtime.launcher.TFClusterRun.from_spec``), and the nodes find it as ``NodeJob.spec``.
+    Adding a field here (``WHEN_SET``) adds it to the field list :func:`parse_spec` checks.
+    """
+
+    train_fn: str = field(default="", metadata=_spec(str, TRAINING))
+    args: Any = field(default=None, metadata=_spec((dict, list, type(None)), TRAINING))
+    #: TF nodes (as ``TFClusterRun``'s ``num_nodes``); for inference, the executors that score
+    num_nodes: int = field(metadata=_spec(int, ALWAYS))
+    num_ps: int = field(default=0, metadata=_spec(int, TRAINING))
+    master_node: str | None = field(default="chief", metadata=_spec((str, type(None)), TRAINING))
+    eval_node: bool = field(default=False, metadata=_spec(bool, TRAINING))
+    input_mode: str = field(default="SPARK", metadata=_spec(str, TRAINING))
+    data: dict | None = field(default=None, metadata=_spec((dict, type(None)), ALWAYS))
+    validation_data: dict | None = field(default=None, metadata=_spec((dict, type(None)), TRAINING))
+    feed: dict | None = field(default=None, metadata=_spec((dict, type(None)), TRAINING))
+    max_attempts: int = field(default=3, metadata=_spec(int, TRAINING))
+    #: seconds one TF cluster attempt may run (the operator's ``training_timeout``)
+    timeout: float | None = field(default=None, metadata=_spec((int, float, type(None)), TRAINING))
+    keras: str = field(default="auto", metadata=_spec(str, TRAINING))
+    gpus_per_node: int = field(default=0, metadata=_spec(int, TRAINING))
+    env: dict = field(default_factory=dict, metadata=_spec(dict, ALWAYS))
+    #: how long the driver waits, after a stop request, for the next checkpoint before it stops the cluster
+    stop_grace_secs: float = field(default=120.0, metadata=_spec((int, float), TRAINING))
+    warm_start: str | None = field(default=None, metadata=_spec((str, type(None)), TRAINING))
+    #: the hash spec.json was written with (:meth:`RunDir.write_spec`); never part of :meth:`to_json`
+    spec_hash: str = field(default="", metadata=_spec(str, NEVER))
+    kind: str = field(default="train", metadata=_spec(str))
+    serve: bool = field(default=False, metadata=_spec(bool))
+    #: seconds a serving driver waits without a feed request before it stops (the launch's ``idle_timeout``)
+    serve_idle_secs: float | None = field(default=None, metadata=_spec((int, float, type(None)), SERVING))
+    inference: dict | None = field(default=None, metadata=_spec((dict, type(None))))
+    #: the shipped user code: ``{"packages": [...], "hash": ...}``
+    code: dict | None = field(default=None, metadata=_spec((dict, type(None))))
+
+    def to_json(self) -> dict[str, Any]:
+        """spec.json's content (without ``spec_hash``): the fields this spec writes, as they are."""
+        return {f.name: getattr(self, f.name) for f in fields(self) if self._writes(f)}
+
+    def _writes(self, f: Field) -> bool:
+        when = f.metadata["written"]
+        if when == TRAINING:
+            return self.kind == "train"
+        if when == SERVING:
+            return self.serve
+        if when == WHEN_SET:
+            return getattr(self, f.name) != _default(f)
+        return when == ALWAYS
+
+
+def _default(f: Field) -> Any:
+    return f.default_factory() if f.default_factory is not MISSING else f.default
+
+
+#: The fields spec.json may hold and the JSON types each takes; those it must hold.
+_FIELDS = {f.name: f.metadata["json"] for f in fields(RunSpec)}
+_REQUIRED = tuple(f.name for f in fields(RunSpec) if f.default is MISSING and f.default_factory is MISSING)
 
 
 def parse_spec(raw: Any) -> RunSpec:

@@ -13,6 +13,9 @@ from airflow_tfos.hooks.apps import ApplicationClient, latest
 from airflow_tfos.hooks.run_dir import PollPacer, RunDirHook, RunWatch, progress_line
 from airflow_tfos.hooks.state import AppState
 
+#: What a trigger's event says (its ``status``): the condition was met (``app``: the application's state,
+#: or ``result``), the application ended before the condition was met, the trigger failed, or timed out.
+DONE, APP_ENDED, ERROR, TIMEOUT = "done", "app_ended", "error", "timeout"
 #: How many polls in a row may fail (network, RM failover) before the trigger gives up.
 MAX_POLL_ERRORS = 10
 
@@ -103,14 +106,14 @@ class TFoSApplicationTrigger(BaseTrigger):
                 errors += 1
                 self.log.warning("cannot read the application state (%d/%d): %s", errors, MAX_POLL_ERRORS, exc)
                 if errors >= MAX_POLL_ERRORS:
-                    yield TriggerEvent({"status": "error", "message": str(exc), "application_id": self.application_id})
+                    yield TriggerEvent({"status": ERROR, "message": str(exc), "application_id": self.application_id})
                     return
                 await asyncio.sleep(self.poll_interval)
                 continue
             # the last UI address seen: a local application's UI is gone once it ends, YARN's stays
             tracking_url = (state.tracking_url if state else None) or tracking_url
             if self._reached(state):
-                yield TriggerEvent({"status": "done", "app": state.to_json(), "tracking_url": tracking_url})
+                yield TriggerEvent({"status": DONE, "app": state.to_json(), "tracking_url": tracking_url})
                 return
             status = None
             if rundir is not None:
@@ -197,7 +200,7 @@ class TFoSRunDirTrigger(BaseTrigger):
             try:
                 result = await rundir.acheck(self.condition)
                 if result is not None:
-                    yield TriggerEvent({"status": "done", "result": result})
+                    yield TriggerEvent({"status": DONE, "result": result})
                     return
                 if self.application_id:  # a live run (a feed, a launch): its progress and lost nodes
                     for line in await rundir.awatch_lines(watch):
@@ -208,18 +211,18 @@ class TFoSRunDirTrigger(BaseTrigger):
                         # the condition may have been met just before the application ended
                         result = await rundir.acheck(self.condition)
                         if result is not None:
-                            yield TriggerEvent({"status": "done", "result": result})
+                            yield TriggerEvent({"status": DONE, "result": result})
                         else:
-                            yield TriggerEvent({"status": "app_ended", "app": state.to_json()})
+                            yield TriggerEvent({"status": APP_ENDED, "app": state.to_json()})
                         return
                 errors = 0
             except Exception as exc:
                 errors += 1
                 self.log.warning("cannot check %s (%d/%d): %s", self.run_dir, errors, MAX_POLL_ERRORS, exc)
                 if errors >= MAX_POLL_ERRORS:
-                    yield TriggerEvent({"status": "error", "message": str(exc)})
+                    yield TriggerEvent({"status": ERROR, "message": str(exc)})
                     return
             if deadline is not None and time.monotonic() > deadline:
-                yield TriggerEvent({"status": "timeout", "message": f"not met within {self.timeout:.0f} s"})
+                yield TriggerEvent({"status": TIMEOUT, "message": f"not met within {self.timeout:.0f} s"})
                 return
             await asyncio.sleep(pacer.next_secs(watch.status, time.time()))

@@ -26,7 +26,7 @@ from airflow_tfos.operators.lineage import (
     path_id,
     table_id,
 )
-from airflow_tfos.shared.rundir import RunDir, spec_hash
+from airflow_tfos.shared.rundir import RunDir
 from tests.airflow_side.fakes import FakeBackend, make_context, use_backend
 from tests.conftest import REPO
 
@@ -63,7 +63,7 @@ def trained(op: TFoSTrainOperator, tmp_path, *, step: int = 40) -> dict:
     backend = FakeBackend()
     use_backend(op, backend)
     rundir = RunDir(str(tmp_path / "run"))
-    digest = spec_hash(op.build_spec())
+    digest = op.request_hash()
 
     def export(app_id):
         staging = rundir.export_staging()
@@ -150,7 +150,7 @@ def test_training_reports_its_data_with_the_fed_columns_and_the_export_with_spec
     assert (export.namespace, export.name) == ("file", str(tmp_path / "run" / "export"))
     model = as_dict(export)["facets"][MODEL_FACET]
     assert model["format"] == "tensorflow_saved_model"
-    assert model["specHash"] == result["spec_hash"] == spec_hash(op.build_spec())
+    assert model["specHash"] == result["spec_hash"] == op.request_hash()
     assert model["step"] == 40 and model["metrics"] == {"loss": 0.25, "accuracy": 0.97}
     assert model["_producer"] and model["_schemaURL"].startswith("https://")
 

@@ -16,8 +16,8 @@ from airflow_tfos.operators import (
     TFoSShutdownClusterOperator,
     TFoSTrainOperator,
 )
-from airflow_tfos.operators.train import STATE_APPLICATION_ID
-from airflow_tfos.shared.rundir import RunDir, spec_hash
+from airflow_tfos.operators.application import STATE_APPLICATION_ID
+from airflow_tfos.shared.rundir import RunDir
 from airflow_tfos.triggers.tfos import TFoSApplicationTrigger, TFoSRunDirTrigger
 from tests.airflow_side.fakes import FakeBackend, FakeStateStore, make_context, use_backend
 
@@ -50,9 +50,9 @@ def export(rundir: RunDir, digest: str, step: int = 40, accuracy: float = 0.97) 
 def trains(op, backend: FakeBackend, run_dir, *, write_spec: bool = True) -> None:
     """Make ``backend`` behave as a real run of ``op``'s spec: the run directory holds the spec its live
     applications work on, and an application that succeeds leaves an export of that spec behind."""
-    rundir, digest = RunDir(str(run_dir)), spec_hash(op.build_spec())
+    rundir, digest = RunDir(str(run_dir)), op.request_hash()
     if write_spec:
-        rundir.write_spec(op.build_spec())
+        rundir.write_spec(op.build_spec().to_json())
 
     def export_once(app_id):
         if (rundir.export_success() or {}).get("spec_hash") != digest:
@@ -101,7 +101,7 @@ class TestTrainIdempotency:
         op, backend = train_op(tmp_path), FakeBackend()
         use_backend(op, backend)
         rundir = RunDir(str(tmp_path))
-        exporting(backend, rundir, spec_hash(op.build_spec()))
+        exporting(backend, rundir, op.request_hash())
         context = make_context()
         result = op.execute(context)
         assert len(backend.submitted) == 1
@@ -115,7 +115,7 @@ class TestTrainIdempotency:
     def test_rerun_after_success_submits_nothing_and_returns_the_same_result(self, tmp_path):
         op, backend = train_op(tmp_path), FakeBackend()
         use_backend(op, backend)
-        exporting(backend, RunDir(str(tmp_path)), spec_hash(op.build_spec()))
+        exporting(backend, RunDir(str(tmp_path)), op.request_hash())
         first = op.execute(make_context())
         again, backend2 = train_op(tmp_path), FakeBackend()
         use_backend(again, backend2)
@@ -129,7 +129,7 @@ class TestTrainIdempotency:
         export(RunDir(str(tmp_path)), "someotherhash")
         op, backend = train_op(tmp_path), FakeBackend()
         use_backend(op, backend)
-        exporting(backend, RunDir(str(tmp_path)), spec_hash(op.build_spec()))
+        exporting(backend, RunDir(str(tmp_path)), op.request_hash())
         op.execute(make_context())
         assert len(backend.submitted) == 1
 
@@ -212,7 +212,7 @@ class TestTrainIdempotency:
             use_backend(op, backend)
             context = make_context()
             context["ti"].map_index = index
-            backend.on_submit = lambda app_id, op=op: export(op.rundir, spec_hash(op.build_spec()))
+            backend.on_submit = lambda app_id, op=op: export(op.rundir, op.request_hash())
             dirs.append(op.execute(context)["run_dir"])
         assert dirs[0] != dirs[1] and dirs[1].endswith("-map1")
         assert dirs[0].startswith(str(tmp_path)) and RunDir(dirs[0]).export_success() is not None
@@ -220,7 +220,7 @@ class TestTrainIdempotency:
     def test_a_live_application_of_another_spec_is_killed_not_adopted(self, tmp_path):
         rundir = RunDir(str(tmp_path))
         old = train_op(tmp_path, args={"epochs": 1})
-        rundir.write_spec(old.build_spec())  # the live application was submitted for this older spec
+        rundir.write_spec(old.build_spec().to_json())  # the live application was submitted for this older spec
         op, backend = train_op(tmp_path), FakeBackend()
         use_backend(op, backend)
         trains(op, backend, tmp_path, write_spec=False)
@@ -230,7 +230,7 @@ class TestTrainIdempotency:
         result = op.execute(make_context())
         assert backend.killed == ["application_1_0007"]
         assert len(backend.submitted) == 1 and result["application_id"] == "application_1700000000000_0100"
-        assert result["spec_hash"] == spec_hash(op.build_spec()) == rundir.export_success()["spec_hash"]
+        assert result["spec_hash"] == op.request_hash() == rundir.export_success()["spec_hash"]
 
     def test_the_driver_s_own_record_of_its_spec_decides_over_spec_json(self, tmp_path):
         """On YARN the driver writes status.json under the application's id, with the spec hash it read."""
@@ -247,7 +247,7 @@ class TestTrainIdempotency:
 
     def test_an_application_kept_in_durable_state_of_another_spec_is_killed_and_replaced(self, tmp_path):
         rundir = RunDir(str(tmp_path))
-        rundir.write_spec(train_op(tmp_path, args={"epochs": 1}).build_spec())
+        rundir.write_spec(train_op(tmp_path, args={"epochs": 1}).build_spec().to_json())
         op, backend = train_op(tmp_path), FakeBackend()
         use_backend(op, backend)
         trains(op, backend, tmp_path, write_spec=False)
@@ -287,7 +287,7 @@ class TestDurableState:
         op, backend = train_op(tmp_path), FakeBackend()
         use_backend(op, backend)
         rundir = RunDir(str(tmp_path))
-        rundir.write_spec(op.build_spec())  # what the stored application was submitted for
+        rundir.write_spec(op.build_spec().to_json())  # what the stored application was submitted for
         backend.add("application_1_0003", "RUNNING")  # no tag: found only through the durable state
         backend.script["application_1_0003"] = [
             backend.apps["application_1_0003"],
@@ -295,7 +295,7 @@ class TestDurableState:
         ]
         store = FakeStateStore()
         store.set(STATE_APPLICATION_ID, "application_1_0003")
-        digest, original = spec_hash(op.build_spec()), backend.get_state
+        digest, original = op.request_hash(), backend.get_state
 
         def exporting_when_finished(app_id):
             state = original(app_id)
@@ -329,11 +329,11 @@ class TestDurableState:
         store.set(STATE_APPLICATION_ID, "application_1_0005")
         rundir = RunDir(str(tmp_path))
         export(rundir, "an-older-spec")
-        exporting(backend, rundir, spec_hash(op.build_spec()))
+        exporting(backend, rundir, op.request_hash())
         result = op.execute(make_context(store=store))
         assert len(backend.submitted) == 1
         assert result["application_id"] == store.get(STATE_APPLICATION_ID) == "application_1700000000000_0100"
-        assert rundir.export_success()["spec_hash"] == spec_hash(op.build_spec())
+        assert rundir.export_success()["spec_hash"] == op.request_hash()
 
     def test_the_durable_state_keeps_the_winner_of_a_race(self, tmp_path):
         op, backend = train_op(tmp_path), FakeBackend()
@@ -375,7 +375,7 @@ class TestDurableState:
         backend.add("application_1_0008", "RUNNING")
         RunDir(str(tmp_path)).write_status("RUNNING", application_id="application_1_0008", serving=True)
         use_backend(op, backend)
-        RunDir(str(tmp_path)).write_spec(op.build_spec())
+        RunDir(str(tmp_path)).write_spec(op.build_spec().to_json())
         store = FakeStateStore()
         store.set(STATE_APPLICATION_ID, "application_1_0008")
         result = op.execute(make_context("launch", store=store))
@@ -440,7 +440,7 @@ class TestTrainFailure:
 
         def submitted(app_id):
             seen.append(rundir.stop_requested())
-            export(rundir, spec_hash(op.build_spec()))
+            export(rundir, op.request_hash())
 
         backend.on_submit = submitted
         op.execute(make_context())
@@ -467,7 +467,7 @@ class TestDeferrable:
 
     def test_execute_complete_maps_events(self, tmp_path):
         op = train_op(tmp_path, deferrable=True)
-        export(RunDir(str(tmp_path)), spec_hash(op.build_spec()))
+        export(RunDir(str(tmp_path)), op.request_hash())
         event = {
             "status": "done",
             "app": {"app_id": "application_1_0001", "state": "FINISHED", "final_status": "SUCCEEDED"},
@@ -757,7 +757,7 @@ class TestLifecycle:
         assert backend.killed == ["application_1_0001"]
 
     def test_shutdown_finds_the_launch_tasks_run_with_no_xcom(self, tmp_path, monkeypatch):
-        from airflow_tfos.operators.train import resolve_run_dir
+        from airflow_tfos.operators.run_dirs import resolve_run_dir
 
         monkeypatch.setenv("AIRFLOW_TFOS_RUN_DIR_BASE", str(tmp_path))
         launched = resolve_run_dir(None, make_context("launch"))  # where the launch task put its run
@@ -835,7 +835,7 @@ class TestSparkApplicationLink:
     def test_the_ui_address_is_pushed_once_the_running_application_has_one(self, tmp_path):
         op, backend = train_op(tmp_path), FakeBackend()
         use_backend(op, backend)
-        exporting(backend, RunDir(str(tmp_path)), spec_hash(op.build_spec()))
+        exporting(backend, RunDir(str(tmp_path)), op.request_hash())
         backend.next_script = [("ACCEPTED", "UNDEFINED"), ("RUNNING", "UNDEFINED"), ("FINISHED", "SUCCEEDED")]
         original = backend.get_state
 
@@ -851,7 +851,7 @@ class TestSparkApplicationLink:
     def test_a_deferred_task_pushes_the_last_address_the_trigger_saw(self, tmp_path):
         op = train_op(tmp_path)
         context = make_context()
-        export(RunDir(str(tmp_path)), spec_hash(op.build_spec()))
+        export(RunDir(str(tmp_path)), op.request_hash())
         app = AppState("local-1", "FINISHED", "SUCCEEDED")
         op.execute_complete(context, {"status": "done", "app": app.to_json(), "tracking_url": self.UI})
         assert context["ti"].xcoms["tracking_url"] == self.UI
@@ -879,3 +879,13 @@ class TestSparkApplicationLink:
 def op_id(op: TFoSFeedOperator) -> str:
     """The feed id a feed task of the test context uses."""
     return op.feed_id or "feed-20261121T000000"
+
+
+def test_inference_takes_its_own_arguments_and_no_training_settings(tmp_path):
+    common = {"task_id": "score", "model_path": "/m", "data": DATA, "features": ["x"], "output_path": "/out"}
+    op = TFoSInferenceOperator(**common, output_col="p", num_executors=3, executor_memory="1g", conf={"a": "b"})
+    assert op.num_executors() == 3 and op.executor_memory == "1g"
+    with pytest.raises(TypeError):
+        TFoSInferenceOperator(**common, train_fn="pkg.mod:main_fun")
+    with pytest.raises(RunConfigError, match="num_executors must be an integer >= 1"):
+        TFoSInferenceOperator(**common, num_executors=0)

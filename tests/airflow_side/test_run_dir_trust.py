@@ -53,14 +53,14 @@ def test_the_dag_author_may_opt_out_of_the_base(tmp_path, base):
     outside = tmp_path / "elsewhere" / "run"
     op, backend = rendered(train_op(FROM_CONF, allow_run_dir_outside_base=True), str(outside)), FakeBackend()
     use_backend(op, backend)
-    exporting(backend, RunDir(str(outside)), spec_hash(op.build_spec()))
+    exporting(backend, RunDir(str(outside)), op.request_hash())
     assert op.execute(make_context())["run_dir"] == str(outside)
 
 
 def test_templated_run_dirs_inside_the_base_are_normalised_and_dot_dot_is_refused(tmp_path, base):
     op, backend = rendered(train_op(FROM_CONF), f"{base}//nightly/./day/"), FakeBackend()
     use_backend(op, backend)
-    exporting(backend, RunDir(str(base / "nightly" / "day")), spec_hash(op.build_spec()))
+    exporting(backend, RunDir(str(base / "nightly" / "day")), op.request_hash())
     assert op.execute(make_context())["run_dir"] == str(base / "nightly" / "day")
 
     escaping = rendered(train_op(FROM_CONF), f"{base}/../victim")
@@ -83,7 +83,7 @@ def test_a_mapped_instances_run_dir_is_bound_to_the_base_even_when_not_templated
     assert backend.submitted == []
     allowed, backend = train_op(outside, allow_run_dir_outside_base=True), FakeBackend()
     use_backend(allowed, backend)
-    exporting(backend, RunDir(outside), spec_hash(allowed.build_spec()))
+    exporting(backend, RunDir(outside), allowed.request_hash())
     assert allowed.execute(context)["run_dir"] == outside
 
 
@@ -112,7 +112,7 @@ def test_feed_shutdown_and_publish_check_their_templated_run_dir(tmp_path, base)
 def test_the_submitted_spec_hash_reaches_the_hook_and_the_run_dir_is_private(tmp_path):
     op, backend = train_op(tmp_path / "run"), FakeBackend()
     use_backend(op, backend)
-    exporting(backend, RunDir(str(tmp_path / "run")), spec_hash(op.build_spec()))
+    exporting(backend, RunDir(str(tmp_path / "run")), op.request_hash())
     op.execute(make_context())
     written = RunDir(str(tmp_path / "run")).read_spec()
     assert backend.submitted[0]["spec_hash"] == spec_digest(written)  # all 64 digits

@@ -7,8 +7,9 @@ import time
 
 import pytest
 
-from airflow_tfos.runtime.driver import _Watch, feed_request_input
+from airflow_tfos.runtime.driver import feed_request_input
 from airflow_tfos.runtime.feed.plan import Feed
+from airflow_tfos.runtime.heartbeat import DriverWatch
 from airflow_tfos.runtime.spec import SpecError, parse_spec
 from airflow_tfos.shared.rundir import RunDir
 from airflow_tfos.shared.spec import _FEED_FIELDS
@@ -31,7 +32,7 @@ def test_the_heartbeat_outlives_a_storage_outage_and_says_so_once(caplog):
         rundir = RunDir(hdfs.uri("/runs/outage"), storage=storage)
         rundir.publish_checkpoint(rundir.checkpoint_staging(3), 3)
         spec = parse_spec({"train_fn": "pkg.mod:main", "num_nodes": 1})
-        watch = _Watch(rundir, spec, {"application_id": "app-1"}, 0.05)
+        watch = DriverWatch(rundir, spec, {"application_id": "app-1"}, 0.05)
         watch.start()
         try:
             wait_until(lambda: rundir.read_status() is not None, 10, "a first heartbeat")
@@ -127,7 +128,7 @@ def test_a_serving_driver_without_feed_requests_for_serve_idle_secs_stops_by_its
 
     rundir = RunDir(str(tmp_path / "run"))
     spec = parse_spec({"train_fn": "pkg.mod:main_fun", "num_nodes": 2, "serve": True, "serve_idle_secs": 0.3})
-    watch = driver._Watch(rundir, spec, {"application_id": "app-1", "spec_hash": "abc"}, 60.0)
+    watch = DriverWatch(rundir, spec, {"application_id": "app-1", "spec_hash": "abc"}, 60.0)
     started = time.monotonic()
     assert driver._serve(None, spec, rundir, None, watch, "abc", "trained") == "trained"
     assert time.monotonic() - started < 3.0  # stopped after the idle time, not after a stop request

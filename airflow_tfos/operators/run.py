@@ -1,0 +1,249 @@
+"""The protocol of one request to a run directory, as the operators that start Spark applications use it.
+
+:class:`ApplicationRun` holds what every such request does: check the spec, find out whether the work is
+done already, reattach to a live application of the same spec or write the spec and submit one (two tries
+that race both keep the earliest application and kill the other), and name the application that did the
+work. :class:`TrainingRun` adds what training means by done (an export of this spec), its result and its
+failure; batch inference has its own (``airflow_tfos.operators.inference.InferenceRun``).
+
+It does no waiting and knows nothing of Airflow's task machinery: the operators wait, defer and push
+XComs, and call these steps in order (``already_done``, ``reattach_or_submit``, ``finish``).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from airflow.sdk.exceptions import AirflowException
+
+from airflow_tfos.hooks.local import ApplicationAlreadyRunningError
+from airflow_tfos.hooks.run_dir import progress_line
+from airflow_tfos.hooks.runs import pick_winner, run_tag
+from airflow_tfos.shared.events import SUBMIT, SUBMITTED
+from airflow_tfos.shared.rundir import REPORT_HTML, spec_digest, spec_hash
+from airflow_tfos.shared.spec import RunSpec, parse_spec
+
+if TYPE_CHECKING:
+    from airflow_tfos.hooks.state import AppState
+    from airflow_tfos.hooks.tfos import TFoSHook
+    from airflow_tfos.shared.rundir import RunDir
+
+
+@dataclass(frozen=True)
+class Submission:
+    """How the Spark application of a run is submitted (what the spec does not say): the keyword arguments
+    of ``TFoSHook.submit``.
+
+    :param name: the application's name.
+    :param num_nodes: executors it asks for (one per TF node).
+    :param executor_cores: cores per executor.
+    :param executor_memory: JVM heap per executor.
+    :param tf_memory_mb: memory of each TF node process, off the JVM heap.
+    :param gpus_per_node: GPUs per executor.
+    :param conf: extra Spark settings.
+    """
+
+    name: str
+    num_nodes: int
+    executor_cores: int = 1
+    executor_memory: str = "2g"
+    tf_memory_mb: int | None = None
+    gpus_per_node: int = 0
+    conf: dict[str, str] = field(default_factory=dict)
+
+
+def last_submitted(rundir: RunDir) -> str | None:
+    """The application submitted last for a run (as the backend names it), from the run's events."""
+    submitted = rundir.events(SUBMITTED)
+    return submitted[-1].get("application_id") if submitted else None
+
+
+class ApplicationRun:
+    """One request (a spec) to one run directory, and the application that works on it.
+
+    :param run_dir: the run directory (resolved).
+    :param spec: what this request asks for.
+    :param hook: the backend that submits, finds and kills applications.
+    :param rundir: the run directory's contents.
+    :param log: where the steps say what they do (the operator's task log).
+    """
+
+    def __init__(self, *, run_dir: str, spec: RunSpec, hook: TFoSHook, rundir: RunDir, log: logging.Logger) -> None:
+        self.run_dir = run_dir
+        self.spec = spec
+        self.spec_json = spec.to_json()
+        self.digest = spec_hash(self.spec_json)
+        self.hook = hook
+        self.rundir = rundir
+        self.log = log
+        #: the latest result a step returned (what the task returns)
+        self.outcome: dict[str, Any] | None = None
+
+    def check(self) -> None:
+        """Raise :class:`~airflow_tfos.shared.spec.SpecError` naming the field unless the driver can run the spec."""
+        parse_spec(self.spec_json)
+
+    # --- what subclasses say -----------------------------------------------------------------------------
+
+    def already_done(self) -> dict[str, Any] | None:
+        """The result, if this request's work is there already (then nothing is submitted)."""
+        raise NotImplementedError
+
+    def result(self, app: AppState | None) -> dict[str, Any]:
+        """What the task returns once the work is done (by ``app``, or found done)."""
+        raise NotImplementedError
+
+    def finish(self, app: AppState) -> dict[str, Any]:
+        """The result of an application that ended, or an error saying what failed."""
+        raise NotImplementedError
+
+    # --- submit, with its race handling ------------------------------------------------------------------
+
+    def reattach_or_submit(self, ti: Any, submission: Submission) -> AppState:
+        """Reattach to a live application carrying the run's tag that works on this spec, else write the spec
+        and submit one (a live application of another spec is killed first)."""
+        live = [app for app in self.hook.find_live(run_tag(self.run_dir)) if self.works_on_spec(app)]
+        if not live:
+            return self.submit(ti, submission)
+        winner = pick_winner([a.app_id for a in live])
+        self.log.info("reattaching to application %s, which already works on %s", winner, self.run_dir)
+        return next(a for a in live if a.app_id == winner)
+
+    def works_on_spec(self, app: AppState) -> bool:
+        """Whether the live ``app`` works on this spec; if it works on another one, kill it (False)."""
+        found = self.rundir.application_spec_hash(app.app_id)
+        if found == self.digest:
+            return True
+        self.log.warning(
+            "application %s works on spec %s of %s, not on this task's spec %s: killing it (a new one resumes "
+            "from the latest checkpoint)",
+            app.app_id,
+            found,
+            self.run_dir,
+            self.digest,
+        )
+        self.hook.kill(app.app_id)
+        return False
+
+    def submit(self, ti: Any, submission: Submission) -> AppState:
+        """Write the spec and submit an application; when another try submitted one for this run too, keep the
+        earliest and kill the other."""
+        rundir = self.rundir
+        current = rundir.read_spec()
+        if current and current.get("spec_hash") != self.digest:
+            self.log.warning(
+                "the spec in %s changed (%s -> %s): checkpoints of the old spec are resumed only if the model matches",
+                self.run_dir,
+                current.get("spec_hash"),
+                self.digest,
+            )
+        rundir.write_spec(self.spec_json)
+        rundir.clear_stop()  # a stop request left for an earlier application must not stop this one
+        latest = rundir.latest_checkpoint() if self.spec.kind == "train" else None
+        if latest:
+            self.log.info("resuming from checkpoint step %d (%s)", latest.step, latest.path)
+        elif self.spec.kind == "train":
+            self.log.info("no checkpoint in %s: training starts from the beginning", self.run_dir)
+        tag = run_tag(self.run_dir)
+        rundir.add_event(SUBMIT, try_number=ti.try_number, resume_step=latest.step if latest else 0)
+        try:
+            app_id = self.hook.submit(self.run_dir, tag=tag, spec_hash=spec_digest(self.spec_json), **vars(submission))
+        except ApplicationAlreadyRunningError as exc:
+            # another try of this task submitted first (the local backend's per-tag lock said so)
+            self.log.warning("%s: attaching to the application already running", exc)
+            live = self.hook.find_live(tag)
+            if not live:
+                raise
+            return live[0]
+        self.log.info("submitted application %s for %s (tag %s)", app_id, self.run_dir, tag)
+        winner = pick_winner(sorted({a.app_id for a in self.hook.find_live(tag)} | {app_id}))
+        if winner != app_id:
+            self.log.warning(
+                "another try submitted %s for this run first: killing %s and attaching to it", winner, app_id
+            )
+            self.hook.kill(app_id)
+            app_id = winner
+        rundir.add_event(SUBMITTED, application_id=app_id, try_number=ti.try_number)
+        return self.hook.get_state(app_id)
+
+    def submitted_application(self) -> str | None:
+        """The application submitted last for this run (as the backend names it), from the run's events."""
+        return last_submitted(self.rundir)
+
+
+class TrainingRun(ApplicationRun):
+    """A training (or serving) request: done means an export of this spec in the run directory."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        #: the export's ``_SUCCESS`` record, once the result holds an export of this spec (for lineage)
+        self.export_record: dict[str, Any] | None = None
+
+    def already_done(self) -> dict[str, Any] | None:
+        done = self.rundir.export_success()
+        if done and done.get("spec_hash") == self.digest:
+            self.log.info(
+                "%s already holds an export of this spec (%s) at step %s: nothing to do",
+                self.run_dir,
+                self.digest,
+                done.get("step"),
+            )
+            return self.result(None)
+        return None
+
+    def result(self, app: AppState | None) -> dict[str, Any]:
+        """Application id, run directory, spec hash, step, export path, metrics and the report's path."""
+        rundir = self.rundir
+        done = rundir.export_success()
+        status = rundir.read_status() or {}
+        exported = bool(done and done.get("spec_hash") == self.digest)
+        latest = rundir.latest_checkpoint()
+        self.outcome = {
+            "application_id": app.app_id if app else self.submitted_application() or status.get("application_id"),
+            "run_dir": self.run_dir,
+            "spec_hash": self.digest,
+            "step": (done or {}).get("step") if exported else (latest.step if latest else status.get("step", 0)),
+            "export_path": rundir.path("export") if exported else None,
+            "metrics": (done or {}).get("metrics", {}) if exported else {},
+            "report": rundir.path(REPORT_HTML),
+        }
+        self.export_record = done if exported else None
+        return self.outcome
+
+    def finish(self, app: AppState) -> dict[str, Any]:
+        """The result of a successful application, or an error that says what failed and where a retry resumes."""
+        line = progress_line(self.rundir.read_status())
+        if line:
+            self.log.info("application %s ended %s: %s", app.app_id, app.state, line)
+        if app.is_successful:
+            result = self.result(app)
+            if result["export_path"] is None and not self.spec.serve:
+                self.no_export(app, "")
+            return result
+        status = self.rundir.read_status() or {}
+        latest = self.rundir.latest_checkpoint()
+        resume = f"the next try resumes from checkpoint step {latest.step}" if latest else "no checkpoint was published"
+        error = status.get("error")
+        diagnostics = (app.diagnostics or "").strip().splitlines()
+        ended = f"application {app.app_id} ended {app.state}/{app.final_status}"
+        if error:  # the driver's own words first
+            raise AirflowException(f"{error} ({ended}{'; ' + diagnostics[0] if diagnostics else ''}); {resume}")
+        raise AirflowException(
+            f"{ended} (no error recorded in status.json{'; ' + diagnostics[-1] if diagnostics else ''}); {resume}"
+        )
+
+    def no_export(self, app: AppState, when: str) -> None:
+        """Fail: ``app`` ended (``when``: before what) without an export of this spec."""
+        state = (self.rundir.read_status() or {}).get("state")
+        ended = f"application {app.app_id} ended {app.state}/{app.final_status} (run state {state})"
+        if when:
+            raise AirflowException(
+                f"{ended} {when}, without an export of this task's spec {self.digest}: clear the task to launch it "
+                "again"
+            )
+        raise AirflowException(
+            f"{ended} without an export of this task's spec {self.digest} in {self.rundir.path('export')}: call "
+            "export_model in train_fn; if it was stopped, clear the task to resume from the latest checkpoint"
+        )

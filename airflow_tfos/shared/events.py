@@ -1,0 +1,27 @@
+"""The kinds of the events in a run directory's ``events/`` (:meth:`RunDir.add_event`), which both sides write and read.
+
+Pure Python. A kind the Airflow side reacts to is named here once, for its writer and its readers alike.
+"""
+
+from __future__ import annotations
+
+#: An operator is about to submit an application (``try_number``, ``resume_step``).
+SUBMIT = "submit"
+#: The application a task submitted, or attached to after a race (``application_id``, ``try_number``).
+SUBMITTED = "submitted"
+#: A launch that did not come up was killed (``application_id``, ``state``).
+LAUNCH_FAILED = "launch_failed"
+#: A driver started (``application_id``, ``spec_hash``, ``spark_version``).
+APPLICATION = "application"
+#: A driver ended (``application_id``, ``state``, ``exit_code``, ``seconds``).
+APPLICATION_END = "application_end"
+#: A driver failed (``error``, ``exit_code``).
+FAILED = "failed"
+#: A driver stopped on request (``step``).
+STOPPED = "stopped"
+#: A serving driver stopped after ``serve_idle_secs`` without a feed request.
+IDLE_STOP = "idle_stop"
+#: A TF cluster attempt started (``run_id``, ``attempt``).
+ATTEMPT = "attempt"
+#: A TF cluster attempt failed (``run_id``, ``attempt``, ``reason``, ``retrying``).
+ATTEMPT_FAILED = "attempt_failed"

@@ -1,0 +1,52 @@
+"""One spec object from the operator to the node: its JSON form, its field list, the cluster started from it."""
+
+from __future__ import annotations
+
+import pytest
+
+from airflow_tfos.runtime.feed.plan import Feed
+from airflow_tfos.runtime.launcher import TFClusterRun
+from airflow_tfos.shared.spec import RunSpec, SpecError, parse_spec
+
+
+def test_a_spec_reads_back_as_the_same_object():
+    spec = RunSpec(train_fn="pkg.mod:main", num_nodes=3, num_ps=1, args={"a": 1}, serve=True, serve_idle_secs=None)
+    assert parse_spec(spec.to_json()) == spec
+    assert spec.to_json()["serve_idle_secs"] is None  # a serving spec says it has no idle limit
+
+
+def test_fields_at_their_default_that_are_written_only_when_set_stay_out_of_the_json():
+    written = RunSpec(train_fn="pkg.mod:main", num_nodes=2).to_json()
+    assert not {"serve", "serve_idle_secs", "code", "kind", "inference", "spec_hash"} & set(written)
+
+
+def test_an_inference_spec_writes_only_what_inference_uses():
+    spec = RunSpec(kind="inference", num_nodes=2, data={"format": "parquet", "path": "/d"}, inference={"x": 1})
+    assert set(spec.to_json()) == {"kind", "num_nodes", "data", "inference", "env"}
+
+
+def test_the_field_list_parse_spec_checks_is_the_objects():
+    with pytest.raises(SpecError, match="unknown field"):
+        parse_spec({"num_nodes": 1, "train_fn": "a:b", "nope": 1})
+    with pytest.raises(SpecError, match="'stop_grace_secs' has the wrong type"):
+        parse_spec({"num_nodes": 1, "train_fn": "a:b", "stop_grace_secs": "1"})
+
+
+def test_the_driver_starts_the_cluster_from_the_spec():
+    spec = RunSpec(
+        train_fn="pkg.mod:main",
+        num_nodes=3,
+        num_ps=1,
+        timeout=60,
+        keras="tf_keras",
+        env={"A": "1"},
+        feed={"features": ["x"], "label": "y", "batch_size": 8},
+        max_attempts=2,
+        warm_start="/m",
+    )
+    frame = type("Frame", (), {"mapInArrow": None})()
+    run = TFClusterRun.from_spec(object(), spec, print, {"e": 1}, run_dir="/r", env={"B": "2"}, data=frame)
+    assert [r.job_name for r in run.roles] == ["ps", "chief", "worker"]
+    assert (run.timeout, run.keras, run.max_attempts, run.warm_start, run.run_dir) == (60, "tf_keras", 2, "/m", "/r")
+    assert run.feed == Feed(features=["x"], label="y", batch_size=8)
+    assert run.env["A"] == "1" and run.env["B"] == "2" and run.spec is spec
