@@ -304,7 +304,6 @@ class YarnHook(BaseHook):
 
         :param app_id: ``application_<clusterTimestamp>_<number>``.
         """
-        await self._asettings()
         return await self._arun(self._get_steps(app_id))
 
     async def afind_applications(
@@ -315,14 +314,8 @@ class YarnHook(BaseHook):
         user: str | None = None,
         application_type: str | None = None,
     ) -> list[AppState]:
-        """Return the applications carrying ``tag`` in ``states`` (async); see :meth:`find_applications`.
-
-        :param tag: an application tag; None for any.
-        :param states: YARN states to keep; None for all.
-        :param user: keep only applications of this user (None: any).
-        :param application_type: keep only applications of this type, e.g. ``SPARK`` (None: any).
-        """
-        await self._asettings()
+        """Return the applications carrying ``tag`` in ``states`` (async); the parameters are
+        :meth:`find_applications`'s."""
         return await self._arun(self._find_steps(tag, states, user, application_type))
 
     async def akill_application(self, app_id: str, timeout: float = 120, poll_interval: float = 1.0) -> AppState:
@@ -332,12 +325,10 @@ class YarnHook(BaseHook):
         :param timeout: seconds to wait for the kill to complete.
         :param poll_interval: seconds between repeated kill requests while the RM answers 202.
         """
-        await self._asettings()
         return await self._arun(self._kill_steps(app_id, timeout, poll_interval))
 
     async def aget_max_allocation(self) -> ContainerLimit:
         """Return the largest container the cluster allows (async)."""
-        await self._asettings()
         return await self._arun(self._max_allocation_steps())
 
 

@@ -31,13 +31,16 @@ from airflow_tfos.hooks.yarn_rest import (
     negotiate_header,
 )
 
-log = logging.getLogger(__name__)
-
+#: Redirects followed from one RM before it counts as failed.
 MAX_REDIRECTS = 3
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
 class Send:
+    """Send one request to one RM; the plan gets back a :class:`Reply` or a :class:`Failure`."""
+
     method: str
     address: str
     path: str
@@ -48,11 +51,15 @@ class Send:
 
 @dataclass(frozen=True)
 class Failure:
+    """The request did not get an answer (refused, timed out, dropped)."""
+
     reason: str
 
 
 @dataclass(frozen=True)
 class Sleep:
+    """Wait before the next round."""
+
     seconds: float
 
 
