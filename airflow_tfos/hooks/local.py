@@ -1,4 +1,4 @@
-"""The local backend: Spark drivers run as detached spark-submit processes on this machine.
+"""The local backend's process tracker: Spark drivers run as detached spark-submit processes on this machine.
 
 For the embedded default and single-machine users: the driver runs in client mode against
 ``local-cluster[N,C,MB]`` (real executor JVMs) or a standalone master (``spark://host:port``; Spark
@@ -17,7 +17,10 @@ lock file while it looks for a live application with the tag and starts a new on
 new record before releasing it. Two submissions racing for the same tag (threads, processes, Airflow
 workers sharing this tracker directory on one machine) cannot both start: the second one sees the
 first one's record and fails with :class:`ApplicationAlreadyRunningError`. ``flock`` is not reliable on
-network file systems: keep the tracker directory on a local disk.
+network file systems: keep the tracker directory on a local disk. (The tag rules and the lock are
+:mod:`airflow_tfos.hooks.backend`'s, shared with YARN submissions; the state mapping is
+:mod:`airflow_tfos.hooks.local_state`'s; :class:`~airflow_tfos.hooks.local_backend.LocalSparkBackend`
+builds the spark-submit this tracker starts.)
 
 Only what belongs to this OS user counts: a record file owned by another user is not listed (a tag is
 predictable: anyone who can write the tracker directory could forge a record carrying it), and no
