@@ -2,15 +2,22 @@
 
 Sensors and triggers that watch an application take either a ``spark_conn_id`` (then the
 :class:`~airflow_tfos.hooks.tfos.TFoSHook` of that Spark connection decides: YARN or local) or only a
-``yarn_conn_id`` (YARN's ResourceManager directly).
+``yarn_conn_id`` (YARN's ResourceManager directly, :class:`~airflow_tfos.hooks.yarn_backend.YarnBackend`).
 """
 
 from __future__ import annotations
 
-import asyncio
 from functools import cached_property
+from typing import TYPE_CHECKING
 
 from airflow_tfos.hooks.state import AppState
+
+if TYPE_CHECKING:
+    from airflow_tfos.hooks.backend import Backend
+    from airflow_tfos.hooks.tfos import TFoSHook
+
+#: How long a kill through the ResourceManager alone waits for it to report the application killed.
+YARN_KILL_WAIT_SECS = 120
 
 
 class ApplicationClient:
@@ -25,7 +32,7 @@ class ApplicationClient:
         self.yarn_conn_id = yarn_conn_id
 
     @cached_property
-    def tfos_hook(self):
+    def tfos_hook(self) -> TFoSHook:
         from airflow_tfos.hooks.tfos import TFoSHook
 
         return TFoSHook(spark_conn_id=self.spark_conn_id, yarn_conn_id=self.yarn_conn_id)
@@ -36,40 +43,33 @@ class ApplicationClient:
 
         return YarnHook(yarn_conn_id=self.yarn_conn_id)
 
-    def get(self, app_id: str) -> AppState:
+    @cached_property
+    def backend(self) -> Backend | TFoSHook:
+        """The Spark connection's backend (through its hook), else the ResourceManager of the ``yarn`` connection."""
         if self.spark_conn_id:
-            return self.tfos_hook.get_state(app_id)
-        return self.yarn_hook.get_application(app_id)
+            return self.tfos_hook
+        from airflow_tfos.hooks.yarn_backend import YarnBackend
+
+        return YarnBackend(self.yarn_hook, min_kill_wait_secs=YARN_KILL_WAIT_SECS)
+
+    def get(self, app_id: str) -> AppState:
+        return self.backend.get_state(app_id)
 
     def find(self, tag: str) -> list[AppState]:
         """Applications carrying ``tag``, live or not, newest last."""
-        if self.spark_conn_id:
-            return self.tfos_hook.find_by_tag(tag)
-        return self.yarn_hook.find_applications(tag=tag, **self._owner())
-
-    def _owner(self) -> dict[str, str]:
-        return {"user": self.yarn_hook.application_user, "application_type": "SPARK"}
+        return self.backend.find_by_tag(tag)
 
     def kill(self, app_id: str) -> AppState:
-        if self.spark_conn_id:
-            return self.tfos_hook.kill(app_id)
-        return self.yarn_hook.kill_application(app_id)
+        return self.backend.kill(app_id)
 
     async def aget(self, app_id: str) -> AppState:
-        if self.spark_conn_id:
-            return await self.tfos_hook.aget_state(app_id)
-        return await self.yarn_hook.aget_application(app_id)
+        return await self.backend.aget_state(app_id)
 
     async def afind(self, tag: str) -> list[AppState]:
-        if self.spark_conn_id:
-            return await asyncio.to_thread(self.tfos_hook.find_by_tag, tag)
-        user = await self.yarn_hook.aapplication_user()
-        return await self.yarn_hook.afind_applications(tag=tag, user=user, application_type="SPARK")
+        return await self.backend.afind_by_tag(tag)
 
     async def akill(self, app_id: str) -> AppState:
-        if self.spark_conn_id:
-            return await self.tfos_hook.akill(app_id)
-        return await self.yarn_hook.akill_application(app_id)
+        return await self.backend.akill(app_id)
 
 
 def latest(apps: list[AppState]) -> AppState | None:

@@ -1,4 +1,4 @@
-"""The local backend: Spark drivers run as detached spark-submit processes on this machine.
+"""The local backend's process tracker: Spark drivers run as detached spark-submit processes on this machine.
 
 For the embedded default and single-machine users: the driver runs in client mode against
 ``local-cluster[N,C,MB]`` (real executor JVMs) or a standalone master (``spark://host:port``; Spark
@@ -17,7 +17,10 @@ lock file while it looks for a live application with the tag and starts a new on
 new record before releasing it. Two submissions racing for the same tag (threads, processes, Airflow
 workers sharing this tracker directory on one machine) cannot both start: the second one sees the
 first one's record and fails with :class:`ApplicationAlreadyRunningError`. ``flock`` is not reliable on
-network file systems: keep the tracker directory on a local disk.
+network file systems: keep the tracker directory on a local disk. (The tag rules and the lock are
+:mod:`airflow_tfos.hooks.backend`'s, shared with YARN submissions; the state mapping is
+:mod:`airflow_tfos.hooks.local_state`'s; :class:`~airflow_tfos.hooks.local_backend.LocalSparkBackend`
+builds the spark-submit this tracker starts.)
 
 Only what belongs to this OS user counts: a record file owned by another user is not listed (a tag is
 predictable: anyone who can write the tracker directory could forge a record carrying it), and no
@@ -29,7 +32,6 @@ Pure Python plus psutil: no Airflow import, so it can be used without an Airflow
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import json
 import logging
 import os
@@ -40,203 +42,63 @@ import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import psutil
 
+from airflow_tfos.hooks.backend import (
+    TAG_LOCK_TIMEOUT_SECS,
+    TRACKER_DIR_ENV,
+    ApplicationAlreadyRunningError,
+    LocalBackendError,
+    check_tag,
+    default_tracker_dir,
+    tag_lock,
+)
+from airflow_tfos.hooks.local_state import LOG_TAIL_LINES, map_local_state, master_webui_url, spark_ui_url, tail
 from airflow_tfos.hooks.localrun import write_json_atomically
 from airflow_tfos.hooks.state import AppState
 from airflow_tfos.shared.procgroup import signal_group
 
+__all__ = [
+    "APP_ENV",
+    "KILL_WAIT_SECS",
+    "LOG_TAIL_LINES",
+    "TAG_LOCK_TIMEOUT_SECS",
+    "TRACKER_DIR_ENV",
+    "ApplicationAlreadyRunningError",
+    "ApplicationNotFoundError",
+    "LocalBackend",
+    "LocalBackendError",
+    "check_tag",
+    "default_tracker_dir",
+    "map_local_state",
+    "master_webui_url",
+    "new_app_id",
+    "spark_ui_url",
+    "tag_lock",
+    "tail",
+]
+
 log = logging.getLogger(__name__)
 
-#: The environment variable that names the tracker directory.
-TRACKER_DIR_ENV = "AIRFLOW_TFOS_LOCAL_DIR"
 #: Set in the environment of every process of a local application (its value: the app id).
 APP_ENV = "AIRFLOW_TFOS_LOCAL_APP"
-#: How long submit() waits for another submission of the same tag to finish checking and starting.
-TAG_LOCK_TIMEOUT_SECS = 60.0
 #: How long kill() waits after SIGKILL for the processes to go.
 KILL_WAIT_SECS = 15.0
-#: Lines of the log given as diagnostics of a failed application.
-LOG_TAIL_LINES = 25
 
 _APP_ID = re.compile(r"^local-\d{14}-[0-9a-f]{8}$")
-_TAG = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.=:-]{0,99}$")
-#: The application's own web UI, as Spark 4 logs it (not the UIs of local-cluster's master and workers).
-_SPARK_UI = re.compile(r"Start Jetty (\S+):(\d+) for SparkUI")
-_SPARK_UI_PORT = re.compile(r"Successfully started service 'SparkUI' on port (\d+)")
-
-
-def spark_ui_url(log_text: str) -> str | None:
-    """The URL of the application's Spark UI from the driver's log, or None when it has none (yet).
-
-    The port is the one Spark says it started on (it tries the next port while one is taken, logging
-    a "Start Jetty" line for each try); the host is the one it bound to.
-    """
-    port = _SPARK_UI_PORT.search(log_text)
-    if not port:
-        return None
-    hosts = [m.group(1) for m in _SPARK_UI.finditer(log_text, 0, port.start()) if m.group(2) == port.group(1)]
-    host = hosts[-1] if hosts and hosts[-1] not in ("0.0.0.0", "") else "127.0.0.1"
-    return f"http://{host}:{port.group(1)}"
-
-
-class LocalBackendError(RuntimeError):
-    """The local backend cannot do what was asked; the message says what to change."""
 
 
 class ApplicationNotFoundError(LookupError):
     """No application with this id is known (to the tracker directory, or to the cluster)."""
 
 
-class ApplicationAlreadyRunningError(RuntimeError):
-    """A live application already carries the tag: reattach to it instead of submitting another."""
-
-    def __init__(self, tag: str, app_ids: Sequence[str]):
-        self.tag, self.app_ids = tag, list(app_ids)
-        super().__init__(
-            f"application(s) {', '.join(self.app_ids)} with tag {tag!r} are still running: reattach to "
-            "them, or kill them first"
-        )
-
-
-def default_tracker_dir() -> str:
-    """``$AIRFLOW_TFOS_LOCAL_DIR``, else ``<$AIRFLOW_HOME or ~/airflow>/tfos-local``."""
-    configured = os.environ.get(TRACKER_DIR_ENV)
-    if configured:
-        return configured
-    home = os.environ.get("AIRFLOW_HOME") or os.path.join(os.path.expanduser("~"), "airflow")
-    return os.path.join(home, "tfos-local")
-
-
-def check_tag(tag: str) -> str:
-    """Return ``tag`` in lower case (YARN lower-cases application tags); raise if YARN would not take it."""
-    if not isinstance(tag, str) or not _TAG.match(tag):
-        raise ValueError(
-            f"tag {tag!r} must be 1-100 ASCII letters, digits, '_', '.', '=', ':' or '-' (YARN application tag)"
-        )
-    return tag.lower()
-
-
-@contextlib.contextmanager
-def tag_lock(tracker_dir: str | Path, tag: str, timeout: float = TAG_LOCK_TIMEOUT_SECS) -> Iterator[None]:
-    """Hold the exclusive lock of ``tag`` in ``tracker_dir`` (an ``flock``, released if the holder dies)."""
-    folder = Path(tracker_dir) / "tags"
-    folder.mkdir(parents=True, exist_ok=True)
-    with open(folder / f"{check_tag(tag)}.lock", "a+") as handle:
-        deadline = time.monotonic() + timeout
-        while True:
-            try:
-                fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                if time.monotonic() >= deadline:
-                    raise LocalBackendError(
-                        f"another submission for tag {tag!r} has held {handle.name} for more than {timeout:.0f} s"
-                    ) from None
-                time.sleep(0.05)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
-
-
 def new_app_id(now: float | None = None) -> str:
     """``local-<YYYYmmddHHMMSS>-<8 hex digits>``."""
     return f"local-{time.strftime('%Y%m%d%H%M%S', time.localtime(now))}-{secrets.token_hex(4)}"
-
-
-def master_webui_url(master: str) -> str | None:
-    """The web UI (and JSON API) of a standalone master: ``spark://h:7077`` -> ``http://h:8080``."""
-    if not master.startswith("spark://") or "," in master:
-        return None
-    host = master[len("spark://") :].rsplit(":", 1)[0]
-    return f"http://{host}:8080"
-
-
-def tail(path: str | Path, lines: int = LOG_TAIL_LINES, max_bytes: int = 64 * 1024) -> str:
-    """The last ``lines`` lines of a text file (empty if it cannot be read)."""
-    try:
-        with open(path, "rb") as handle:
-            handle.seek(0, os.SEEK_END)
-            size = handle.tell()
-            handle.seek(max(0, size - max_bytes))
-            text = handle.read().decode("utf-8", errors="replace")
-    except OSError:
-        return ""
-    return "\n".join(text.splitlines()[-lines:])
-
-
-def map_local_state(
-    record: Mapping[str, Any],
-    *,
-    alive: bool,
-    exit_info: Mapping[str, Any] | None,
-    kill_info: Mapping[str, Any] | None,
-    status: Mapping[str, Any] | None,
-    master_app: Mapping[str, Any] | None = None,
-    log_tail: str = "",
-    tracking_url: str | None = None,
-    now: float | None = None,
-) -> AppState:
-    """Map what is known of a local application onto YARN's vocabulary.
-
-    :param record: the application's record (app_id, tag, name, submitted...).
-    :param alive: whether its wrapper (or, without it, any of its processes) still runs.
-    :param exit_info: what the wrapper wrote when the command ended, if it did.
-    :param kill_info: what kill() wrote, if it was called.
-    :param status: the run directory's status.json, if readable.
-    :param master_app: the standalone master's entry for the application (its JSON API), if any.
-    :param log_tail: the end of spark-submit's log.
-    :param tracking_url: the application's UI, if known.
-    :param now: the current time (for the heartbeat's age).
-    """
-    now = time.time() if now is None else now
-    submitted = float(record.get("submitted") or 0)
-    # status.json belongs to this application only if written after it was submitted.
-    ours = status if status and float(status.get("heartbeat") or 0) >= submitted else None
-    common = {
-        "app_id": record["app_id"],
-        "tags": (record["tag"],) if record.get("tag") else (),
-        "name": record.get("name", ""),
-        "tracking_url": tracking_url,
-    }
-    if alive:
-        parts = []
-        state = "RUNNING"
-        if master_app and master_app.get("state") == "WAITING":
-            state = "ACCEPTED"
-            parts.append(f"waiting for executors on the standalone master (application {master_app.get('id')})")
-        if ours:
-            age = now - float(ours["heartbeat"])
-            parts.append(f"run {ours.get('state')} at step {ours.get('step', 0)}, heartbeat {age:.0f} s ago")
-        else:
-            parts.append("the driver is starting")
-        if kill_info:
-            parts.append("being killed")
-        return AppState(state=state, diagnostics="; ".join(parts), **common)
-    error = (ours or {}).get("error") or ""
-    signaled = exit_info is not None and (exit_info.get("terminated_by") or exit_info.get("signal"))
-    if kill_info and (exit_info is None or exit_info.get("exit_code") != 0 or signaled):
-        reason = kill_info.get("reason") or "killed"
-        return AppState(state="KILLED", final_status="KILLED", diagnostics=f"killed: {reason}", **common)
-    if exit_info is None:
-        if ours and ours.get("state") == "SUCCEEDED":
-            return AppState(state="FINISHED", final_status="SUCCEEDED", **common)
-        message = "the local driver process ended without recording an exit code (killed from outside?)"
-        diagnostics = "\n".join(filter(None, [message, error, log_tail]))
-        return AppState(state="FAILED", final_status="FAILED", diagnostics=diagnostics, **common)
-    code = exit_info.get("exit_code")
-    if code == 0:
-        return AppState(state="FINISHED", final_status="SUCCEEDED", diagnostics=error, **common)
-    what = f"spark-submit exited with code {code}"
-    if exit_info.get("signal"):
-        what = f"spark-submit was ended by signal {exit_info['signal']}"
-    diagnostics = "\n".join(filter(None, [what, exit_info.get("error"), error, log_tail]))
-    return AppState(state="FAILED", final_status="FAILED", diagnostics=diagnostics, **common)
 
 
 def _read_json(path: Path) -> dict[str, Any] | None:

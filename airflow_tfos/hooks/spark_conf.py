@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from airflow_tfos.hooks.local import check_tag
+from airflow_tfos.hooks.backend import check_tag
 
 log = logging.getLogger(__name__)
 
@@ -204,6 +204,12 @@ def env_conf(env: Mapping[str, str], *, backend: str) -> dict[str, str]:
     if backend == "yarn":
         conf.update({f"spark.yarn.appMasterEnv.{k}": str(v) for k, v in env.items()})
     return conf
+
+
+def packed_env_conf(*, backend: str) -> dict[str, str]:
+    """Settings that run the driver and executors with the packed environment's Python (``...#environment``)."""
+    python = "./environment/bin/python"
+    return {"spark.pyspark.python": python, **env_conf({"PYSPARK_PYTHON": python}, backend=backend)}
 
 
 def _container(conf: Mapping[str, str], role: str, default_memory: str) -> tuple[int, dict[str, int]]:

@@ -1,94 +1,48 @@
 """Submit a training run to Spark and track it: on YARN (cluster mode) or through the local backend.
 
 The driver is ``airflow_tfos.runtime.driver`` (run by a tiny launcher file) with ``--run-dir``; the run
-directory's ``spec.json`` says what to train. Everything that decides Spark settings is a pure function
-here (:func:`training_conf`, :func:`check_container_fits`, :func:`check_local_master`), tested without Spark.
+directory's ``spec.json`` says what to train. The hook prepares what every backend submits (the Spark
+settings, from the pure functions of :mod:`airflow_tfos.hooks.spark_conf`; what is shipped; the secrets)
+as a :class:`~airflow_tfos.hooks.backend.Submission`, and hands it, like every lookup, search and kill,
+to the backend its connection's master picks.
 """
 
 from __future__ import annotations
 
-import asyncio
 import importlib.util
 import json
-import os
 import shutil
-import uuid
 from collections.abc import Sequence
 from functools import cached_property
 from pathlib import Path
-from typing import Any
 
-from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
 from airflow.sdk import BaseHook
-from airflow.sdk.exceptions import AirflowException
 
-from airflow_tfos.hooks.local import (
-    ApplicationAlreadyRunningError,
-    LocalBackend,
-    check_tag,
-    default_tracker_dir,
-    tag_lock,
-)
+from airflow_tfos.hooks.backend import Backend, Submission, check_tag, default_tracker_dir
+from airflow_tfos.hooks.local import LocalBackend
 from airflow_tfos.hooks.spark_conf import (
     _GPU_SCRIPT,
     _LAUNCHER,
-    _SUBMITTED,
     GPU_SCRIPT_NAME,
     LAUNCHER_NAME,
     WEBHDFS_ENV,
-    TFoSSubmitError,
     cached_file,
-    check_container_fits,
-    check_local_master,
     env_conf,
-    parse_application_id,
-    properties_text,
-    runtime_zip,
+    packed_env_conf,
     training_conf,
 )
-from airflow_tfos.hooks.state import LIVE_STATES, AppState
+from airflow_tfos.hooks.spark_submit import TrainingSubmit
+from airflow_tfos.hooks.state import AppState
 from airflow_tfos.hooks.user_code import CodePackage, ShippedCode, code_zip
-
-
-class _TrainingSubmit(SparkSubmitHook):
-    """SparkSubmitHook that reads the YARN application id strictly and can add ``--load-spark-defaults``."""
-
-    def __init__(self, *, load_spark_defaults: bool = False, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
-        self.load_spark_defaults = load_spark_defaults
-        self.application_id: str | None = None
-
-    @property
-    def master(self) -> str:
-        return self._connection["master"]
-
-    def _build_spark_common_args(self) -> list[str]:
-        args = super()._build_spark_common_args()
-        if self._properties_file and self.load_spark_defaults:
-            args.append("--load-spark-defaults")
-        return args
-
-    def _process_spark_submit_log(self, itr) -> None:
-        def watch(lines):
-            for line in lines:
-                found = parse_application_id(line)
-                if found and (self.application_id is None or _SUBMITTED.search(line)):
-                    self.application_id = found
-                yield line
-
-        super()._process_spark_submit_log(watch(itr))
-
-    def command(self, application: str) -> list[str]:
-        return self._build_spark_submit_command(application)
 
 
 class TFoSHook(BaseHook):
     """Submit a training run (the driver entrypoint on a run directory) and track, find and kill it.
 
-    The ``spark`` connection's master picks the backend: ``yarn`` submits in cluster mode and tracks the
-    application through the ResourceManager (:class:`~airflow_tfos.hooks.yarn.YarnHook`); ``local-cluster[...]``,
-    ``local[N]`` and ``spark://host:port`` run the driver as a detached local spark-submit in client mode
-    (:class:`~airflow_tfos.hooks.local.LocalBackend`).
+    The ``spark`` connection's master picks the backend, once: ``yarn`` submits in cluster mode and tracks the
+    application through the ResourceManager (:class:`~airflow_tfos.hooks.yarn_backend.YarnBackend`);
+    ``local-cluster[...]``, ``local[N]`` and ``spark://host:port`` run the driver as a detached local
+    spark-submit in client mode (:class:`~airflow_tfos.hooks.local_backend.LocalSparkBackend`).
 
     On YARN the runtime is shipped with ``--py-files`` (a zip of ``airflow_tfos.runtime`` and the modules it
     imports, built from this installation). The cluster's Python needs pyspark, TensorFlow and the
@@ -169,18 +123,29 @@ class TFoSHook(BaseHook):
     # --- connections ---------------------------------------------------------------------------------
 
     @cached_property
-    def _spark(self) -> _TrainingSubmit:
-        return _TrainingSubmit(conn_id=self.spark_conn_id, spark_binary=self._binary())
+    def _spark(self) -> TrainingSubmit:
+        return TrainingSubmit(conn_id=self.spark_conn_id, spark_binary=self._binary())
 
     @property
     def master(self) -> str:
         """The Spark master of the connection."""
         return self._spark.master
 
+    @cached_property
+    def _backend(self) -> Backend:
+        """Where the driver runs, chosen once from the connection's master: YARN, else the local backend."""
+        if self.master.startswith("yarn"):
+            from airflow_tfos.hooks.yarn_backend import YarnBackend
+
+            return YarnBackend(self.yarn_hook, tracker_dir=self._tracker_dir)
+        from airflow_tfos.hooks.local_backend import LocalSparkBackend
+
+        return LocalSparkBackend(self.local, master=self.master)
+
     @property
     def backend(self) -> str:
         """``yarn`` when the connection's master is YARN, else ``local``."""
-        return "yarn" if self.master.startswith("yarn") else "local"
+        return self._backend.name
 
     @cached_property
     def yarn_hook(self):
@@ -244,7 +209,7 @@ class TFoSHook(BaseHook):
         """Submit the driver on ``run_dir`` (its spec.json must be written); return the application id.
 
         Raises :class:`TFoSConfigError` before submitting when the settings cannot run (or do not fit the
-        cluster's largest container), and :class:`~airflow_tfos.hooks.local.ApplicationAlreadyRunningError`
+        cluster's largest container), and :class:`~airflow_tfos.hooks.backend.ApplicationAlreadyRunningError`
         when a live application carries ``tag``.
 
         :param run_dir: the run directory (a URI the driver can reach).
@@ -264,61 +229,57 @@ class TFoSHook(BaseHook):
             a spec.json changed after submission. None: the driver runs whatever spec.json holds.
         """
         tag = check_tag(tag)
-        backend = self.backend
+        backend = self._backend
         gpu_script = None
         if gpus_per_node:
             gpu_script = self.gpu_discovery_script or str(
                 cached_file(self._cache_dir, GPU_SCRIPT_NAME, _GPU_SCRIPT, 0o755)
             )
         settings = training_conf(
-            backend=backend,
+            backend=backend.name,
             tag=tag,
             num_nodes=num_nodes,
             executor_cores=executor_cores,
             executor_memory=executor_memory,
             tf_memory_mb=tf_memory_mb,
             gpus_per_node=gpus_per_node,
-            user_conf={**self.conf, **env_conf(self.env_vars, backend=backend), **(conf or {})},
+            user_conf={**self.conf, **env_conf(self.env_vars, backend=backend.name), **(conf or {})},
             master=self.master,
-            gpu_discovery_script=(f"./{Path(gpu_script).name}" if backend == "yarn" else gpu_script)
-            if gpu_script
-            else None,
+            gpu_discovery_script=backend.executor_path(gpu_script) if gpu_script else None,
         )
         if self.packed_env:
-            settings = {**_packed_env_conf(backend), **settings}
-        application = str(cached_file(self._cache_dir, LAUNCHER_NAME, _LAUNCHER))
+            settings = {**packed_env_conf(backend=backend.name), **settings}
         args = ["--run-dir", run_dir, "--heartbeat-secs", str(self.heartbeat_secs)]
         if spec_hash:
             args += ["--spec-hash", spec_hash]
-        secret_env = self._secret_env()
-        if backend == "yarn":
-            limit = self.yarn_hook.get_max_allocation()
-            check_container_fits(settings, max_memory_mb=limit.memory_mb, max_vcores=limit.vcores)
-            files = [self.files] if self.files else []
-            if gpu_script and not self.gpu_discovery_script:
-                files.append(gpu_script)
-            with tag_lock(self._tracker_dir, tag):
-                live = self.find_live(tag)
-                if live:
-                    raise ApplicationAlreadyRunningError(tag, [app.app_id for app in live])
-                return self._submit_yarn(
-                    application, args, settings, env_conf(secret_env, backend="yarn"), ",".join(files), name
-                )
-        check_local_master(
-            self.master, num_nodes=num_nodes, executor_cores=executor_cores, executor_memory=executor_memory
-        )
-        props = self._properties(env_conf(secret_env, backend="local"))
-        hook = self._submit_hook(settings, name, args, props, self.files, deploy_mode="client")
-        command = hook.command(application)
-        return self.local.submit(
-            command,
-            tag=tag,
+        py_files = [p for p in [self.py_files] if p]
+        if self._user_code is not None:
+            py_files.insert(0, str(self._user_code.path))
+        archives = [a for a in [self.archives, f"{self.packed_env}#environment" if self.packed_env else None] if a]
+        submission = Submission(
+            application=str(cached_file(self._cache_dir, LAUNCHER_NAME, _LAUNCHER)),
+            args=tuple(args),
             name=name,
+            tag=tag,
             run_dir=run_dir,
-            master=self.master,
-            env={**self.env_vars, **secret_env},
-            remove_after=[props] if props and props != self.properties_file else [],
+            conf=settings,
+            spark_conn_id=self.spark_conn_id,
+            cache_dir=str(self._cache_dir),
+            num_nodes=num_nodes,
+            executor_cores=executor_cores,
+            executor_memory=executor_memory,
+            spark_binary=self._binary(),
+            py_files=tuple(py_files),
+            archives=",".join(archives) or None,
+            files=self.files,
+            properties_file=self.properties_file,
+            load_spark_defaults=self.load_spark_defaults,
+            secret_env=self._secret_env(),
+            env_vars=dict(self.env_vars),
+            gpu_script=gpu_script if gpu_script and not self.gpu_discovery_script else None,
+            ship_runtime=self.ship_runtime,
         )
+        return backend.submit(submission)
 
     def ship_user_code(self, packages: Sequence[CodePackage]) -> ShippedCode | None:
         """Zip the user's ``packages`` (content-hashed, cached beside the runtime zip) and ship the zip with
@@ -327,87 +288,27 @@ class TFoSHook(BaseHook):
         self._user_code = code_zip(packages, self._cache_dir)
         return self._user_code
 
-    def _submit_hook(self, settings, name, args, props, files, *, deploy_mode) -> _TrainingSubmit:
-        py_files = [p for p in [self.py_files] if p]
-        if self._user_code is not None:
-            py_files.insert(0, str(self._user_code.path))
-        if self.ship_runtime and deploy_mode == "cluster":
-            py_files.insert(0, str(runtime_zip(self._cache_dir)))
-        archives = [a for a in [self.archives, f"{self.packed_env}#environment" if self.packed_env else None] if a]
-        return _TrainingSubmit(
-            conn_id=self.spark_conn_id,
-            conf=settings,
-            py_files=",".join(py_files) or None,
-            archives=",".join(archives) or None,
-            files=files or None,
-            name=name,
-            application_args=args,
-            spark_binary=self._binary(),
-            deploy_mode=deploy_mode,
-            properties_file=props,
-            load_spark_defaults=self.load_spark_defaults,
-        )
-
-    def _properties(self, secret_conf: dict[str, str]) -> str | None:
-        """A private properties file: the user's properties file plus ``secret_conf`` (None if neither)."""
-        if not secret_conf:
-            return self.properties_file
-        base = Path(self.properties_file).read_text() + "\n" if self.properties_file else ""
-        folder = Path(self._tracker_dir) / "secrets"
-        folder.mkdir(parents=True, exist_ok=True, mode=0o700)
-        path = folder / f"{uuid.uuid4().hex}.properties"
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(base + properties_text(secret_conf))
-        return str(path)
-
-    def _submit_yarn(self, application, args, settings, secret_conf, files, name) -> str:
-        props = self._properties(secret_conf)
-        hook = self._submit_hook(settings, name, args, props, files, deploy_mode="cluster")
-        try:
-            hook.submit(application)
-        except AirflowException as exc:
-            raise TFoSSubmitError(str(exc)) from exc
-        finally:
-            if props and props != self.properties_file:
-                Path(props).unlink(missing_ok=True)
-        if not hook.application_id:
-            raise TFoSSubmitError(
-                "spark-submit ended without naming the YARN application it submitted: keep the log level of "
-                "org.apache.spark.deploy.yarn.Client at INFO in the Spark log4j2 settings"
-            )
-        self.log.info("submitted YARN application %s (tag %s)", hook.application_id, settings["spark.yarn.tags"])
-        return hook.application_id
-
     # --- state, search, kill -------------------------------------------------------------------------
 
     def get_state(self, app_id: str) -> AppState:
         """The application's state."""
-        if self.backend == "yarn":
-            return self.yarn_hook.get_application(app_id)
-        return self.local.get_state(app_id)
+        return self._backend.get_state(app_id)
 
     async def aget_state(self, app_id: str) -> AppState:
         """The application's state, without blocking the event loop."""
-        if self.backend == "yarn":
-            return await self.yarn_hook.aget_application(app_id)
-        return await asyncio.to_thread(self.local.get_state, app_id)
+        return await self._backend.aget_state(app_id)
 
     def find_by_tag(self, tag: str) -> list[AppState]:
         """The applications carrying ``tag``, live or not."""
-        if self.backend == "yarn":
-            return self.yarn_hook.find_applications(tag=check_tag(tag), **self._owner())
-        return self.local.find_by_tag(tag)
+        return self._backend.find_by_tag(check_tag(tag))
+
+    async def afind_by_tag(self, tag: str) -> list[AppState]:
+        """:meth:`find_by_tag` without blocking the event loop."""
+        return await self._backend.afind_by_tag(check_tag(tag))
 
     def find_live(self, tag: str) -> list[AppState]:
         """The applications carrying ``tag`` that have not ended."""
-        if self.backend == "yarn":
-            return self.yarn_hook.find_applications(tag=check_tag(tag), states=list(LIVE_STATES), **self._owner())
-        return self.local.find_live(tag)
-
-    def _owner(self) -> dict[str, str]:
-        """Who a run's application must belong to (its tag is predictable: anyone could set it)."""
-        return {"user": self.yarn_hook.application_user, "application_type": "SPARK"}
+        return self._backend.find_live(check_tag(tag))
 
     def kill(self, app_id: str, grace_secs: float = 30) -> AppState:
         """Kill the application; one that has ended, or that the cluster has forgotten, is left alone.
@@ -417,34 +318,8 @@ class TFoSHook(BaseHook):
             with SIGTERM, then SIGKILL after ``yarn.nodemanager.sleep-delay-before-sigkill.ms``) how long to
             wait for the ResourceManager to report it killed (at least 30 s).
         """
-        if self.backend == "yarn":
-            from airflow_tfos.hooks.yarn import YarnApplicationNotFound
-
-            try:
-                return self.yarn_hook.kill_application(app_id, timeout=max(grace_secs, 30))
-            except YarnApplicationNotFound as exc:
-                return _gone(app_id, exc)
-        return self.local.kill(app_id, grace_secs)
+        return self._backend.kill(app_id, grace_secs)
 
     async def akill(self, app_id: str, grace_secs: float = 30) -> AppState:
         """:meth:`kill` without blocking the event loop."""
-        if self.backend == "yarn":
-            from airflow_tfos.hooks.yarn import YarnApplicationNotFound
-
-            try:
-                return await self.yarn_hook.akill_application(app_id, timeout=max(grace_secs, 30))
-            except YarnApplicationNotFound as exc:
-                return _gone(app_id, exc)
-        return await asyncio.to_thread(self.local.kill, app_id, grace_secs)
-
-
-def _gone(app_id: str, exc: Exception) -> AppState:
-    return AppState(app_id=app_id, state="KILLED", final_status="KILLED", diagnostics=f"not killed: {exc}")
-
-
-def _packed_env_conf(backend: str) -> dict[str, str]:
-    python = "./environment/bin/python"
-    conf = {"spark.pyspark.python": python, "spark.executorEnv.PYSPARK_PYTHON": python}
-    if backend == "yarn":
-        conf["spark.yarn.appMasterEnv.PYSPARK_PYTHON"] = python
-    return conf
+        return await self._backend.akill(app_id, grace_secs)

@@ -1,11 +1,10 @@
 """YARN through the ResourceManager REST API: application state, tag search, kill, container limits.
 
 Every method exists twice: ``get_application`` (requests, for operators and sensors) and
-``aget_application`` (httpx, for triggers). Both run the same request plan: try each RM of the
-connection, follow a standby RM's redirect to the active one (only to an RM of the connection: a
-redirect elsewhere is refused, naming the address), move on from a standby or an RM that
-cannot be reached, retry 5xx answers and dropped connections with backoff, and give up after
-``max_retries`` rounds or ``max_retry_seconds``, naming every address tried.
+``aget_application`` (httpx, for triggers). Both run the same request plan, written here on top of
+:meth:`RmTransport.exchange <airflow_tfos.hooks.yarn_transport.RmTransport.exchange>`: try each RM of
+the connection, follow a standby RM's redirect to the active one, move on from a standby or an RM that
+cannot be reached, retry with backoff, and give up naming every address tried.
 
 Connection (type ``yarn``): host is one or more RM web addresses, comma-separated for HA
 (``rm1.example.com,rm2.example.com`` or ``rm1:8088,rm2:8088``); port (default 8088, or 8090 for
@@ -19,17 +18,13 @@ in seconds, default 1), ``max_retry_seconds`` (default 60).
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 import os
 import re
 import time
-from collections.abc import Generator, Iterable, Mapping
-from dataclasses import dataclass
-from functools import cached_property
+from collections.abc import Iterable
 from typing import Any
-from urllib.parse import urlsplit
 
 from airflow.sdk import BaseHook
 
@@ -55,6 +50,7 @@ from airflow_tfos.hooks.yarn_rest import (
     parse_connection,
     parse_rm_addresses,
 )
+from airflow_tfos.hooks.yarn_transport import RmTransport, Sleep, Steps
 
 __all__ = [
     "YARN_CONNECTION_TYPE",
@@ -88,33 +84,7 @@ NEW_APPLICATION_PATH = "/ws/v1/cluster/apps/new-application"
 CONF_PATH = "/conf"
 MAX_ALLOCATION_MB_KEY = "yarn.scheduler.maximum-allocation-mb"
 MAX_ALLOCATION_VCORES_KEY = "yarn.scheduler.maximum-allocation-vcores"
-MAX_REDIRECTS = 3
 APP_ID_RE = re.compile(r"^application_\d+_\d+$")
-
-#: The provider-info entry for this connection type (``connection-types`` in get_provider_info).
-
-
-@dataclass(frozen=True)
-class _Send:
-    method: str
-    address: str
-    path: str
-    params: dict[str, str]
-    body: dict[str, Any] | None
-    timeout: float
-
-
-@dataclass(frozen=True)
-class _Failure:
-    reason: str
-
-
-@dataclass(frozen=True)
-class _Sleep:
-    seconds: float
-
-
-_Steps = Generator[Any, Any, Any]
 
 
 class YarnHook(BaseHook):
@@ -132,7 +102,7 @@ class YarnHook(BaseHook):
         super().__init__(**kwargs)
         self.yarn_conn_id = yarn_conn_id
         self._settings: RmSettings | None = None
-        self._active: str | None = None
+        self._transport: RmTransport | None = None
 
     @classmethod
     def get_ui_field_behaviour(cls) -> dict[str, Any]:
@@ -170,158 +140,34 @@ class YarnHook(BaseHook):
             extra=conn.extra_dejson,
         )
 
-    @cached_property
-    def _session(self) -> Any:
-        import requests
+    @property
+    def _rms(self) -> RmTransport:
+        """The transport to this connection's RMs (once the settings are read); it remembers the active RM."""
+        if self._transport is None:
+            self._transport = RmTransport(self.yarn_conn_id, self.settings)
+        return self._transport
 
-        session = requests.Session()
-        if self.settings.auth == "kerberos":
-            from requests_kerberos import OPTIONAL, HTTPKerberosAuth
+    def _run(self, steps: Steps) -> Any:
+        """Carry out a request plan with requests (the connection is read before the plan starts)."""
+        return self._rms.run(steps)
 
-            session.auth = HTTPKerberosAuth(mutual_authentication=OPTIONAL)
-        return session
+    async def _arun(self, steps: Steps) -> Any:
+        """Carry out a request plan with httpx (the connection is read before the plan starts)."""
+        await self._asettings()
+        return await self._rms.arun(steps)
 
-    def _params(self, params: Mapping[str, str] | None) -> dict[str, str]:
-        settings = self.settings
-        base = {"user.name": settings.user} if settings.auth == "simple" and settings.user else {}
-        return {**base, **(params or {})}
+    # ------------------------------------------------------------------ the request plans
 
-    def _send(self, step: _Send) -> Reply | _Failure:
-        import requests
-        from requests_kerberos.exceptions import KerberosExchangeError
-
-        try:
-            response = self._session.request(
-                step.method,
-                step.address + step.path,
-                params=step.params,
-                json=step.body,
-                headers={"Accept": "application/json"},
-                timeout=step.timeout,
-                allow_redirects=False,
-                verify=self.settings.verify,
-            )
-        except KerberosExchangeError as exc:
-            raise YarnAuthError(
-                f"Kerberos (SPNEGO) with {step.address} failed ({exc}): run kinit or provide a keytab for the "
-                f"Airflow worker, or set extra 'auth' of connection {self.yarn_conn_id!r} to 'simple'"
-            ) from exc
-        except requests.RequestException as exc:
-            return _Failure(_describe(exc))
-        headers = {name.lower(): value for name, value in response.headers.items()}
-        return Reply(step.address, response.status_code, headers, response.text)
-
-    async def _asend(self, client: Any, step: _Send) -> Reply | _Failure:
-        import httpx
-
-        headers = {"Accept": "application/json"}
-        if self.settings.auth == "kerberos":
-            hostname = urlsplit(step.address).hostname or ""
-            headers["Authorization"] = await asyncio.to_thread(negotiate_header, hostname)
-        try:
-            response = await client.request(
-                step.method,
-                step.address + step.path,
-                params=step.params,
-                json=step.body,
-                headers=headers,
-                timeout=step.timeout,
-            )
-        except httpx.TransportError as exc:
-            return _Failure(_describe(exc))
-        return Reply(step.address, response.status_code, dict(response.headers), response.text)
-
-    def _run(self, steps: _Steps) -> Any:
-        """Carry out a request plan with requests."""
-        self.settings  # noqa: B018 - read the connection before the plan starts
-        try:
-            step = next(steps)
-            while True:
-                if isinstance(step, _Sleep):
-                    time.sleep(step.seconds)
-                    step = steps.send(None)
-                else:
-                    step = steps.send(self._send(step))
-        except StopIteration as done:
-            return done.value
-
-    async def _arun(self, steps: _Steps) -> Any:
-        """Carry out a request plan with httpx."""
-        import httpx
-
-        settings = await self._asettings()
-        async with httpx.AsyncClient(verify=settings.verify, follow_redirects=False) as client:
-            try:
-                step = next(steps)
-                while True:
-                    if isinstance(step, _Sleep):
-                        await asyncio.sleep(step.seconds)
-                        step = steps.send(None)
-                    else:
-                        step = steps.send(await self._asend(client, step))
-            except StopIteration as done:
-                return done.value
-
-    # ------------------------------------------------------------------ the request plan
-
-    def _exchange(
-        self, method: str, path: str, *, params: Mapping[str, str] | None = None, body: dict[str, Any] | None = None
-    ) -> _Steps:
-        """Yield the sends and sleeps of one request over every RM; return the final :class:`Reply`."""
-        settings = self.settings
-        started = time.monotonic()
-        deadline = started + settings.max_retry_seconds
-        failures: dict[str, str] = {}
-        rounds = 0
-        while True:
-            rounds += 1
-            order = [self._active] if self._active else []
-            for first in dict.fromkeys([*order, *settings.addresses]):
-                address = first
-                for _hop in range(MAX_REDIRECTS + 1):
-                    timeout = max(0.5, min(settings.timeout, deadline - time.monotonic()))
-                    outcome = yield _Send(method, address, path, self._params(params), body, timeout)
-                    if isinstance(outcome, _Failure):
-                        kind, detail = "next", outcome.reason
-                    else:
-                        kind, detail = classify_reply(outcome)
-                    if kind == "done":
-                        self._active = address
-                        return outcome
-                    if kind == "redirect" and detail not in settings.addresses:
-                        kind, detail = "next", foreign_redirect(detail, settings)
-                    elif kind == "redirect":
-                        log.info("ResourceManager %s is standby; following its redirect to %s", address, detail)
-                        address = detail
-                        continue
-                    failures[address] = detail
-                    log.warning("ResourceManager %s: %s (%s %s)", address, detail, method, path)
-                    if self._active == address:
-                        self._active = None
-                    break
-                else:
-                    failures[address] = "too many redirects"
-            remaining = deadline - time.monotonic()
-            if rounds > settings.max_retries or remaining <= 0:
-                break
-            yield _Sleep(min(settings.retry_backoff * 2 ** (rounds - 1), 30.0, remaining))
-        tried = "; ".join(f"{address}: {reason}" for address, reason in failures.items())
-        raise YarnUnavailableError(
-            f"no ResourceManager of Airflow connection {self.yarn_conn_id!r} answered {method} {path} "
-            f"({rounds} round(s) in {time.monotonic() - started:.1f} s). Tried {tried}. Fix the host/port "
-            f"(or extra 'rm_addresses') of connection {self.yarn_conn_id!r}, or check that an RM is up and active"
-        )
-
-    def _get_steps(self, app_id: str) -> _Steps:
+    def _get_steps(self, app_id: str) -> Steps:
         _check_app_id(app_id)
-        reply = yield from self._exchange("GET", APP_PATH.format(app_id=app_id))
+        reply = yield from self._rms.exchange("GET", APP_PATH.format(app_id=app_id))
         what = f"GET application {app_id}"
         payload = decode_reply(reply, conn_id=self.yarn_conn_id, what=what, app_id=app_id)
         return app_state_from_json(payload, source=reply.address)
 
     def _find_steps(
         self, tag: str | None, states: Iterable[str] | None, user: str | None = None, app_type: str | None = None
-    ) -> _Steps:
+    ) -> Steps:
         params: dict[str, str] = {}
         if user:
             params["user"] = user
@@ -336,7 +182,7 @@ class YarnHook(BaseHook):
         wanted_tag = tag.strip().lower() if tag else None  # YARN stores and matches tags lower-cased
         if wanted_tag:
             params["applicationTags"] = wanted_tag
-        reply = yield from self._exchange("GET", APPS_PATH, params=params)
+        reply = yield from self._rms.exchange("GET", APPS_PATH, params=params)
         payload = decode_reply(reply, conn_id=self.yarn_conn_id, what="GET applications")
         found = app_states_from_json(payload, source=reply.address)
         return [
@@ -348,7 +194,7 @@ class YarnHook(BaseHook):
             and (not app_type or app.application_type.upper() == app_type.upper())
         ]
 
-    def _kill_steps(self, app_id: str, timeout: float, poll_interval: float) -> _Steps:
+    def _kill_steps(self, app_id: str, timeout: float, poll_interval: float) -> Steps:
         deadline = time.monotonic() + timeout
         current = yield from self._get_steps(app_id)
         if current.is_terminal:
@@ -357,7 +203,7 @@ class YarnHook(BaseHook):
         path = APP_STATE_PATH.format(app_id=app_id)
         what = f"PUT state KILLED of {app_id}"
         while True:
-            reply = yield from self._exchange("PUT", path, body={"state": "KILLED"})
+            reply = yield from self._rms.exchange("PUT", path, body={"state": "KILLED"})
             payload = decode_reply(reply, conn_id=self.yarn_conn_id, what=what, app_id=app_id)
             state = str(payload.get("state", "")).upper()
             if reply.status == 200 and state in TERMINAL_STATES:
@@ -371,15 +217,15 @@ class YarnHook(BaseHook):
                     "raise the kill timeout, or look at the RM and NodeManager logs"
                 )
             log.info("kill of %s in progress (HTTP %s, state %s)", app_id, reply.status, state)
-            yield _Sleep(min(poll_interval, remaining))
+            yield Sleep(min(poll_interval, remaining))
         final = yield from self._get_steps(app_id)
         log.info("application %s killed: %s", app_id, final)
         return final
 
-    def _max_allocation_steps(self) -> _Steps:
+    def _max_allocation_steps(self) -> Steps:
         values: dict[str, str | None] = {}
         for key in (MAX_ALLOCATION_MB_KEY, MAX_ALLOCATION_VCORES_KEY):
-            reply = yield from self._exchange("GET", CONF_PATH, params={"name": key})
+            reply = yield from self._rms.exchange("GET", CONF_PATH, params={"name": key})
             if reply.status != 200:
                 break
             try:
@@ -390,7 +236,7 @@ class YarnHook(BaseHook):
         if mb and vcores and mb.isdigit() and vcores.isdigit():
             return ContainerLimit(memory_mb=int(mb), vcores=int(vcores))
         log.info("the RM's /conf servlet did not give the maximum allocation; asking new-application")
-        reply = yield from self._exchange("POST", NEW_APPLICATION_PATH)
+        reply = yield from self._rms.exchange("POST", NEW_APPLICATION_PATH)
         payload = decode_reply(reply, conn_id=self.yarn_conn_id, what="POST new-application")
         return container_limit_from_new_application(payload, source=reply.address)
 
@@ -458,7 +304,6 @@ class YarnHook(BaseHook):
 
         :param app_id: ``application_<clusterTimestamp>_<number>``.
         """
-        await self._asettings()
         return await self._arun(self._get_steps(app_id))
 
     async def afind_applications(
@@ -469,14 +314,8 @@ class YarnHook(BaseHook):
         user: str | None = None,
         application_type: str | None = None,
     ) -> list[AppState]:
-        """Return the applications carrying ``tag`` in ``states`` (async); see :meth:`find_applications`.
-
-        :param tag: an application tag; None for any.
-        :param states: YARN states to keep; None for all.
-        :param user: keep only applications of this user (None: any).
-        :param application_type: keep only applications of this type, e.g. ``SPARK`` (None: any).
-        """
-        await self._asettings()
+        """Return the applications carrying ``tag`` in ``states`` (async); the parameters are
+        :meth:`find_applications`'s."""
         return await self._arun(self._find_steps(tag, states, user, application_type))
 
     async def akill_application(self, app_id: str, timeout: float = 120, poll_interval: float = 1.0) -> AppState:
@@ -486,38 +325,13 @@ class YarnHook(BaseHook):
         :param timeout: seconds to wait for the kill to complete.
         :param poll_interval: seconds between repeated kill requests while the RM answers 202.
         """
-        await self._asettings()
         return await self._arun(self._kill_steps(app_id, timeout, poll_interval))
 
     async def aget_max_allocation(self) -> ContainerLimit:
         """Return the largest container the cluster allows (async)."""
-        await self._asettings()
         return await self._arun(self._max_allocation_steps())
 
 
 def _check_app_id(app_id: str) -> None:
     if not isinstance(app_id, str) or not APP_ID_RE.match(app_id):
         raise ValueError(f"{app_id!r} is not a YARN application id (application_<clusterTimestamp>_<number>)")
-
-
-def _describe(exc: BaseException) -> str:
-    """A short reason for a transport failure, from the exception and its causes."""
-    chain: list[BaseException] = []
-    current: BaseException | None = exc
-    while current is not None and len(chain) < 10:
-        chain.append(current)
-        current = current.__cause__ or current.__context__
-    for error in chain:
-        if isinstance(error, ConnectionRefusedError) or "Connection refused" in str(error):
-            return "connection refused"
-    for error in chain:
-        text, name = str(error), type(error).__name__
-        if isinstance(error, TimeoutError) or "timed out" in text or "Timeout" in name:
-            return "timed out"
-        if isinstance(error, ConnectionResetError) or "reset" in text:
-            return "connection reset"
-        if "RemoteDisconnected" in name or "without sending a response" in text or "without response" in text:
-            return "connection closed without an answer"
-        if "Name or service not known" in text or "nodename nor servname" in text:
-            return "unknown host"
-    return f"{type(exc).__name__}: {str(exc)[:120]}"

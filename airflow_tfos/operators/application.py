@@ -29,7 +29,7 @@ from airflow_tfos.hooks.runs import RunConfigError, check_run_dir, run_tag
 from airflow_tfos.hooks.state import LIVE_STATES, AppState
 from airflow_tfos.hooks.user_code import ShippedCode, UserCodeError, code_package, comma_list
 from airflow_tfos.links.tfos import REPORT_URL_KEY, RUN_DIR_KEY, TRACKING_URL_KEY, SparkApplicationLink
-from airflow_tfos.operators.run import ApplicationRun, Submission
+from airflow_tfos.operators.run import ApplicationRun, AppResources
 from airflow_tfos.operators.run_dirs import resolve_run_dir, templated
 from airflow_tfos.shared.rundir import REPORT_HTML, spec_hash
 from airflow_tfos.shared.spec import SpecError, parse_spec
@@ -238,9 +238,9 @@ class _TFoSApplicationOperator(ResumableJobMixin, BaseOperator):
             context["ti"].xcom_push(key=APPLICATION_ID_KEY, value=done["application_id"])
         return done
 
-    def submission(self, ti: Any) -> Submission:
+    def resources(self, ti: Any) -> AppResources:
         """How this task's application is submitted."""
-        return Submission(
+        return AppResources(
             name=f"tfos {ti.dag_id}.{ti.task_id} {os.path.basename(self.run_dir)}",
             num_nodes=self.num_executors(),
             executor_cores=self.executor_cores,
@@ -282,7 +282,7 @@ class _TFoSApplicationOperator(ResumableJobMixin, BaseOperator):
     # --- ResumableJobMixin ---------------------------------------------------------------------------------
 
     def submit_job(self, context: Context) -> str:
-        self._app = self.run().reattach_or_submit(context["ti"], self.submission(context["ti"]))
+        self._app = self.run().reattach_or_submit(context["ti"], self.resources(context["ti"]))
         return self._app.app_id
 
     def get_job_status(self, external_id: Any, context: Context) -> str:

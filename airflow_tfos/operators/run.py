@@ -32,7 +32,7 @@ if TYPE_CHECKING:
 
 
 @dataclass(frozen=True)
-class Submission:
+class AppResources:
     """How the Spark application of a run is submitted (what the spec does not say): the keyword arguments
     of ``TFoSHook.submit``.
 
@@ -101,12 +101,12 @@ class ApplicationRun:
 
     # --- submit, with its race handling ------------------------------------------------------------------
 
-    def reattach_or_submit(self, ti: Any, submission: Submission) -> AppState:
+    def reattach_or_submit(self, ti: Any, resources: AppResources) -> AppState:
         """Reattach to a live application carrying the run's tag that works on this spec, else write the spec
         and submit one (a live application of another spec is killed first)."""
         live = [app for app in self.hook.find_live(run_tag(self.run_dir)) if self.works_on_spec(app)]
         if not live:
-            return self.submit(ti, submission)
+            return self.submit(ti, resources)
         winner = pick_winner([a.app_id for a in live])
         self.log.info("reattaching to application %s, which already works on %s", winner, self.run_dir)
         return next(a for a in live if a.app_id == winner)
@@ -127,7 +127,7 @@ class ApplicationRun:
         self.hook.kill(app.app_id)
         return False
 
-    def submit(self, ti: Any, submission: Submission) -> AppState:
+    def submit(self, ti: Any, resources: AppResources) -> AppState:
         """Write the spec and submit an application; when another try submitted one for this run too, keep the
         earliest and kill the other."""
         rundir = self.rundir
@@ -149,7 +149,7 @@ class ApplicationRun:
         tag = run_tag(self.run_dir)
         rundir.add_event(SUBMIT, try_number=ti.try_number, resume_step=latest.step if latest else 0)
         try:
-            app_id = self.hook.submit(self.run_dir, tag=tag, spec_hash=spec_digest(self.spec_json), **vars(submission))
+            app_id = self.hook.submit(self.run_dir, tag=tag, spec_hash=spec_digest(self.spec_json), **vars(resources))
         except ApplicationAlreadyRunningError as exc:
             # another try of this task submitted first (the local backend's per-tag lock said so)
             self.log.warning("%s: attaching to the application already running", exc)

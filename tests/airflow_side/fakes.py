@@ -68,6 +68,9 @@ class FakeBackend:
             self.racer = None
         return [a for a in self.apps.values() if tag in a.tags]
 
+    async def afind_by_tag(self, tag: str) -> list[AppState]:
+        return self.find_by_tag(tag)
+
     def find_live(self, tag: str) -> list[AppState]:
         return [a for a in self.find_by_tag(tag) if not a.is_terminal]
 

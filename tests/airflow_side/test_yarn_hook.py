@@ -315,7 +315,7 @@ class TestKerberos:
         from requests_kerberos import HTTPKerberosAuth
 
         hook = connect(rm.addresses, auth="kerberos")
-        assert isinstance(hook._session.auth, HTTPKerberosAuth)
+        assert isinstance(hook._rms._session.auth, HTTPKerberosAuth)
         assert hook.settings.auth == "kerberos"
 
     def test_async_without_a_ticket_is_a_clear_auth_error(self, rm, connect, tmp_path, monkeypatch):

@@ -1,0 +1,196 @@
+"""Where a training run's Spark driver runs: the interface every backend implements, and the rules they share.
+
+A backend submits a prepared :class:`Submission`, looks an application up, finds applications by the
+run's tag and kills them, each also without blocking an event loop. Two exist:
+:class:`~airflow_tfos.hooks.yarn_backend.YarnBackend` (cluster mode, the ResourceManager REST API) and
+:class:`~airflow_tfos.hooks.local_backend.LocalSparkBackend` (a detached client-mode spark-submit on this
+machine). :class:`~airflow_tfos.hooks.tfos.TFoSHook` picks one, once, from its Spark connection's master.
+
+Both keep one rule: one tag, one live application. A submission holds the tag's lock (:func:`tag_lock`, an
+``flock`` in the tracker directory) while it looks for a live application carrying the tag and starts
+a new one, so two submissions racing for the same run cannot both start.
+
+Pure Python: no Airflow import, so the local process tracker can use it without an Airflow installation.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import fcntl
+import os
+import re
+import time
+from abc import ABC, abstractmethod
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import ClassVar
+
+from airflow_tfos.hooks.state import AppState
+
+#: The environment variable that names the tracker directory.
+TRACKER_DIR_ENV = "AIRFLOW_TFOS_LOCAL_DIR"
+#: How long a submission waits for another submission of the same tag to finish checking and starting.
+TAG_LOCK_TIMEOUT_SECS = 60.0
+
+_TAG = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.=:-]{0,99}$")
+
+
+def default_tracker_dir() -> str:
+    """``$AIRFLOW_TFOS_LOCAL_DIR``, else ``<$AIRFLOW_HOME or ~/airflow>/tfos-local``: where the local backend
+    tracks its applications, every backend keeps the tags' locks, and the hook caches what it ships."""
+    configured = os.environ.get(TRACKER_DIR_ENV)
+    if configured:
+        return configured
+    home = os.environ.get("AIRFLOW_HOME") or os.path.join(os.path.expanduser("~"), "airflow")
+    return os.path.join(home, "tfos-local")
+
+
+class LocalBackendError(RuntimeError):
+    """The local backend (or a tag's lock, which YARN submissions take too) cannot do what was asked; the
+    message says what to change."""
+
+
+class ApplicationAlreadyRunningError(RuntimeError):
+    """A live application already carries the tag: reattach to it instead of submitting another."""
+
+    def __init__(self, tag: str, app_ids: Sequence[str]):
+        self.tag, self.app_ids = tag, list(app_ids)
+        super().__init__(
+            f"application(s) {', '.join(self.app_ids)} with tag {tag!r} are still running: reattach to "
+            "them, or kill them first"
+        )
+
+
+def check_tag(tag: str) -> str:
+    """Return ``tag`` in lower case (YARN lower-cases application tags); raise if YARN would not take it."""
+    if not isinstance(tag, str) or not _TAG.match(tag):
+        raise ValueError(
+            f"tag {tag!r} must be 1-100 ASCII letters, digits, '_', '.', '=', ':' or '-' (YARN application tag)"
+        )
+    return tag.lower()
+
+
+@contextlib.contextmanager
+def tag_lock(tracker_dir: str | Path, tag: str, timeout: float = TAG_LOCK_TIMEOUT_SECS) -> Iterator[None]:
+    """Hold the exclusive lock of ``tag`` in ``tracker_dir`` (an ``flock``, released if the holder dies)."""
+    folder = Path(tracker_dir) / "tags"
+    folder.mkdir(parents=True, exist_ok=True)
+    with open(folder / f"{check_tag(tag)}.lock", "a+") as handle:
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    raise LocalBackendError(
+                        f"another submission for tag {tag!r} has held {handle.name} for more than {timeout:.0f} s"
+                    ) from None
+                time.sleep(0.05)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
+
+
+@dataclass(frozen=True)
+class Submission:
+    """One training application to start, as :meth:`TFoSHook.submit` prepared it for any backend.
+
+    What depends on where the driver runs (deploy mode, shipping the runtime and the GPU script, how the
+    secrets reach the driver, the checks against the cluster) is the backend's to add.
+
+    :param application: the launcher file spark-submit runs.
+    :param args: the launcher's arguments.
+    :param name: the application's name.
+    :param tag: the run's tag (checked with :func:`check_tag`).
+    :param run_dir: the run directory.
+    :param conf: the Spark settings.
+    :param spark_conn_id: the ``spark`` connection spark-submit uses.
+    :param spark_binary: the spark-submit to run (None: the connection's).
+    :param py_files: ``--py-files``, the user's code first.
+    :param archives: ``--archives`` (comma-separated).
+    :param files: the user's ``--files`` (comma-separated).
+    :param properties_file: the user's Spark properties file.
+    :param load_spark_defaults: add ``--load-spark-defaults`` when a properties file is used.
+    :param secret_env: environment for the driver and executors that must stay off the command line.
+    :param env_vars: the user's environment for the driver and executors.
+    :param gpu_script: a GPU discovery script this installation wrote (not the user's own), for backends
+        whose executors do not share this machine's disk to ship.
+    :param ship_runtime: ship the runtime zip where the driver does not run on this machine.
+    :param cache_dir: where the runtime zip is cached.
+    :param num_nodes: TF nodes (one executor each).
+    :param executor_cores: cores of each executor.
+    :param executor_memory: heap of each executor JVM.
+    """
+
+    application: str
+    args: tuple[str, ...]
+    name: str
+    tag: str
+    run_dir: str
+    conf: Mapping[str, str]
+    spark_conn_id: str
+    cache_dir: str
+    num_nodes: int
+    executor_cores: int = 1
+    executor_memory: str = "2g"
+    spark_binary: str | None = None
+    py_files: tuple[str, ...] = ()
+    archives: str | None = None
+    files: str | None = None
+    properties_file: str | None = None
+    load_spark_defaults: bool = True
+    secret_env: Mapping[str, str] = field(default_factory=dict)
+    env_vars: Mapping[str, str] = field(default_factory=dict)
+    gpu_script: str | None = None
+    ship_runtime: bool = True
+
+
+class Backend(ABC):
+    """Submit a training application, look it up, find it by tag and kill it, sync and async.
+
+    A backend whose client blocks implements the sync methods only: the async ones run them in a thread.
+    """
+
+    #: The backend's name (``yarn`` or ``local``), as the pure Spark-conf functions take it.
+    name: ClassVar[str]
+
+    @abstractmethod
+    def submit(self, submission: Submission) -> str:
+        """Start the application; return its id. Raise :class:`ApplicationAlreadyRunningError` when a live
+        application carries the submission's tag."""
+
+    def executor_path(self, path: str) -> str:
+        """Where executors find a file of this machine that :attr:`Submission.gpu_script` names."""
+        return path
+
+    @abstractmethod
+    def get_state(self, app_id: str) -> AppState:
+        """The application's state."""
+
+    async def aget_state(self, app_id: str) -> AppState:
+        """:meth:`get_state` without blocking the event loop."""
+        return await asyncio.to_thread(self.get_state, app_id)
+
+    @abstractmethod
+    def find_by_tag(self, tag: str) -> list[AppState]:
+        """The applications carrying ``tag`` (a checked tag), live or not, oldest first."""
+
+    async def afind_by_tag(self, tag: str) -> list[AppState]:
+        """:meth:`find_by_tag` without blocking the event loop."""
+        return await asyncio.to_thread(self.find_by_tag, tag)
+
+    def find_live(self, tag: str) -> list[AppState]:
+        """The applications carrying ``tag`` that have not ended."""
+        return [app for app in self.find_by_tag(tag) if not app.is_terminal]
+
+    @abstractmethod
+    def kill(self, app_id: str, grace_secs: float = 30) -> AppState:
+        """Kill the application; one that has ended, or that the cluster has forgotten, is left alone."""
+
+    async def akill(self, app_id: str, grace_secs: float = 30) -> AppState:
+        """:meth:`kill` without blocking the event loop."""
+        return await asyncio.to_thread(self.kill, app_id, grace_secs)

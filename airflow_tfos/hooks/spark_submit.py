@@ -1,0 +1,99 @@
+"""The spark-submit of a training application, for every backend: the Spark provider's hook, read strictly.
+
+A backend turns a :class:`~airflow_tfos.hooks.backend.Submission` into a spark-submit with
+:func:`spark_submit_for` (adding its deploy mode and what it ships) and keeps the secrets off the command
+line with :func:`private_properties`.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
+
+from airflow_tfos.hooks.backend import Submission
+from airflow_tfos.hooks.spark_conf import _SUBMITTED, parse_application_id, properties_text
+
+
+class TrainingSubmit(SparkSubmitHook):
+    """SparkSubmitHook that reads the YARN application id strictly and can add ``--load-spark-defaults``."""
+
+    def __init__(self, *, load_spark_defaults: bool = False, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.load_spark_defaults = load_spark_defaults
+        self.application_id: str | None = None
+
+    @property
+    def master(self) -> str:
+        return self._connection["master"]
+
+    def _build_spark_common_args(self) -> list[str]:
+        args = super()._build_spark_common_args()
+        if self._properties_file and self.load_spark_defaults:
+            args.append("--load-spark-defaults")
+        return args
+
+    def _process_spark_submit_log(self, itr) -> None:
+        def watch(lines):
+            for line in lines:
+                found = parse_application_id(line)
+                if found and (self.application_id is None or _SUBMITTED.search(line)):
+                    self.application_id = found
+                yield line
+
+        super()._process_spark_submit_log(watch(itr))
+
+    def command(self, application: str) -> list[str]:
+        return self._build_spark_submit_command(application)
+
+
+def spark_submit_for(
+    submission: Submission,
+    *,
+    deploy_mode: str,
+    properties_file: str | None,
+    py_files_first: Sequence[str] = (),
+    more_files: Sequence[str] = (),
+) -> TrainingSubmit:
+    """The spark-submit of ``submission`` in ``deploy_mode``.
+
+    :param submission: the application.
+    :param deploy_mode: ``cluster`` or ``client``.
+    :param properties_file: the properties file to use (:func:`private_properties`).
+    :param py_files_first: ``--py-files`` before the submission's (e.g. the runtime zip).
+    :param more_files: ``--files`` after the user's (e.g. the GPU discovery script).
+    """
+    py_files = [*py_files_first, *submission.py_files]
+    files = [f for f in [submission.files, *more_files] if f]
+    return TrainingSubmit(
+        conn_id=submission.spark_conn_id,
+        conf=dict(submission.conf),
+        py_files=",".join(py_files) or None,
+        archives=submission.archives or None,
+        files=",".join(files) or None,
+        name=submission.name,
+        application_args=list(submission.args),
+        spark_binary=submission.spark_binary,
+        deploy_mode=deploy_mode,
+        properties_file=properties_file,
+        load_spark_defaults=submission.load_spark_defaults,
+    )
+
+
+def private_properties(base_file: str | None, secret_conf: Mapping[str, str], folder: str | Path) -> str | None:
+    """A properties file readable only by this user in ``folder``: ``base_file`` (the user's, if any) plus
+    ``secret_conf``; ``base_file`` itself when there is no secret (None if neither)."""
+    if not secret_conf:
+        return base_file
+    base = Path(base_file).read_text() + "\n" if base_file else ""
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+    path = folder / f"{uuid.uuid4().hex}.properties"
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as handle:
+        handle.write(base + properties_text(secret_conf))
+    return str(path)

@@ -1,0 +1,115 @@
+"""The YARN backend: the driver runs in a YARN container (``--deploy-mode cluster``), tracked and killed
+through the ResourceManager REST API (:class:`~airflow_tfos.hooks.yarn.YarnHook`)."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+from airflow.sdk.exceptions import AirflowException
+
+from airflow_tfos.hooks.backend import (
+    ApplicationAlreadyRunningError,
+    Backend,
+    Submission,
+    default_tracker_dir,
+    tag_lock,
+)
+from airflow_tfos.hooks.spark_conf import TFoSSubmitError, check_container_fits, env_conf, runtime_zip
+from airflow_tfos.hooks.spark_submit import private_properties, spark_submit_for
+from airflow_tfos.hooks.state import LIVE_STATES, AppState
+from airflow_tfos.hooks.yarn import YarnApplicationNotFound, YarnHook
+
+log = logging.getLogger(__name__)
+
+
+class YarnBackend(Backend):
+    """Submit training applications to YARN in cluster mode; look them up, find and kill them through the RM.
+
+    A tag is no proof of who submitted an application (anyone can set any tag): a search by tag keeps
+    only SPARK applications of the connection's application user.
+
+    :param hook: the ResourceManager's hook.
+    :param tracker_dir: where the tags' locks and the private properties files go (default:
+        :func:`~airflow_tfos.hooks.backend.default_tracker_dir`).
+    :param min_kill_wait_secs: :meth:`kill` waits at least this long for the RM to report the kill.
+    """
+
+    name = "yarn"
+
+    def __init__(self, hook: YarnHook, *, tracker_dir: str | None = None, min_kill_wait_secs: float = 30) -> None:
+        self.hook = hook
+        self.tracker_dir = tracker_dir or default_tracker_dir()
+        self.min_kill_wait_secs = min_kill_wait_secs
+
+    def executor_path(self, path: str) -> str:
+        """Shipped with ``--files``: in the container's working directory."""
+        return f"./{Path(path).name}"
+
+    def submit(self, submission: Submission) -> str:
+        """Check that the containers fit, then spark-submit in cluster mode under the tag's lock."""
+        limit = self.hook.get_max_allocation()
+        check_container_fits(submission.conf, max_memory_mb=limit.memory_mb, max_vcores=limit.vcores)
+        secret_conf = env_conf(submission.secret_env, backend=self.name)
+        runtime = [str(runtime_zip(submission.cache_dir))] if submission.ship_runtime else []
+        gpu_script = [submission.gpu_script] if submission.gpu_script else []
+        with tag_lock(self.tracker_dir, submission.tag):
+            live = self.find_live(submission.tag)
+            if live:
+                raise ApplicationAlreadyRunningError(submission.tag, [app.app_id for app in live])
+            props = private_properties(submission.properties_file, secret_conf, Path(self.tracker_dir) / "secrets")
+            spark = spark_submit_for(
+                submission, deploy_mode="cluster", properties_file=props, py_files_first=runtime, more_files=gpu_script
+            )
+            try:
+                spark.submit(submission.application)
+            except AirflowException as exc:
+                raise TFoSSubmitError(str(exc)) from exc
+            finally:
+                if props and props != submission.properties_file:
+                    Path(props).unlink(missing_ok=True)
+        if not spark.application_id:
+            raise TFoSSubmitError(
+                "spark-submit ended without naming the YARN application it submitted: keep the log level of "
+                "org.apache.spark.deploy.yarn.Client at INFO in the Spark log4j2 settings"
+            )
+        log.info("submitted YARN application %s (tag %s)", spark.application_id, submission.conf["spark.yarn.tags"])
+        return spark.application_id
+
+    def _owner(self) -> dict[str, str]:
+        """Who a run's application must belong to (its tag is predictable: anyone could set it)."""
+        return {"user": self.hook.application_user, "application_type": "SPARK"}
+
+    def get_state(self, app_id: str) -> AppState:
+        return self.hook.get_application(app_id)
+
+    async def aget_state(self, app_id: str) -> AppState:
+        return await self.hook.aget_application(app_id)
+
+    def find_by_tag(self, tag: str) -> list[AppState]:
+        return self.hook.find_applications(tag=tag, **self._owner())
+
+    async def afind_by_tag(self, tag: str) -> list[AppState]:
+        user = await self.hook.aapplication_user()
+        return await self.hook.afind_applications(tag=tag, user=user, application_type="SPARK")
+
+    def find_live(self, tag: str) -> list[AppState]:
+        return self.hook.find_applications(tag=tag, states=list(LIVE_STATES), **self._owner())
+
+    def kill(self, app_id: str, grace_secs: float = 30) -> AppState:
+        """YARN kills a container with SIGTERM, then SIGKILL after ``yarn.nodemanager.sleep-delay-before-sigkill.ms``;
+        ``grace_secs`` is how long to wait for the RM to report it killed (at least ``min_kill_wait_secs``)."""
+        try:
+            return self.hook.kill_application(app_id, timeout=max(grace_secs, self.min_kill_wait_secs))
+        except YarnApplicationNotFound as exc:
+            return _gone(app_id, exc)
+
+    async def akill(self, app_id: str, grace_secs: float = 30) -> AppState:
+        try:
+            return await self.hook.akill_application(app_id, timeout=max(grace_secs, self.min_kill_wait_secs))
+        except YarnApplicationNotFound as exc:
+            return _gone(app_id, exc)
+
+
+def _gone(app_id: str, exc: Exception) -> AppState:
+    return AppState(app_id=app_id, state="KILLED", final_status="KILLED", diagnostics=f"not killed: {exc}")
