@@ -238,7 +238,7 @@ class _TFoSApplicationOperator(ResumableJobMixin, BaseOperator):
             context["ti"].xcom_push(key=APPLICATION_ID_KEY, value=done["application_id"])
         return done
 
-    def resources(self, ti: Any) -> AppResources:
+    def app_resources(self, ti: Any) -> AppResources:
         """How this task's application is submitted."""
         return AppResources(
             name=f"tfos {ti.dag_id}.{ti.task_id} {os.path.basename(self.run_dir)}",
@@ -282,7 +282,7 @@ class _TFoSApplicationOperator(ResumableJobMixin, BaseOperator):
     # --- ResumableJobMixin ---------------------------------------------------------------------------------
 
     def submit_job(self, context: Context) -> str:
-        self._app = self.run().reattach_or_submit(context["ti"], self.resources(context["ti"]))
+        self._app = self.run().reattach_or_submit(context["ti"], self.app_resources(context["ti"]))
         return self._app.app_id
 
     def get_job_status(self, external_id: Any, context: Context) -> str:
