@@ -159,15 +159,16 @@ class TFClusterRun:
         validation_data: Any = None,
     ) -> TFClusterRun:
         """The TF cluster ``spec`` asks for (what the driver starts): the layout, limits and node settings come
-        from the spec; what the driver made of it is passed: the training function, its ``args`` (a feed
-        request's own, or the spec's), the DataFrames it built (fed with ``spec.feed``), and ``env`` added to
-        the spec's.
+        from the spec (its ``num_nodes`` counts the nodes that train, as the operator's does: the cluster adds
+        ``num_ps`` parameter servers and the evaluator); what the driver made of it is passed: the training
+        function, its ``args`` (a feed request's own, or the spec's), the DataFrames it built (fed with
+        ``spec.feed``), and ``env`` added to the spec's.
         """
         run = cls(
             sc,
             main_fun,
             args,
-            num_nodes=spec.num_nodes,
+            num_nodes=spec.num_nodes + spec.num_ps + (1 if spec.eval_node else 0),
             num_ps=spec.num_ps,
             master_node=spec.master_node,
             eval_node=spec.eval_node,

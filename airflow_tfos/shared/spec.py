@@ -67,7 +67,8 @@ class RunSpec:
 
     train_fn: str = field(default="", metadata=_spec(str, TRAINING))
     args: Any = field(default=None, metadata=_spec((dict, list, type(None)), TRAINING))
-    #: TF nodes (as ``TFClusterRun``'s ``num_nodes``); for inference, the executors that score
+    #: TF nodes that train, the chief included (the operator's ``num_nodes``; the cluster adds ``num_ps``
+    #: parameter servers and the evaluator); for inference, the executors that score
     num_nodes: int = field(metadata=_spec(int, ALWAYS))
     num_ps: int = field(default=0, metadata=_spec(int, TRAINING))
     master_node: str | None = field(default="chief", metadata=_spec((str, type(None)), TRAINING))

@@ -35,8 +35,9 @@ def test_the_field_list_parse_spec_checks_is_the_objects():
 def test_the_driver_starts_the_cluster_from_the_spec():
     spec = RunSpec(
         train_fn="pkg.mod:main",
-        num_nodes=3,
+        num_nodes=2,
         num_ps=1,
+        eval_node=True,
         timeout=60,
         keras="tf_keras",
         env={"A": "1"},
@@ -46,7 +47,9 @@ def test_the_driver_starts_the_cluster_from_the_spec():
     )
     frame = type("Frame", (), {"mapInArrow": None})()
     run = TFClusterRun.from_spec(object(), spec, print, {"e": 1}, run_dir="/r", env={"B": "2"}, data=frame)
-    assert [r.job_name for r in run.roles] == ["ps", "chief", "worker"]
+    # num_nodes counts the nodes that train, as the operator's does (and its executor request, one per
+    # node: num_nodes + num_ps + the evaluator); the parameter server and the evaluator come on top
+    assert sorted(r.job_name for r in run.roles) == ["chief", "evaluator", "ps", "worker"]
     assert (run.timeout, run.keras, run.max_attempts, run.warm_start, run.run_dir) == (60, "tf_keras", 2, "/m", "/r")
     assert run.feed == Feed(features=["x"], label="y", batch_size=8)
     assert run.env["A"] == "1" and run.env["B"] == "2" and run.spec is spec
