@@ -11,6 +11,7 @@ import hashlib
 import re
 from datetime import datetime
 
+from airflow_tfos.hooks.errors import RunConfigError as RunConfigError
 from airflow_tfos.shared.storage import join
 
 TAG_PREFIX = "tfos-"
@@ -20,10 +21,6 @@ _SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://([^/]*)(.*)$")
 #: The setting that bounds templated and default run directories, and the operators' way out of it.
 BASE_SETTING = "[tfos] run_dir_base"
 ALLOW_OUTSIDE = "allow_run_dir_outside_base=True"
-
-
-class RunConfigError(ValueError):
-    """A parameter of a run cannot be used; the message says what to change."""
 
 
 def run_tag(run_dir: str) -> str:

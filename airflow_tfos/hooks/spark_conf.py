@@ -19,6 +19,8 @@ from pathlib import Path
 from typing import Any
 
 from airflow_tfos.hooks.backend import check_tag
+from airflow_tfos.hooks.errors import TFoSConfigError as TFoSConfigError
+from airflow_tfos.hooks.errors import TFoSSubmitError as TFoSSubmitError
 
 log = logging.getLogger(__name__)
 
@@ -61,14 +63,6 @@ _FROM_ARGUMENTS = {
     "spark.executor.resource.gpu.amount": "gpus_per_node",
     "spark.task.resource.gpu.amount": "gpus_per_node",
 }
-
-
-class TFoSConfigError(ValueError):
-    """Spark settings that cannot run a TF cluster (or do not fit the cluster); the message says what to change."""
-
-
-class TFoSSubmitError(RuntimeError):
-    """spark-submit failed or did not say which application it started."""
 
 
 def memory_mb(value: str | int) -> int:

@@ -22,6 +22,8 @@ import json
 import posixpath
 import re
 
+from airflow_tfos.hooks.errors import ReportAddressError as ReportAddressError
+
 #: Where the plugin app is mounted on the api-server.
 URL_PREFIX = "/tfos"
 #: The app's route to one file of one report.
@@ -39,10 +41,6 @@ HDFS_SCHEMES = frozenset({"hdfs", "webhdfs", "swebhdfs"})
 MAX_TOKEN_CHARS = 4096
 _TOKEN = re.compile(rf"^[A-Za-z0-9_-]{{1,{MAX_TOKEN_CHARS}}}$")
 _CONN_ID = re.compile(r"^[A-Za-z0-9_.-]{1,250}$")
-
-
-class ReportAddressError(ValueError):
-    """A report address that the app refuses to serve; the message says why."""
 
 
 def _scheme(run_dir: str) -> str:

@@ -32,6 +32,7 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
+from airflow_tfos.shared.errors import RunDirError as RunDirError
 from airflow_tfos.shared.events import APPLICATION
 from airflow_tfos.shared.storage import Storage, is_plain_name, join, storage_for
 
@@ -61,10 +62,6 @@ ASIDE_PREFIX = ".replaced-"
 _EVENT_SEQ = itertools.count()
 _FEED_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
 _CHECKPOINT_NAME = re.compile(r"^ckpt-[0-9]{1,19}$")
-
-
-class RunDirError(RuntimeError):
-    """The run directory cannot be read or written as the contract says; the message says why."""
 
 
 def spec_digest(spec: dict[str, Any]) -> str:

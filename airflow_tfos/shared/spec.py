@@ -21,6 +21,8 @@ import importlib
 from dataclasses import MISSING, Field, dataclass, field, fields
 from typing import Any
 
+from airflow_tfos.shared.errors import SpecError as SpecError
+
 INPUT_MODES = ("SPARK", "TENSORFLOW")
 DATA_FORMATS = ("table", "parquet", "csv", "tfrecord", "function")
 
@@ -49,10 +51,6 @@ ALWAYS, TRAINING, SERVING, WHEN_SET, NEVER = "always", "training", "serving", "w
 def _spec(json_types: Any, written: str = WHEN_SET) -> dict[str, Any]:
     """A :class:`RunSpec` field's metadata: the JSON types spec.json may hold for it, and when it is written."""
     return {"json": json_types, "written": written}
-
-
-class SpecError(ValueError):
-    """spec.json cannot be run; the message names the field."""
 
 
 @dataclass(frozen=True, kw_only=True)

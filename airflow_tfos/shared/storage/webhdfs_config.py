@@ -34,21 +34,13 @@ import posixpath
 from dataclasses import asdict, dataclass, fields, replace
 from typing import Any
 
+from airflow_tfos.shared.errors import WebHDFSConfigError as WebHDFSConfigError
+from airflow_tfos.shared.errors import WebHDFSError as WebHDFSError
+from airflow_tfos.shared.errors import WebHDFSUnavailableError as WebHDFSUnavailableError
+
 ENV_VAR = "AIRFLOW_TFOS_WEBHDFS"
 SCHEMES = ("webhdfs", "swebhdfs", "hdfs")
 DEFAULT_PORTS = {"http": 9870, "https": 9871}
-
-
-class WebHDFSError(OSError):
-    """A WebHDFS request failed for a reason other than a missing path or a refused permission."""
-
-
-class WebHDFSUnavailableError(WebHDFSError):
-    """No namenode answered usefully within the retries: the message names every address tried."""
-
-
-class WebHDFSConfigError(ValueError):
-    """The WebHDFS settings cannot be used; the message says which one to change."""
 
 
 @dataclass(frozen=True)
