@@ -8,8 +8,10 @@ finds the application that is already working on its run directory instead of su
 from __future__ import annotations
 
 import hashlib
+import json
 import re
 from datetime import datetime
+from typing import Any
 
 from airflow_tfos.hooks.errors import RunConfigError as RunConfigError
 from airflow_tfos.shared.storage import join
@@ -21,6 +23,12 @@ _SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://([^/]*)(.*)$")
 #: The setting that bounds templated and default run directories, and the operators' way out of it.
 BASE_SETTING = "[tfos] run_dir_base"
 ALLOW_OUTSIDE = "allow_run_dir_outside_base=True"
+
+
+def templated(value: Any) -> bool:
+    """Whether ``value`` (a string, or a list or dict holding strings) still holds Jinja: not rendered yet, so
+    it cannot be checked at parse time."""
+    return "{{" in json.dumps(value, default=str)
 
 
 def run_tag(run_dir: str) -> str:

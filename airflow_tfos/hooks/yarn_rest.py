@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import json
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -22,6 +23,15 @@ from airflow_tfos.hooks.state import FINAL_STATUSES, YARN_STATES, AppState
 
 DEFAULT_PORTS = {"http": 8088, "https": 8090}
 AUTH_MODES = ("simple", "kerberos")
+#: The ResourceManager's REST paths and the settings this package reads (the emulator serves the same ones).
+APPS_PATH = "/ws/v1/cluster/apps"
+APP_PATH = "/ws/v1/cluster/apps/{app_id}"
+APP_STATE_PATH = "/ws/v1/cluster/apps/{app_id}/state"
+NEW_APPLICATION_PATH = "/ws/v1/cluster/apps/new-application"
+CONF_PATH = "/conf"
+MAX_ALLOCATION_MB_KEY = "yarn.scheduler.maximum-allocation-mb"
+MAX_ALLOCATION_VCORES_KEY = "yarn.scheduler.maximum-allocation-vcores"
+APP_ID_RE = re.compile(r"^application_\d+_\d+$")
 
 
 @dataclass(frozen=True)

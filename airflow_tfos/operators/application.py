@@ -148,7 +148,13 @@ class _TFoSApplicationOperator(ResumableJobMixin, BaseOperator):
 
     def run_parts(self, spec: RunSpec) -> dict[str, Any]:
         """What every run protocol of this task is made of: the run directory, the spec, the hooks, the log."""
-        return {"run_dir": self.run_dir, "spec": spec, "hook": self.hook, "rundir": self.rundir, "log": self.log}
+        return {
+            "run_dir": self.run_dir,
+            "spec": spec,
+            "hook": self.hook,
+            "run_dir_contents": self.run_dir_contents,
+            "log": self.log,
+        }
 
     def user_functions(self) -> list[str]:
         """Import paths of the user's functions the application runs (whose package is shipped)."""
@@ -230,7 +236,7 @@ class _TFoSApplicationOperator(ResumableJobMixin, BaseOperator):
         """Resolve the run directory and check the spec; return the result if this request is done already."""
         self.run_dir = self.resolve_run_dir(context)
         context["ti"].xcom_push(key=RUN_DIR_KEY, value=self.run_dir)
-        context["ti"].xcom_push(key=REPORT_URL_KEY, value=self.rundir.path(REPORT_HTML))
+        context["ti"].xcom_push(key=REPORT_URL_KEY, value=self.run_dir_contents.path(REPORT_HTML))
         run = self.run()
         run.check()
         done = self._tfos_result = run.already_done()
@@ -276,8 +282,9 @@ class _TFoSApplicationOperator(ResumableJobMixin, BaseOperator):
         return RunDirHook(self.run_dir, webhdfs_conn_id=self.webhdfs_conn_id)
 
     @property
-    def rundir(self) -> RunDir:
-        return self.run_dir_hook.rundir
+    def run_dir_contents(self) -> RunDir:
+        """The run directory's contents: what ``run_dir`` (its URI) holds, read and written as the contract says."""
+        return self.run_dir_hook.run_dir_contents
 
     # --- ResumableJobMixin ---------------------------------------------------------------------------------
 

@@ -299,16 +299,16 @@ class TFoSLaunchClusterOperator(_TFoSRunOperator):
         except Exception as exc:
             self.log.error("cannot kill application %s: %s", app_id, exc)
             return
-        self.rundir.add_event(LAUNCH_FAILED, application_id=app_id, state=state.state)
+        self.run_dir_contents.add_event(LAUNCH_FAILED, application_id=app_id, state=state.state)
 
     def launch_complete(self, context: Context, event: dict[str, Any]) -> Any:
         self.run_dir = self.resolve_run_dir(context)
         if event.get("status") == DONE:  # the backend's id, not the one the driver knows itself by
-            app_id = last_submitted(self.rundir) or event["result"].get("application_id")
+            app_id = last_submitted(self.run_dir_contents) or event["result"].get("application_id")
             return {"application_id": app_id, "run_dir": self.run_dir}
         if event.get("status") == APP_ENDED:
             return self.ended_before_serving(AppState.from_json(event["app"]))
-        app_id = last_submitted(self.rundir)
+        app_id = last_submitted(self.run_dir_contents)
         self.stop_unready(app_id)
         raise AirflowException(
             f"application {app_id} did not become ready: {event.get('message') or event}; it was stopped"
