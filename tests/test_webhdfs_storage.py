@@ -24,18 +24,6 @@ from airflow_tfos.testing.webhdfs import WebHDFSEmulator
 FAST = {"retries": 2, "backoff": 0.05, "timeout": 2.0, "deadline": 20.0}
 
 
-@pytest.fixture
-def emu():
-    with WebHDFSEmulator() as emulator:
-        yield emulator
-
-
-@pytest.fixture
-def ha():
-    with WebHDFSEmulator(namenodes=2) as emulator:
-        yield emulator
-
-
 def storage_of(emulator: WebHDFSEmulator, **settings) -> WebHDFSStorage:
     return WebHDFSStorage(emulator.config(**{**FAST, **settings}))
 
