@@ -33,7 +33,7 @@ from airflow_tfos.operators.run import ApplicationRun, AppResources
 from airflow_tfos.operators.run_dirs import resolve_run_dir, templated
 from airflow_tfos.shared.rundir import REPORT_HTML, spec_hash
 from airflow_tfos.shared.spec import SpecError, parse_spec
-from airflow_tfos.triggers.tfos import DONE, TFoSApplicationTrigger
+from airflow_tfos.triggers.tfos import DONE, TFoSApplicationTrigger, watch_arguments
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -352,15 +352,7 @@ class _TFoSApplicationOperator(ResumableJobMixin, BaseOperator):
 
     def defer_until_end(self, app: AppState) -> None:
         self.defer(
-            trigger=TFoSApplicationTrigger(
-                application_id=app.app_id,
-                spark_conn_id=self.spark_conn_id,
-                yarn_conn_id=self.yarn_conn_id,
-                run_dir=self.run_dir,
-                webhdfs_conn_id=self.webhdfs_conn_id,
-                poll_interval=self.poll_interval,
-                kill_on_kill=True,
-            ),
+            trigger=TFoSApplicationTrigger(application_id=app.app_id, kill_on_kill=True, **watch_arguments(self)),
             method_name="execute_complete",
             timeout=self.defer_timeout(),
         )

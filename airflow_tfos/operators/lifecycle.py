@@ -25,7 +25,7 @@ from airflow_tfos.links.tfos import TRACKING_URL_KEY, SparkApplicationLink, Trai
 from airflow_tfos.operators.run_dirs import resolve_run_dir, templated
 from airflow_tfos.sensors.tfos import application_failure
 from airflow_tfos.shared.spec import SpecError, check_data
-from airflow_tfos.triggers.tfos import APP_ENDED, DONE, TFoSRunDirTrigger
+from airflow_tfos.triggers.tfos import APP_ENDED, DONE, TFoSRunDirTrigger, watch_arguments
 
 if TYPE_CHECKING:
     from airflow.providers.openlineage.extractors import OperatorLineage
@@ -191,14 +191,7 @@ class TFoSFeedOperator(_RunTaskOperator):
         if self.deferrable:
             self.defer(
                 trigger=TFoSRunDirTrigger(
-                    run_dir=self.run_dir,
-                    condition=condition,
-                    webhdfs_conn_id=self.webhdfs_conn_id,
-                    application_id=app.app_id,
-                    spark_conn_id=self.spark_conn_id,
-                    yarn_conn_id=self.yarn_conn_id,
-                    poll_interval=self.poll_interval,
-                    timeout=self.feed_timeout,
+                    condition=condition, application_id=app.app_id, timeout=self.feed_timeout, **watch_arguments(self)
                 ),
                 method_name="execute_complete",
             )

@@ -35,7 +35,7 @@ from airflow_tfos.operators.application import _TFoSApplicationOperator, shipped
 from airflow_tfos.operators.run import TrainingRun, last_submitted
 from airflow_tfos.shared.events import LAUNCH_FAILED
 from airflow_tfos.shared.spec import INPUT_MODES, RunSpec, SpecError, split_import_path
-from airflow_tfos.triggers.tfos import APP_ENDED, DONE, TFoSRunDirTrigger
+from airflow_tfos.triggers.tfos import APP_ENDED, DONE, TFoSRunDirTrigger, watch_arguments
 
 if TYPE_CHECKING:
     from airflow.providers.openlineage.extractors import OperatorLineage
@@ -260,14 +260,10 @@ class TFoSLaunchClusterOperator(_TFoSRunOperator):
         if self.deferrable:
             self.defer(
                 trigger=TFoSRunDirTrigger(
-                    run_dir=self.run_dir,
                     condition={"ready": {}},
-                    webhdfs_conn_id=self.webhdfs_conn_id,
                     application_id=app.app_id,
-                    spark_conn_id=self.spark_conn_id,
-                    yarn_conn_id=self.yarn_conn_id,
-                    poll_interval=min(self.poll_interval, 5.0),
                     timeout=self.ready_timeout,
+                    **watch_arguments(self, poll_interval=min(self.poll_interval, 5.0)),
                 ),
                 method_name="launch_complete",
             )

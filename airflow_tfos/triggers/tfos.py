@@ -18,6 +18,14 @@ from airflow_tfos.hooks.state import AppState
 DONE, APP_ENDED, ERROR, TIMEOUT = "done", "app_ended", "error", "timeout"
 #: How many polls in a row may fail (network, RM failover) before the trigger gives up.
 MAX_POLL_ERRORS = 10
+#: What a task hands the trigger it defers to, from its attributes of these names.
+WATCH_ARGUMENTS = ("run_dir", "webhdfs_conn_id", "spark_conn_id", "yarn_conn_id", "poll_interval")
+
+
+def watch_arguments(task: Any, **overrides: Any) -> dict[str, Any]:
+    """The run directory, connections and poll interval a trigger watches with, as the deferring ``task``
+    holds them (its attributes named in :data:`WATCH_ARGUMENTS`), with ``overrides`` on top."""
+    return {**{name: getattr(task, name) for name in WATCH_ARGUMENTS}, **overrides}
 
 
 class TFoSApplicationTrigger(BaseTrigger):
