@@ -39,7 +39,7 @@ def get_provider_info() -> dict:
                     "airflow_tfos.hooks.yarn",
                     "airflow_tfos.hooks.local",
                     "airflow_tfos.hooks.run_dir",
-                    "airflow_tfos.hooks.webhdfs",
+                    "airflow_tfos.hooks.webhdfs_connection",
                     "airflow_tfos.hooks.registry",
                 ],
             }

@@ -1,9 +1,11 @@
-"""Shared fixtures: one real local Spark cluster (separate executor JVMs) for the test session."""
+"""Shared fixtures: one real local Spark cluster (separate executor JVMs) for the test session, WebHDFS
+emulators, and run directories on local disk or on HDFS."""
 
 from __future__ import annotations
 
 import os
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -69,3 +71,62 @@ def spark(sc):
     from pyspark.sql import SparkSession
 
     return SparkSession(sc)
+
+
+@pytest.fixture
+def emu():
+    """A WebHDFS emulator (one namenode) for one test."""
+    from airflow_tfos.testing.webhdfs import WebHDFSEmulator
+
+    with WebHDFSEmulator() as emulator:
+        yield emulator
+
+
+@pytest.fixture
+def ha():
+    """A WebHDFS emulator with an active and a standby namenode, for one test."""
+    from airflow_tfos.testing.webhdfs import WebHDFSEmulator
+
+    with WebHDFSEmulator(namenodes=2) as emulator:
+        yield emulator
+
+
+@pytest.fixture(scope="module")
+def emulator():
+    """A WebHDFS emulator shared by the tests of one module."""
+    from airflow_tfos.testing.webhdfs import WebHDFSEmulator
+
+    with WebHDFSEmulator() as emu:
+        yield emu
+
+
+def run_dir_for(request, tmp_path: Path, where: str, storage_settings: dict | None = None):
+    """The run directory ``<where>/run`` of a test parametrized ``local`` / ``webhdfs``: on local disk under
+    ``tmp_path``, or on the module's ``emulator`` under a folder named for the test (with a WebHDFS storage
+    of ``storage_settings`` when given). Its ``.backing`` is its folder on this machine."""
+    from airflow_tfos.shared.rundir import RunDir
+    from airflow_tfos.shared.storage.webhdfs_client import WebHDFSStorage
+
+    rel = f"{where}/run".lstrip("/")
+    if request.param == "local":
+        run = RunDir(f"file://{tmp_path}/{rel}")
+        run.backing = str(tmp_path / rel)
+        return run
+    emu = request.getfixturevalue("emulator")
+    path = f"/{request.node.name.replace('[', '-').rstrip(']')}/{rel}"
+    storage = WebHDFSStorage(emu.config(**storage_settings)) if storage_settings is not None else None
+    run = RunDir(emu.uri(path), storage=storage)
+    run.backing = emu.local_path(path)
+    return run
+
+
+def wait_for(predicate, within: float = 20.0, what: str = "condition", every: float = 0.05):
+    """Call ``predicate`` until it returns something truthy, and return that; AssertionError after ``within`` s."""
+    deadline = time.monotonic() + within
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what} not reached within {within:.0f} s")
+        time.sleep(every)

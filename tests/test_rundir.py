@@ -10,27 +10,13 @@ import pytest
 
 from airflow_tfos.shared.rundir import RunDir, RunDirError, discard_stale, replace_dir, spec_hash, stop_applies
 from airflow_tfos.shared.storage import LocalStorage, join
-from airflow_tfos.testing.webhdfs import WebHDFSEmulator
-
-
-@pytest.fixture(scope="module")
-def emulator():
-    with WebHDFSEmulator() as emu:
-        yield emu
+from tests.conftest import run_dir_for
 
 
 @pytest.fixture(params=["local", "webhdfs"])
 def rundir(request, tmp_path):
     """A run directory on local disk, or on HDFS; ``.backing`` is its folder on this machine."""
-    if request.param == "local":
-        run = RunDir(f"file://{tmp_path}/run")
-        run.backing = str(tmp_path / "run")
-        return run
-    emu = request.getfixturevalue("emulator")
-    path = f"/tests/{request.node.name.replace('[', '-').rstrip(']')}/run"
-    run = RunDir(emu.uri(path))
-    run.backing = emu.local_path(path)
-    return run
+    return run_dir_for(request, tmp_path, "")
 
 
 def test_spec_hash_ignores_key_order_and_its_own_field(rundir):

@@ -15,28 +15,15 @@ from airflow_tfos.shared.storage import LocalStorage, is_plain_name
 from airflow_tfos.shared.storage.webhdfs_client import WebHDFSStorage
 from airflow_tfos.shared.storage.webhdfs_config import WebHDFSError
 from airflow_tfos.testing.webhdfs import WebHDFSEmulator
+from tests.conftest import run_dir_for
 
 FAST = {"retries": 0, "backoff": 0.05, "timeout": 5.0, "deadline": 10.0}
-
-
-@pytest.fixture(scope="module")
-def emulator():
-    with WebHDFSEmulator() as emu:
-        yield emu
 
 
 @pytest.fixture(params=["local", "webhdfs"])
 def rundir(request, tmp_path):
     """A run directory on local disk or on HDFS; ``.backing`` is its folder on this machine."""
-    if request.param == "local":
-        run = RunDir(f"file://{tmp_path}/runs/run")
-        run.backing = str(tmp_path / "runs" / "run")
-        return run
-    emu = request.getfixturevalue("emulator")
-    path = f"/trust/{request.node.name.replace('[', '-').rstrip(']')}/runs/run"
-    run = RunDir(emu.uri(path), storage=WebHDFSStorage(emu.config(**FAST)))
-    run.backing = emu.local_path(path)
-    return run
+    return run_dir_for(request, tmp_path, "runs", FAST)
 
 
 def victim_beside(rundir) -> str:

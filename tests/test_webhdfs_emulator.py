@@ -20,18 +20,6 @@ FILE_STATUS_KEYS = {
 }  # fmt: skip
 
 
-@pytest.fixture
-def emu():
-    with WebHDFSEmulator() as emulator:
-        yield emulator
-
-
-@pytest.fixture
-def ha():
-    with WebHDFSEmulator(namenodes=2) as emulator:
-        yield emulator
-
-
 def call(url: str, path: str, op: str, method: str = "GET", data: bytes | None = None, **params):
     """One WebHDFS request, redirects not followed, bounded in time."""
     query = {"op": op, "user.name": params.pop("user", "alice"), **params}

@@ -13,7 +13,7 @@ from airflow_tfos.shared.rundir import RunDir
 from airflow_tfos.shared.storage import FileInfo, storage_for
 from airflow_tfos.shared.storage.webhdfs_client import WebHDFSStorage, clear_cached_storages
 from airflow_tfos.shared.storage.webhdfs_config import (
-    ENV_VAR,
+    WEBHDFS_ENV,
     WebHDFSConfig,
     WebHDFSConfigError,
     WebHDFSUnavailableError,
@@ -22,18 +22,6 @@ from airflow_tfos.shared.storage.webhdfs_config import (
 from airflow_tfos.testing.webhdfs import WebHDFSEmulator
 
 FAST = {"retries": 2, "backoff": 0.05, "timeout": 2.0, "deadline": 20.0}
-
-
-@pytest.fixture
-def emu():
-    with WebHDFSEmulator() as emulator:
-        yield emulator
-
-
-@pytest.fixture
-def ha():
-    with WebHDFSEmulator(namenodes=2) as emulator:
-        yield emulator
 
 
 def storage_of(emulator: WebHDFSEmulator, **settings) -> WebHDFSStorage:
@@ -255,13 +243,13 @@ class TestConfig:
             WebHDFSConfig(auth="token")
 
     def test_uris_and_the_environment(self, monkeypatch):
-        monkeypatch.delenv(ENV_VAR, raising=False)
+        monkeypatch.delenv(WEBHDFS_ENV, raising=False)
         assert config_for_uri("webhdfs://nn:50070/x").namenodes == ("http://nn:50070",)
         assert config_for_uri("swebhdfs://nn/x").namenodes == ("https://nn:9871",)
-        with pytest.raises(WebHDFSConfigError, match=f"set {ENV_VAR}"):
+        with pytest.raises(WebHDFSConfigError, match=f"set {WEBHDFS_ENV}"):
             config_for_uri("hdfs://prod/data")
         env = WebHDFSConfig(namenodes=["http://a:9870", "http://b:9870"], user="etl", nameservice="prod")
-        monkeypatch.setenv(ENV_VAR, env.to_json())
+        monkeypatch.setenv(WEBHDFS_ENV, env.to_json())
         assert config_for_uri("hdfs://prod/data") == env
         assert config_for_uri("hdfs:///data") == env
         assert config_for_uri("webhdfs://b:9870/x") == env  # one of the configured namenodes: all of them
@@ -269,12 +257,12 @@ class TestConfig:
         assert other.namenodes == ("http://c:1",) and other.user == "etl"
         with pytest.raises(WebHDFSConfigError, match="names nameservice 'test'"):
             config_for_uri("hdfs://test/data")
-        monkeypatch.setenv(ENV_VAR, "{not json")
-        with pytest.raises(WebHDFSConfigError, match=ENV_VAR):
+        monkeypatch.setenv(WEBHDFS_ENV, "{not json")
+        with pytest.raises(WebHDFSConfigError, match=WEBHDFS_ENV):
             config_for_uri("hdfs://prod/data")
 
     def test_hdfs_uris_go_to_the_configured_namenodes(self, emu, monkeypatch):
-        monkeypatch.setenv(ENV_VAR, emu.config(**FAST).to_json())
+        monkeypatch.setenv(WEBHDFS_ENV, emu.config(**FAST).to_json())
         clear_cached_storages()
         storage = storage_for("hdfs://cluster/data/x.csv")
         storage.write_bytes("hdfs://cluster/data/x.csv", b"a\n1\n")

@@ -22,11 +22,13 @@ import os
 import re
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import ClassVar
 
+from airflow_tfos.hooks.errors import ApplicationAlreadyRunningError as ApplicationAlreadyRunningError
+from airflow_tfos.hooks.errors import LocalBackendError as LocalBackendError
 from airflow_tfos.hooks.state import AppState
 
 #: The environment variable that names the tracker directory.
@@ -45,22 +47,6 @@ def default_tracker_dir() -> str:
         return configured
     home = os.environ.get("AIRFLOW_HOME") or os.path.join(os.path.expanduser("~"), "airflow")
     return os.path.join(home, "tfos-local")
-
-
-class LocalBackendError(RuntimeError):
-    """The local backend (or a tag's lock, which YARN submissions take too) cannot do what was asked; the
-    message says what to change."""
-
-
-class ApplicationAlreadyRunningError(RuntimeError):
-    """A live application already carries the tag: reattach to it instead of submitting another."""
-
-    def __init__(self, tag: str, app_ids: Sequence[str]):
-        self.tag, self.app_ids = tag, list(app_ids)
-        super().__init__(
-            f"application(s) {', '.join(self.app_ids)} with tag {tag!r} are still running: reattach to "
-            "them, or kill them first"
-        )
 
 
 def check_tag(tag: str) -> str:

@@ -57,6 +57,7 @@ from airflow_tfos.hooks.backend import (
     default_tracker_dir,
     tag_lock,
 )
+from airflow_tfos.hooks.errors import ApplicationNotFoundError as ApplicationNotFoundError
 from airflow_tfos.hooks.local_state import LOG_TAIL_LINES, map_local_state, master_webui_url, spark_ui_url, tail
 from airflow_tfos.hooks.localrun import write_json_atomically
 from airflow_tfos.hooks.state import AppState
@@ -90,10 +91,6 @@ APP_ENV = "AIRFLOW_TFOS_LOCAL_APP"
 KILL_WAIT_SECS = 15.0
 
 _APP_ID = re.compile(r"^local-\d{14}-[0-9a-f]{8}$")
-
-
-class ApplicationNotFoundError(LookupError):
-    """No application with this id is known (to the tracker directory, or to the cluster)."""
 
 
 def new_app_id(now: float | None = None) -> str:

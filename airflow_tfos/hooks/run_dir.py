@@ -11,8 +11,7 @@ from airflow.sdk import BaseHook
 from airflow_tfos.shared.events import ATTEMPT_FAILED
 from airflow_tfos.shared.rundir import RUN_TERMINAL_STATES, RunDir
 from airflow_tfos.shared.storage import Storage, storage_for
-
-HDFS_SCHEMES = ("hdfs", "webhdfs", "swebhdfs")
+from airflow_tfos.shared.storage.webhdfs_config import HDFS_SCHEMES as HDFS_SCHEMES
 
 
 def progress_line(status: dict[str, Any] | None) -> str | None:
@@ -136,23 +135,29 @@ class RunDirHook(BaseHook):
     @cached_property
     def storage(self) -> Storage:
         if _scheme(self.run_dir) in HDFS_SCHEMES:
-            from airflow_tfos.hooks.webhdfs import storage_from_connection
+            from airflow_tfos.hooks.webhdfs_connection import DEFAULT_CONN_ID, storage_from_connection
 
-            return storage_from_connection(self.webhdfs_conn_id or "webhdfs_default")
+            return storage_from_connection(self.webhdfs_conn_id or DEFAULT_CONN_ID)
         return storage_for(self.run_dir)
 
     @cached_property
-    def rundir(self) -> RunDir:
+    def run_dir_contents(self) -> RunDir:
+        """The run directory's contents: what ``run_dir`` (its URI) holds, read and written as the contract says."""
         return RunDir(self.run_dir, storage=self.storage)
+
+    @property
+    def rundir(self) -> RunDir:
+        """The former name of :attr:`run_dir_contents` (kept for code written against it)."""
+        return self.run_dir_contents
 
     async def aread_status(self) -> dict[str, Any] | None:
         """status.json, without blocking the event loop (for triggers)."""
-        return await asyncio.to_thread(self.rundir.read_status)
+        return await asyncio.to_thread(self.run_dir_contents.read_status)
 
     def watch_lines(self, watch: RunWatch) -> list[str]:
         """What a task waiting on the run should log now (see :class:`RunWatch`); storage errors are a line too."""
         try:
-            return watch.lines(self.rundir.read_status(), self.rundir.events(ATTEMPT_FAILED))
+            return watch.lines(self.run_dir_contents.read_status(), self.run_dir_contents.events(ATTEMPT_FAILED))
         except Exception as exc:
             return [f"cannot read the run's status: {exc}"]
 
@@ -168,7 +173,7 @@ class RunDirHook(BaseHook):
 
     def check(self, condition: dict[str, Any]) -> dict[str, Any] | None:
         """What ``condition`` waits for, once it is there (else None). See :func:`check_condition`."""
-        return check_condition(self.rundir, condition)
+        return check_condition(self.run_dir_contents, condition)
 
 
 def check_condition(rundir: RunDir, condition: dict[str, Any]) -> dict[str, Any] | None:

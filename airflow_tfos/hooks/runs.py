@@ -8,9 +8,12 @@ finds the application that is already working on its run directory instead of su
 from __future__ import annotations
 
 import hashlib
+import json
 import re
 from datetime import datetime
+from typing import Any
 
+from airflow_tfos.hooks.errors import RunConfigError as RunConfigError
 from airflow_tfos.shared.storage import join
 
 TAG_PREFIX = "tfos-"
@@ -22,8 +25,10 @@ BASE_SETTING = "[tfos] run_dir_base"
 ALLOW_OUTSIDE = "allow_run_dir_outside_base=True"
 
 
-class RunConfigError(ValueError):
-    """A parameter of a run cannot be used; the message says what to change."""
+def templated(value: Any) -> bool:
+    """Whether ``value`` (a string, or a list or dict holding strings) still holds Jinja: not rendered yet, so
+    it cannot be checked at parse time."""
+    return "{{" in json.dumps(value, default=str)
 
 
 def run_tag(run_dir: str) -> str:

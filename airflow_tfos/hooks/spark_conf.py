@@ -19,11 +19,12 @@ from pathlib import Path
 from typing import Any
 
 from airflow_tfos.hooks.backend import check_tag
+from airflow_tfos.hooks.errors import TFoSConfigError as TFoSConfigError
+from airflow_tfos.hooks.errors import TFoSSubmitError as TFoSSubmitError
+from airflow_tfos.shared.storage.webhdfs_config import WEBHDFS_ENV as WEBHDFS_ENV
 
 log = logging.getLogger(__name__)
 
-#: The environment variable that carries the WebHDFS settings (JSON) to the driver and executors.
-WEBHDFS_ENV = "AIRFLOW_TFOS_WEBHDFS"
 #: Memory (MB) of the PySpark worker that feeds a TF node and supervises it, on top of the TF process.
 PYSPARK_WORKER_MB = 512
 #: Spark's own off-heap overhead of a JVM: max(384 MB, 10 % of its heap) (memoryOverheadFactor, minMemoryOverhead).
@@ -61,14 +62,6 @@ _FROM_ARGUMENTS = {
     "spark.executor.resource.gpu.amount": "gpus_per_node",
     "spark.task.resource.gpu.amount": "gpus_per_node",
 }
-
-
-class TFoSConfigError(ValueError):
-    """Spark settings that cannot run a TF cluster (or do not fit the cluster); the message says what to change."""
-
-
-class TFoSSubmitError(RuntimeError):
-    """spark-submit failed or did not say which application it started."""
 
 
 def memory_mb(value: str | int) -> int:

@@ -183,7 +183,7 @@ class TFoSHook(BaseHook):
             return {}
         from airflow.sdk.log import mask_secret
 
-        from airflow_tfos.hooks.webhdfs import webhdfs_config_from_connection
+        from airflow_tfos.hooks.webhdfs_connection import webhdfs_config_from_connection
 
         config = webhdfs_config_from_connection(self.webhdfs_conn_id).to_json()
         text = config if isinstance(config, str) else json.dumps(config, sort_keys=True)

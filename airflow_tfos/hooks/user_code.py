@@ -22,14 +22,12 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+from airflow_tfos.hooks.errors import UserCodeError as UserCodeError
+
 #: The largest package shipped with --py-files; larger code belongs in a packed environment.
 MAX_SHIPPED_MB = 50
 _SKIPPED_DIRS = frozenset({"__pycache__", ".git", ".hg", ".svn", ".mypy_cache", ".pytest_cache", ".ruff_cache"})
 _SKIPPED_SUFFIXES = (".pyc", ".pyo")
-
-
-class UserCodeError(ValueError):
-    """The user's code cannot be named or shipped; the message says what to change."""
 
 
 def import_path_of(fn: str | Callable, what: str = "train_fn") -> str:

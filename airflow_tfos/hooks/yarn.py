@@ -21,7 +21,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import re
 import time
 from collections.abc import Iterable
 from typing import Any
@@ -30,6 +29,14 @@ from airflow.sdk import BaseHook
 
 from airflow_tfos.hooks.state import TERMINAL_STATES, YARN_STATES, AppState
 from airflow_tfos.hooks.yarn_rest import (
+    APP_ID_RE,
+    APP_PATH,
+    APP_STATE_PATH,
+    APPS_PATH,
+    CONF_PATH,
+    MAX_ALLOCATION_MB_KEY,
+    MAX_ALLOCATION_VCORES_KEY,
+    NEW_APPLICATION_PATH,
     YARN_CONNECTION_TYPE,
     ContainerLimit,
     Reply,
@@ -76,15 +83,6 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
-
-APPS_PATH = "/ws/v1/cluster/apps"
-APP_PATH = "/ws/v1/cluster/apps/{app_id}"
-APP_STATE_PATH = "/ws/v1/cluster/apps/{app_id}/state"
-NEW_APPLICATION_PATH = "/ws/v1/cluster/apps/new-application"
-CONF_PATH = "/conf"
-MAX_ALLOCATION_MB_KEY = "yarn.scheduler.maximum-allocation-mb"
-MAX_ALLOCATION_VCORES_KEY = "yarn.scheduler.maximum-allocation-vcores"
-APP_ID_RE = re.compile(r"^application_\d+_\d+$")
 
 
 class YarnHook(BaseHook):

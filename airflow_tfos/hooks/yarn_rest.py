@@ -8,47 +8,30 @@ from __future__ import annotations
 
 import base64
 import json
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
+from airflow_tfos.hooks.errors import YarnApplicationNotFound as YarnApplicationNotFound
+from airflow_tfos.hooks.errors import YarnAuthError as YarnAuthError
+from airflow_tfos.hooks.errors import YarnError as YarnError
+from airflow_tfos.hooks.errors import YarnProtocolError as YarnProtocolError
+from airflow_tfos.hooks.errors import YarnUnavailableError as YarnUnavailableError
 from airflow_tfos.hooks.state import FINAL_STATUSES, YARN_STATES, AppState
 
 DEFAULT_PORTS = {"http": 8088, "https": 8090}
 AUTH_MODES = ("simple", "kerberos")
-
-
-class YarnError(Exception):
-    """Something went wrong talking to YARN."""
-
-
-class YarnApplicationNotFound(YarnError):
-    """The ResourceManager does not know this application id.
-
-    :param app_id: the application id.
-    :param address: the RM that answered.
-    """
-
-    def __init__(self, app_id: str, address: str) -> None:
-        super().__init__(
-            f"ResourceManager {address} knows no application {app_id}: check the id, or whether the RM has "
-            "forgotten it (yarn.resourcemanager.max-completed-applications) or was restarted without recovery"
-        )
-        self.app_id = app_id
-        self.address = address
-
-
-class YarnAuthError(YarnError):
-    """The ResourceManager refused the credentials (401/403), or none could be obtained."""
-
-
-class YarnUnavailableError(YarnError):
-    """No ResourceManager of the connection could be reached, or every one kept failing."""
-
-
-class YarnProtocolError(YarnError):
-    """The answer was not the ResourceManager's JSON (a proxy, a wrong address, a broken body)."""
+#: The ResourceManager's REST paths and the settings this package reads (the emulator serves the same ones).
+APPS_PATH = "/ws/v1/cluster/apps"
+APP_PATH = "/ws/v1/cluster/apps/{app_id}"
+APP_STATE_PATH = "/ws/v1/cluster/apps/{app_id}/state"
+NEW_APPLICATION_PATH = "/ws/v1/cluster/apps/new-application"
+CONF_PATH = "/conf"
+MAX_ALLOCATION_MB_KEY = "yarn.scheduler.maximum-allocation-mb"
+MAX_ALLOCATION_VCORES_KEY = "yarn.scheduler.maximum-allocation-vcores"
+APP_ID_RE = re.compile(r"^application_\d+_\d+$")
 
 
 @dataclass(frozen=True)

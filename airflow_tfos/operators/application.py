@@ -33,7 +33,7 @@ from airflow_tfos.operators.run import ApplicationRun, AppResources
 from airflow_tfos.operators.run_dirs import resolve_run_dir, templated
 from airflow_tfos.shared.rundir import REPORT_HTML, spec_hash
 from airflow_tfos.shared.spec import SpecError, parse_spec
-from airflow_tfos.triggers.tfos import DONE, TFoSApplicationTrigger
+from airflow_tfos.triggers.tfos import DONE, TFoSApplicationTrigger, watch_arguments
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -148,7 +148,13 @@ class _TFoSApplicationOperator(ResumableJobMixin, BaseOperator):
 
     def run_parts(self, spec: RunSpec) -> dict[str, Any]:
         """What every run protocol of this task is made of: the run directory, the spec, the hooks, the log."""
-        return {"run_dir": self.run_dir, "spec": spec, "hook": self.hook, "rundir": self.rundir, "log": self.log}
+        return {
+            "run_dir": self.run_dir,
+            "spec": spec,
+            "hook": self.hook,
+            "run_dir_contents": self.run_dir_contents,
+            "log": self.log,
+        }
 
     def user_functions(self) -> list[str]:
         """Import paths of the user's functions the application runs (whose package is shipped)."""
@@ -230,7 +236,7 @@ class _TFoSApplicationOperator(ResumableJobMixin, BaseOperator):
         """Resolve the run directory and check the spec; return the result if this request is done already."""
         self.run_dir = self.resolve_run_dir(context)
         context["ti"].xcom_push(key=RUN_DIR_KEY, value=self.run_dir)
-        context["ti"].xcom_push(key=REPORT_URL_KEY, value=self.rundir.path(REPORT_HTML))
+        context["ti"].xcom_push(key=REPORT_URL_KEY, value=self.run_dir_contents.path(REPORT_HTML))
         run = self.run()
         run.check()
         done = self._tfos_result = run.already_done()
@@ -276,8 +282,9 @@ class _TFoSApplicationOperator(ResumableJobMixin, BaseOperator):
         return RunDirHook(self.run_dir, webhdfs_conn_id=self.webhdfs_conn_id)
 
     @property
-    def rundir(self) -> RunDir:
-        return self.run_dir_hook.rundir
+    def run_dir_contents(self) -> RunDir:
+        """The run directory's contents: what ``run_dir`` (its URI) holds, read and written as the contract says."""
+        return self.run_dir_hook.run_dir_contents
 
     # --- ResumableJobMixin ---------------------------------------------------------------------------------
 
@@ -345,15 +352,7 @@ class _TFoSApplicationOperator(ResumableJobMixin, BaseOperator):
 
     def defer_until_end(self, app: AppState) -> None:
         self.defer(
-            trigger=TFoSApplicationTrigger(
-                application_id=app.app_id,
-                spark_conn_id=self.spark_conn_id,
-                yarn_conn_id=self.yarn_conn_id,
-                run_dir=self.run_dir,
-                webhdfs_conn_id=self.webhdfs_conn_id,
-                poll_interval=self.poll_interval,
-                kill_on_kill=True,
-            ),
+            trigger=TFoSApplicationTrigger(application_id=app.app_id, kill_on_kill=True, **watch_arguments(self)),
             method_name="execute_complete",
             timeout=self.defer_timeout(),
         )

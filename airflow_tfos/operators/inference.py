@@ -47,7 +47,7 @@ class InferenceRun(ApplicationRun):
 
     def result(self, app: AppState | None) -> dict[str, Any]:
         """Application id, run directory, output path and the number of rows scored."""
-        status = self.rundir.read_status() or {}
+        status = self.run_dir_contents.read_status() or {}
         self.outcome = {
             "application_id": app.app_id if app else status.get("application_id"),
             "run_dir": self.run_dir,
@@ -59,7 +59,7 @@ class InferenceRun(ApplicationRun):
     def finish(self, app: AppState) -> dict[str, Any]:
         if app.is_successful and self.output_storage.exists(self.marker):
             return self.result(app)
-        status = self.rundir.read_status() or {}
+        status = self.run_dir_contents.read_status() or {}
         raise AirflowException(
             f"inference application {app.app_id} ended {app.state}/{app.final_status} without writing "
             f"{self.marker}: {status.get('error') or app.diagnostics or 'no error recorded'}"

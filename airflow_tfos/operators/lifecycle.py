@@ -25,7 +25,7 @@ from airflow_tfos.links.tfos import TRACKING_URL_KEY, SparkApplicationLink, Trai
 from airflow_tfos.operators.run_dirs import resolve_run_dir, templated
 from airflow_tfos.sensors.tfos import application_failure
 from airflow_tfos.shared.spec import SpecError, check_data
-from airflow_tfos.triggers.tfos import APP_ENDED, DONE, TFoSRunDirTrigger
+from airflow_tfos.triggers.tfos import APP_ENDED, DONE, TFoSRunDirTrigger, watch_arguments
 
 if TYPE_CHECKING:
     from airflow.providers.openlineage.extractors import OperatorLineage
@@ -166,7 +166,7 @@ class TFoSFeedOperator(_RunTaskOperator):
         feed_id = self.feed_id or safe_name(
             f"{self.task_id}-{run_key(context['dag_run'].logical_date, context['dag_run'].run_id)}"
         )
-        rundir = self.run_dir_hook.rundir
+        rundir = self.run_dir_hook.run_dir_contents
         done = rundir.feed_result(feed_id)
         stale = None if done is None else stale_feed(done, (rundir.read_spec() or {}).get("spec_hash"))
         if done is not None and stale is None:
@@ -191,14 +191,7 @@ class TFoSFeedOperator(_RunTaskOperator):
         if self.deferrable:
             self.defer(
                 trigger=TFoSRunDirTrigger(
-                    run_dir=self.run_dir,
-                    condition=condition,
-                    webhdfs_conn_id=self.webhdfs_conn_id,
-                    application_id=app.app_id,
-                    spark_conn_id=self.spark_conn_id,
-                    yarn_conn_id=self.yarn_conn_id,
-                    poll_interval=self.poll_interval,
-                    timeout=self.feed_timeout,
+                    condition=condition, application_id=app.app_id, timeout=self.feed_timeout, **watch_arguments(self)
                 ),
                 method_name="execute_complete",
             )
@@ -232,7 +225,7 @@ class TFoSFeedOperator(_RunTaskOperator):
     def _not_done(self, feed_id: str, state: AppState) -> str:
         """Why a feed was not done by an application that ended: the driver's error first, when it left one."""
         try:
-            error = (self.run_dir_hook.rundir.read_status() or {}).get("error")
+            error = (self.run_dir_hook.run_dir_contents.read_status() or {}).get("error")
         except Exception as exc:  # the application's own account still says something
             self.log.warning("cannot read the status of %s: %s", self.run_dir, exc)
             error = None
@@ -304,7 +297,7 @@ class TFoSShutdownClusterOperator(_RunTaskOperator):
         if app is None:
             self.log.info("no live application works on %s: nothing to stop", self.run_dir)
             return {"application_id": self.application_id, "state": None, "stopped": False}
-        rundir = self.run_dir_hook.rundir
+        rundir = self.run_dir_hook.run_dir_contents
         rundir.request_stop(self.reason, application_id=app.app_id)
         self.log.info("asked application %s to stop (grace %.0f s)", app.app_id, self.grace_secs)
         deadline = time.monotonic() + self.grace_secs

@@ -379,7 +379,7 @@ def run_operator_lineage(operator: Any, export: dict[str, Any] | None) -> Operat
         feed=operator.feed,
         input_mode=operator.input_mode,
         warm_start=operator.warm_start,
-        export_path=operator.rundir.path("export") if known and (export or not operator.serve) else None,
+        export_path=operator.run_dir_contents.path("export") if known and (export or not operator.serve) else None,
         export=export,
     )
 
@@ -390,7 +390,7 @@ def feed_operator_lineage(operator: Any, result: dict[str, Any] | None) -> Opera
     return feed_lineage(
         namespaces=operator_namespaces(operator, lambda: operator.apps.tfos_hook.backend),
         data=operator.data,
-        checkpoints_path=operator.run_dir_hook.rundir.path("checkpoints") if known else None,
+        checkpoints_path=operator.run_dir_hook.run_dir_contents.path("checkpoints") if known else None,
         result=result,
     )
 

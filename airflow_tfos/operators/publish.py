@@ -91,7 +91,7 @@ class TFoSPublishModelOperator(BaseOperator):
             as_written=self._run_dir_as_written,
             allow_outside_base=self.allow_run_dir_outside_base,
         )
-        rundir = self.run_dir_hook.rundir
+        rundir = self.run_dir_hook.run_dir_contents
         export = rundir.export_success()
         if export is None:
             raise AirflowException(

@@ -66,17 +66,19 @@ class ApplicationRun:
     :param run_dir: the run directory (resolved).
     :param spec: what this request asks for.
     :param hook: the backend that submits, finds and kills applications.
-    :param rundir: the run directory's contents.
+    :param run_dir_contents: the run directory's contents (what :mod:`~airflow_tfos.shared.rundir` reads and writes).
     :param log: where the steps say what they do (the operator's task log).
     """
 
-    def __init__(self, *, run_dir: str, spec: RunSpec, hook: TFoSHook, rundir: RunDir, log: logging.Logger) -> None:
+    def __init__(
+        self, *, run_dir: str, spec: RunSpec, hook: TFoSHook, run_dir_contents: RunDir, log: logging.Logger
+    ) -> None:
         self.run_dir = run_dir
         self.spec = spec
         self.spec_json = spec.to_json()
         self.digest = spec_hash(self.spec_json)
         self.hook = hook
-        self.rundir = rundir
+        self.run_dir_contents = run_dir_contents
         self.log = log
         #: the latest result a step returned (what the task returns)
         self.outcome: dict[str, Any] | None = None
@@ -113,7 +115,7 @@ class ApplicationRun:
 
     def works_on_spec(self, app: AppState) -> bool:
         """Whether the live ``app`` works on this spec; if it works on another one, kill it (False)."""
-        found = self.rundir.application_spec_hash(app.app_id)
+        found = self.run_dir_contents.application_spec_hash(app.app_id)
         if found == self.digest:
             return True
         self.log.warning(
@@ -130,7 +132,7 @@ class ApplicationRun:
     def submit(self, ti: Any, resources: AppResources) -> AppState:
         """Write the spec and submit an application; when another try submitted one for this run too, keep the
         earliest and kill the other."""
-        rundir = self.rundir
+        rundir = self.run_dir_contents
         current = rundir.read_spec()
         if current and current.get("spec_hash") != self.digest:
             self.log.warning(
@@ -170,7 +172,7 @@ class ApplicationRun:
 
     def submitted_application(self) -> str | None:
         """The application submitted last for this run (as the backend names it), from the run's events."""
-        return last_submitted(self.rundir)
+        return last_submitted(self.run_dir_contents)
 
 
 class TrainingRun(ApplicationRun):
@@ -182,7 +184,7 @@ class TrainingRun(ApplicationRun):
         self.export_record: dict[str, Any] | None = None
 
     def already_done(self) -> dict[str, Any] | None:
-        done = self.rundir.export_success()
+        done = self.run_dir_contents.export_success()
         if done and done.get("spec_hash") == self.digest:
             self.log.info(
                 "%s already holds an export of this spec (%s) at step %s: nothing to do",
@@ -195,7 +197,7 @@ class TrainingRun(ApplicationRun):
 
     def result(self, app: AppState | None) -> dict[str, Any]:
         """Application id, run directory, spec hash, step, export path, metrics and the report's path."""
-        rundir = self.rundir
+        rundir = self.run_dir_contents
         done = rundir.export_success()
         status = rundir.read_status() or {}
         exported = bool(done and done.get("spec_hash") == self.digest)
@@ -214,7 +216,7 @@ class TrainingRun(ApplicationRun):
 
     def finish(self, app: AppState) -> dict[str, Any]:
         """The result of a successful application, or an error that says what failed and where a retry resumes."""
-        line = progress_line(self.rundir.read_status())
+        line = progress_line(self.run_dir_contents.read_status())
         if line:
             self.log.info("application %s ended %s: %s", app.app_id, app.state, line)
         if app.is_successful:
@@ -222,8 +224,8 @@ class TrainingRun(ApplicationRun):
             if result["export_path"] is None and not self.spec.serve:
                 self.no_export(app, "")
             return result
-        status = self.rundir.read_status() or {}
-        latest = self.rundir.latest_checkpoint()
+        status = self.run_dir_contents.read_status() or {}
+        latest = self.run_dir_contents.latest_checkpoint()
         resume = f"the next try resumes from checkpoint step {latest.step}" if latest else "no checkpoint was published"
         error = status.get("error")
         diagnostics = (app.diagnostics or "").strip().splitlines()
@@ -236,7 +238,7 @@ class TrainingRun(ApplicationRun):
 
     def no_export(self, app: AppState, when: str) -> None:
         """Fail: ``app`` ended (``when``: before what) without an export of this spec."""
-        state = (self.rundir.read_status() or {}).get("state")
+        state = (self.run_dir_contents.read_status() or {}).get("state")
         ended = f"application {app.app_id} ended {app.state}/{app.final_status} (run state {state})"
         if when:
             raise AirflowException(
@@ -244,6 +246,7 @@ class TrainingRun(ApplicationRun):
                 "again"
             )
         raise AirflowException(
-            f"{ended} without an export of this task's spec {self.digest} in {self.rundir.path('export')}: call "
-            "export_model in train_fn; if it was stopped, clear the task to resume from the latest checkpoint"
+            f"{ended} without an export of this task's spec {self.digest} in "
+            f"{self.run_dir_contents.path('export')}: call export_model in train_fn; if it was stopped, clear the "
+            "task to resume from the latest checkpoint"
         )

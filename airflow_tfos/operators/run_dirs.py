@@ -5,23 +5,17 @@ Airflow side (reads ``[tfos] run_dir_base``); the rules themselves are pure, in 
 
 from __future__ import annotations
 
-import json
 import os
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from airflow.sdk.configuration import conf
 
-from airflow_tfos.hooks.runs import default_run_dir, place_run_dir
+from airflow_tfos.hooks.runs import default_run_dir, place_run_dir, templated
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
 __all__ = ["resolve_run_dir", "run_dir_base", "templated"]
-
-
-def templated(value: Any) -> bool:
-    """Whether ``value`` still holds Jinja (not rendered yet, so it cannot be checked at parse time)."""
-    return "{{" in json.dumps(value, default=str)
 
 
 def run_dir_base() -> str:

@@ -35,7 +35,7 @@ from airflow_tfos.operators.application import _TFoSApplicationOperator, shipped
 from airflow_tfos.operators.run import TrainingRun, last_submitted
 from airflow_tfos.shared.events import LAUNCH_FAILED
 from airflow_tfos.shared.spec import INPUT_MODES, RunSpec, SpecError, split_import_path
-from airflow_tfos.triggers.tfos import APP_ENDED, DONE, TFoSRunDirTrigger
+from airflow_tfos.triggers.tfos import APP_ENDED, DONE, TFoSRunDirTrigger, watch_arguments
 
 if TYPE_CHECKING:
     from airflow.providers.openlineage.extractors import OperatorLineage
@@ -260,14 +260,10 @@ class TFoSLaunchClusterOperator(_TFoSRunOperator):
         if self.deferrable:
             self.defer(
                 trigger=TFoSRunDirTrigger(
-                    run_dir=self.run_dir,
                     condition={"ready": {}},
-                    webhdfs_conn_id=self.webhdfs_conn_id,
                     application_id=app.app_id,
-                    spark_conn_id=self.spark_conn_id,
-                    yarn_conn_id=self.yarn_conn_id,
-                    poll_interval=min(self.poll_interval, 5.0),
                     timeout=self.ready_timeout,
+                    **watch_arguments(self, poll_interval=min(self.poll_interval, 5.0)),
                 ),
                 method_name="launch_complete",
             )
@@ -299,16 +295,16 @@ class TFoSLaunchClusterOperator(_TFoSRunOperator):
         except Exception as exc:
             self.log.error("cannot kill application %s: %s", app_id, exc)
             return
-        self.rundir.add_event(LAUNCH_FAILED, application_id=app_id, state=state.state)
+        self.run_dir_contents.add_event(LAUNCH_FAILED, application_id=app_id, state=state.state)
 
     def launch_complete(self, context: Context, event: dict[str, Any]) -> Any:
         self.run_dir = self.resolve_run_dir(context)
         if event.get("status") == DONE:  # the backend's id, not the one the driver knows itself by
-            app_id = last_submitted(self.rundir) or event["result"].get("application_id")
+            app_id = last_submitted(self.run_dir_contents) or event["result"].get("application_id")
             return {"application_id": app_id, "run_dir": self.run_dir}
         if event.get("status") == APP_ENDED:
             return self.ended_before_serving(AppState.from_json(event["app"]))
-        app_id = last_submitted(self.rundir)
+        app_id = last_submitted(self.run_dir_contents)
         self.stop_unready(app_id)
         raise AirflowException(
             f"application {app_id} did not become ready: {event.get('message') or event}; it was stopped"

@@ -22,6 +22,10 @@ import json
 import posixpath
 import re
 
+from airflow_tfos.hooks.errors import ReportAddressError as ReportAddressError
+from airflow_tfos.hooks.webhdfs_connection import DEFAULT_CONN_ID as DEFAULT_WEBHDFS_CONN_ID
+from airflow_tfos.shared.storage.webhdfs_config import HDFS_SCHEMES as HDFS_SCHEMES
+
 #: Where the plugin app is mounted on the api-server.
 URL_PREFIX = "/tfos"
 #: The app's route to one file of one report.
@@ -30,19 +34,12 @@ REPORT_ROUTE = "/reports/{token}/{name}"
 REPORT_PAGE = "report.html"
 #: The only file names the app serves from a run directory's ``report/`` folder.
 REPORT_FILE_NAME = re.compile(r"^(?:report\.html|[A-Za-z0-9][A-Za-z0-9_-]{0,99}\.png)$")
-#: The ``webhdfs`` connection that HDFS run directories use when none is named.
-DEFAULT_WEBHDFS_CONN_ID = "webhdfs_default"
 #: Schemes of run directories (as :func:`airflow_tfos.shared.storage.storage_for` knows them); the HDFS ones.
-RUN_DIR_SCHEMES = frozenset({"", "file", "hdfs", "webhdfs", "swebhdfs"})
-HDFS_SCHEMES = frozenset({"hdfs", "webhdfs", "swebhdfs"})
+RUN_DIR_SCHEMES = frozenset({"", "file", *HDFS_SCHEMES})
 
 MAX_TOKEN_CHARS = 4096
 _TOKEN = re.compile(rf"^[A-Za-z0-9_-]{{1,{MAX_TOKEN_CHARS}}}$")
 _CONN_ID = re.compile(r"^[A-Za-z0-9_.-]{1,250}$")
-
-
-class ReportAddressError(ValueError):
-    """A report address that the app refuses to serve; the message says why."""
 
 
 def _scheme(run_dir: str) -> str:

@@ -45,6 +45,7 @@ import weakref
 from collections.abc import Iterator
 from typing import Any
 
+from airflow_tfos.runtime.errors import WarmStartError as WarmStartError
 from airflow_tfos.shared.rundir import EXPORT, SUCCESS, RunDir
 from airflow_tfos.shared.storage import Storage, join, storage_for
 
@@ -52,10 +53,6 @@ log = logging.getLogger(__name__)
 
 #: The file that marks a directory as a SavedModel.
 SAVED_MODEL_FILE = "saved_model.pb"
-
-
-class WarmStartError(ValueError):
-    """The warm-start model cannot be used for this model; the message says what to change."""
 
 
 class RunCheckpointer:

@@ -131,7 +131,7 @@ def _record_end(ctx, ok: bool) -> None:
     if ctx is None or not ctx.run_dir:
         return
     try:
-        from airflow_tfos.runtime.progress import flush_all
+        from airflow_tfos.runtime.progress_writer import flush_all
         from airflow_tfos.shared.rundir import RunDir
 
         flush_all(timeout=30.0 if ok else 10.0)

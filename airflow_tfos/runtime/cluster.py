@@ -14,6 +14,8 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from airflow_tfos.runtime.errors import ClusterConfigError as ClusterConfigError
+
 PS = "ps"
 CHIEF = "chief"
 MASTER = "master"
@@ -24,10 +26,6 @@ WORKER = "worker"
 TRAINING_JOBS = frozenset({CHIEF, MASTER, WORKER})
 #: Jobs whose nodes serve the training nodes and are stopped once those are done.
 SERVICE_JOBS = frozenset({PS, EVALUATOR})
-
-
-class ClusterConfigError(ValueError):
-    """The requested cluster cannot run; the message names the setting to change."""
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,10 @@
-"""Errors raised by the runtime, and how a node's failure travels to the driver.
+r"""Errors of the runtime (the Spark side), and how a node's failure travels to the driver.
+
+Every one is a :class:`~airflow_tfos.shared.errors.TFoSError` (the package's base, with the shared package's
+errors in :mod:`airflow_tfos.shared.errors`); the run's failures (a node failed, the run timed out or was
+cancelled) also share :class:`TFoSRuntimeError`. Settings to change are ``ValueError``\s: the cluster
+(:class:`ClusterConfigError`), the warm start (:class:`WarmStartError`) and the feed (:class:`FeedConfigError`,
+defined with the feed's plan in :mod:`airflow_tfos.runtime.feed.plan`).
 
 A failing node raises :class:`NodeFailure` inside its Spark task. Spark reports it to the driver as
 text buried in a Java stack trace, so the node's details are also embedded there between two markers,
@@ -11,15 +17,19 @@ import json
 import re
 from dataclasses import asdict, dataclass
 
-from airflow_tfos.runtime.cluster import ClusterConfigError
+from airflow_tfos.runtime.feed.plan import FeedConfigError
+from airflow_tfos.shared.errors import TFoSError
 
 __all__ = [
     "ClusterConfigError",
+    "FeedConfigError",
     "NodeFailedError",
     "NodeFailure",
+    "ReportError",
     "RunCancelledError",
     "RunTimeoutError",
     "TFoSRuntimeError",
+    "WarmStartError",
     "decode_node_failure",
 ]
 
@@ -28,8 +38,20 @@ _END = "<</airflow-tfos-node-failure>>"
 _PATTERN = re.compile(re.escape(_BEGIN) + r"(.*?)" + re.escape(_END), re.DOTALL)
 
 
-class TFoSRuntimeError(RuntimeError):
+class TFoSRuntimeError(TFoSError, RuntimeError):
     """Base class of the runtime's run-time errors."""
+
+
+class ClusterConfigError(TFoSError, ValueError):
+    """The requested cluster cannot run; the message names the setting to change."""
+
+
+class WarmStartError(TFoSError, ValueError):
+    """The warm-start model cannot be used for this model; the message says what to change."""
+
+
+class ReportError(TFoSError, RuntimeError):
+    """The run directory holds nothing to report on; the message says what is missing."""
 
 
 class RunTimeoutError(TFoSRuntimeError, TimeoutError):

@@ -23,8 +23,9 @@ It also records events for the training report (:mod:`airflow_tfos.runtime.repor
   :meth:`ProgressTracker.begin` (each ``fit``), which builds TensorFlow's graph, is left out of them and
   reported as ``first_step_secs`` in the event that follows it.
 
-Writes go through the run directory's storage (local or HDFS) on a background thread, so a slow
-file system never holds up a training step; a failed write only logs a warning.
+Writes go through the run directory's storage (local or HDFS) on a background thread
+(:mod:`~airflow_tfos.runtime.progress_writer`), so a slow file system never holds up a training step; a
+failed write only logs a warning.
 
 ``fit_resumable`` (:mod:`airflow_tfos.runtime.checkpoint`) adds the Keras callback by itself. A
 program with its own ``model.fit``::
@@ -50,11 +51,11 @@ import collections
 import logging
 import math
 import os
-import threading
 import time
-import weakref
 from typing import Any
 
+from airflow_tfos.runtime.progress_writer import ProgressWriter
+from airflow_tfos.runtime.progress_writer import flush_all as flush_all
 from airflow_tfos.shared.rundir import RunDir
 
 log = logging.getLogger(__name__)
@@ -69,8 +70,6 @@ HISTORY_SECS = 30.0
 RATE_WINDOW_SECS = 30.0
 #: Keys of the events that Keras logs must not overwrite.
 _RESERVED = frozenset({"kind", "time", "step", "epoch", "attempt", "run_id", "worker", "steps"})
-
-_WRITERS: weakref.WeakSet[_BackgroundWriter] = weakref.WeakSet()
 
 
 def numeric_logs(logs: dict[str, Any] | None) -> dict[str, float | None]:
@@ -104,72 +103,6 @@ def epoch_position(step: int, steps_per_epoch: int | None) -> tuple[int | None, 
         return None, None
     epoch = max(1, math.ceil(step / steps_per_epoch))
     return epoch, round(100.0 * (step - (epoch - 1) * steps_per_epoch) / steps_per_epoch, 1)
-
-
-class _BackgroundWriter:
-    """Writes progress.json and events in order on one daemon thread; only the newest progress is kept."""
-
-    def __init__(self, rundir: RunDir):
-        self.rundir = rundir
-        self._cond = threading.Condition()
-        self._events: list[tuple[str, dict[str, Any]]] = []
-        self._progress: dict[str, Any] | None = None
-        self._busy = False
-        self._thread: threading.Thread | None = None
-        _WRITERS.add(self)
-
-    def progress(self, record: dict[str, Any]) -> None:
-        with self._cond:
-            self._progress = record
-            self._wake()
-
-    def event(self, kind: str, fields: dict[str, Any]) -> None:
-        with self._cond:
-            self._events.append((kind, fields))
-            self._wake()
-
-    def _wake(self) -> None:
-        if self._thread is None:
-            self._thread = threading.Thread(target=self._run, name="airflow-tfos-progress", daemon=True)
-            self._thread.start()
-        self._cond.notify_all()
-
-    def _idle(self) -> bool:
-        return not self._events and self._progress is None and not self._busy
-
-    def _run(self) -> None:
-        while True:
-            with self._cond:
-                self._cond.wait_for(lambda: self._events or self._progress is not None)
-                events, self._events = self._events, []
-                progress, self._progress = self._progress, None
-                self._busy = True
-            for kind, fields in events:
-                try:
-                    self.rundir.add_event(kind, **fields)
-                except Exception as exc:  # best effort: progress must never stop training
-                    log.warning("cannot record %s event in %s: %s", kind, self.rundir.uri, exc)
-            if progress is not None:
-                try:
-                    self.rundir.write_progress(progress)
-                except Exception as exc:
-                    log.warning("cannot write progress to %s: %s", self.rundir.uri, exc)
-            with self._cond:
-                self._busy = False
-                self._cond.notify_all()
-
-    def flush(self, timeout: float = 30.0) -> bool:
-        """Wait until everything handed over is written; False if ``timeout`` ran out first."""
-        with self._cond:
-            return self._cond.wait_for(self._idle, timeout)
-
-
-def flush_all(timeout: float = 30.0) -> None:
-    """Wait for every tracker's pending writes (the node process calls it before it exits)."""
-    deadline = time.monotonic() + timeout
-    for writer in list(_WRITERS):
-        if not writer.flush(max(0.0, deadline - time.monotonic())):
-            log.warning("progress writes to %s did not finish within %.0f s", writer.rundir.uri, timeout)
 
 
 class ProgressTracker:
@@ -210,7 +143,7 @@ class ProgressTracker:
         self.history_every = history_every
         self.worker = f"{ctx.job_name}:{ctx.task_index}"
         self.is_chief = bool(ctx.is_chief)
-        self._writer = _BackgroundWriter(RunDir(ctx.run_dir)) if ctx.run_dir else None
+        self._writer = ProgressWriter(RunDir(ctx.run_dir)) if ctx.run_dir else None
         self._step = 0
         self._logs: dict[str, float | None] = {}
         self._started_wall: float | None = None

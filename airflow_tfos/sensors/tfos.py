@@ -13,16 +13,12 @@ from airflow.sdk.exceptions import AirflowException
 
 from airflow_tfos.hooks.apps import ApplicationClient, latest
 from airflow_tfos.hooks.run_dir import RunDirHook
-from airflow_tfos.hooks.runs import check_run_dir
+from airflow_tfos.hooks.runs import check_run_dir, templated
 from airflow_tfos.hooks.state import YARN_STATES, AppState
 from airflow_tfos.triggers.tfos import DONE, TFoSApplicationTrigger, TFoSRunDirTrigger
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
-
-
-def _templated(value: Any) -> bool:
-    return isinstance(value, str) and "{{" in value
 
 
 def application_failure(state: AppState) -> str | None:
@@ -169,7 +165,7 @@ class TFoSCheckpointSensor(_DeferrableSensor):
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
-        if not _templated(run_dir):
+        if not templated(run_dir):
             check_run_dir(run_dir)
         if isinstance(min_step, int) and min_step < 0:
             raise ValueError(f"{self.task_id}: min_step must be >= 0, got {min_step}")

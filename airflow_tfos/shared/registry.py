@@ -32,6 +32,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from airflow_tfos.shared.errors import RegistryError as RegistryError
 from airflow_tfos.shared.storage import Storage, join, storage_for
 
 log = logging.getLogger(__name__)
@@ -45,10 +46,6 @@ VERSIONS = "versions"
 DECISIONS = "decisions"
 MODEL = "model"
 SUCCESS = "_SUCCESS"
-
-
-class RegistryError(ValueError):
-    """The registry or a candidate cannot be used as asked; the message says what to change."""
 
 
 @dataclass(frozen=True)

@@ -22,7 +22,6 @@ place, and staging directories left by a crash are removed by the next publicati
 
 from __future__ import annotations
 
-import hashlib
 import itertools
 import json
 import logging
@@ -32,7 +31,11 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
+from airflow_tfos.shared.errors import RunDirError as RunDirError
 from airflow_tfos.shared.events import APPLICATION
+from airflow_tfos.shared.spec import spec_digest as spec_digest
+from airflow_tfos.shared.spec import spec_hash as spec_hash
+from airflow_tfos.shared.spec import verified_spec_hash as verified_spec_hash
 from airflow_tfos.shared.storage import Storage, is_plain_name, join, storage_for
 
 log = logging.getLogger(__name__)
@@ -63,21 +66,6 @@ _FEED_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
 _CHECKPOINT_NAME = re.compile(r"^ckpt-[0-9]{1,19}$")
 
 
-class RunDirError(RuntimeError):
-    """The run directory cannot be read or written as the contract says; the message says why."""
-
-
-def spec_digest(spec: dict[str, Any]) -> str:
-    """The full SHA-256 (hex) of what a spec asks for (its canonical JSON, without its own ``spec_hash``)."""
-    body = {k: v for k, v in spec.items() if k != "spec_hash"}
-    return hashlib.sha256(json.dumps(body, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
-
-
-def spec_hash(spec: dict[str, Any]) -> str:
-    """A stable hash of what a spec asks for: the first 16 hex digits of :func:`spec_digest` (names the request)."""
-    return spec_digest(spec)[:16]
-
-
 def check_feed_id(feed_id: Any) -> str:
     """Return ``feed_id`` if it can name a feed's files, else raise ValueError saying what a feed id may hold."""
     if not isinstance(feed_id, str) or not _FEED_ID.match(feed_id):
@@ -97,29 +85,6 @@ def _bad_checkpoint(record: Any) -> str | None:
     if not isinstance(step, int) or isinstance(step, bool) or step < 0:
         return f"the entry {name!r} has the step {step!r}, not a whole number"
     return None
-
-
-def verified_spec_hash(spec: dict[str, Any], expected: str | None = None) -> str:
-    """The hash of ``spec``, recomputed from its content; RunDirError if it differs from ``expected`` (given out
-    of band at submission: the full :func:`spec_digest`, or its 16-digit :func:`spec_hash`) or from the
-    ``spec_hash`` stored in it: then spec.json was changed after it was written.
-    """
-    full = spec_digest(spec)
-    digest = full[:16]
-    if expected is not None and expected.lower() not in (full, digest):
-        raise RunDirError(
-            f"spec.json is not the spec that was submitted: its content hashes to {digest}, the submission "
-            f"named {expected}; nothing of it was run. It was changed after submission: keep the run directory "
-            "writable by its owner only, then submit again (a new spec.json is written)"
-        )
-    stored = spec.get("spec_hash")
-    if stored is not None and stored != digest:
-        raise RunDirError(
-            f"spec.json holds the spec_hash {stored!r}, but its content hashes to {digest}: it was changed after "
-            "it was written, so nothing of it was run. Submit again; to run an edited spec by hand, remove its "
-            "spec_hash field"
-        )
-    return digest
 
 
 def replace_dir(storage: Storage, staging: str, final: str) -> None:

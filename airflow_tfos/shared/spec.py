@@ -1,6 +1,9 @@
 """The training spec (``spec.json`` in the run directory): what the driver entrypoint runs.
 
-Pure Python: parsed and checked here, with errors that name the field and what to write instead.
+Pure Python: parsed and checked here, with errors that name the field and what to write instead. A spec's
+identity is its hash (:func:`spec_hash`, over its canonical JSON): the operator names its request by it, the
+export records it, and the driver refuses a ``spec.json`` whose content no longer matches it
+(:func:`verified_spec_hash`). :mod:`airflow_tfos.shared.rundir` re-exports the three.
 
 .. code-block:: json
 
@@ -17,9 +20,13 @@ Pure Python: parsed and checked here, with errors that name the field and what t
 
 from __future__ import annotations
 
+import hashlib
 import importlib
+import json
 from dataclasses import MISSING, Field, dataclass, field, fields
 from typing import Any
+
+from airflow_tfos.shared.errors import RunDirError, SpecError
 
 INPUT_MODES = ("SPARK", "TENSORFLOW")
 DATA_FORMATS = ("table", "parquet", "csv", "tfrecord", "function")
@@ -49,10 +56,6 @@ ALWAYS, TRAINING, SERVING, WHEN_SET, NEVER = "always", "training", "serving", "w
 def _spec(json_types: Any, written: str = WHEN_SET) -> dict[str, Any]:
     """A :class:`RunSpec` field's metadata: the JSON types spec.json may hold for it, and when it is written."""
     return {"json": json_types, "written": written}
-
-
-class SpecError(ValueError):
-    """spec.json cannot be run; the message names the field."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -232,3 +235,37 @@ def import_callable(path: str, name: str):
     if not callable(target):
         raise SpecError(f"{name} {path!r} is not callable")
     return target
+
+
+def spec_digest(spec: dict[str, Any]) -> str:
+    """The full SHA-256 (hex) of what a spec asks for (its canonical JSON, without its own ``spec_hash``)."""
+    body = {k: v for k, v in spec.items() if k != "spec_hash"}
+    return hashlib.sha256(json.dumps(body, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
+def spec_hash(spec: dict[str, Any]) -> str:
+    """A stable hash of what a spec asks for: the first 16 hex digits of :func:`spec_digest` (names the request)."""
+    return spec_digest(spec)[:16]
+
+
+def verified_spec_hash(spec: dict[str, Any], expected: str | None = None) -> str:
+    """The hash of ``spec``, recomputed from its content; RunDirError if it differs from ``expected`` (given out
+    of band at submission: the full :func:`spec_digest`, or its 16-digit :func:`spec_hash`) or from the
+    ``spec_hash`` stored in it: then spec.json was changed after it was written.
+    """
+    full = spec_digest(spec)
+    digest = full[:16]
+    if expected is not None and expected.lower() not in (full, digest):
+        raise RunDirError(
+            f"spec.json is not the spec that was submitted: its content hashes to {digest}, the submission "
+            f"named {expected}; nothing of it was run. It was changed after submission: keep the run directory "
+            "writable by its owner only, then submit again (a new spec.json is written)"
+        )
+    stored = spec.get("spec_hash")
+    if stored is not None and stored != digest:
+        raise RunDirError(
+            f"spec.json holds the spec_hash {stored!r}, but its content hashes to {digest}: it was changed after "
+            "it was written, so nothing of it was run. Submit again; to run an edited spec by hand, remove its "
+            "spec_hash field"
+        )
+    return digest

@@ -17,21 +17,23 @@ from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 from airflow_tfos.hooks.state import YARN_STATES
+from airflow_tfos.hooks.yarn_rest import (
+    APP_ID_RE,
+    APPS_PATH,
+    CONF_PATH,
+    MAX_ALLOCATION_MB_KEY,
+    MAX_ALLOCATION_VCORES_KEY,
+    NEW_APPLICATION_PATH,
+)
 
 log = logging.getLogger(__name__)
 
 CLUSTER_PATH = "/ws/v1/cluster"
 CLUSTER_INFO_PATH = "/ws/v1/cluster/info"
 CLUSTER_METRICS_PATH = "/ws/v1/cluster/metrics"
-APPS_PATH = "/ws/v1/cluster/apps"
-NEW_APPLICATION_PATH = "/ws/v1/cluster/apps/new-application"
-CONF_PATH = "/conf"
 APP_PATH_RE = re.compile(r"^/ws/v1/cluster/apps/([^/]+)(/state)?/?$")
-APP_ID_RE = re.compile(r"^application_\d+_\d+$")
 #: Paths a standby RM answers itself instead of redirecting (as RMWebAppFilter does).
 STANDBY_SERVED_PATHS = frozenset({CLUSTER_PATH, CLUSTER_INFO_PATH, CONF_PATH})
-MAX_ALLOCATION_MB_KEY = "yarn.scheduler.maximum-allocation-mb"
-MAX_ALLOCATION_VCORES_KEY = "yarn.scheduler.maximum-allocation-vcores"
 _NO_USER = "Unable to obtain user name, user not authenticated"
 
 

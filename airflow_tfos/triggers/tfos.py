@@ -18,6 +18,14 @@ from airflow_tfos.hooks.state import AppState
 DONE, APP_ENDED, ERROR, TIMEOUT = "done", "app_ended", "error", "timeout"
 #: How many polls in a row may fail (network, RM failover) before the trigger gives up.
 MAX_POLL_ERRORS = 10
+#: What a task hands the trigger it defers to, from its attributes of these names.
+WATCH_ARGUMENTS = ("run_dir", "webhdfs_conn_id", "spark_conn_id", "yarn_conn_id", "poll_interval")
+
+
+def watch_arguments(task: Any, **overrides: Any) -> dict[str, Any]:
+    """The run directory, connections and poll interval a trigger watches with, as the deferring ``task``
+    holds them (its attributes named in :data:`WATCH_ARGUMENTS`), with ``overrides`` on top."""
+    return {**{name: getattr(task, name) for name in WATCH_ARGUMENTS}, **overrides}
 
 
 class TFoSApplicationTrigger(BaseTrigger):
@@ -95,7 +103,7 @@ class TFoSApplicationTrigger(BaseTrigger):
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
         client = self._client()
-        rundir = RunDirHook(self.run_dir, webhdfs_conn_id=self.webhdfs_conn_id) if self.run_dir else None
+        run_dir_hook = RunDirHook(self.run_dir, webhdfs_conn_id=self.webhdfs_conn_id) if self.run_dir else None
         errors, last_line, tracking_url = 0, None, None
         pacer = PollPacer(self.poll_interval)
         while True:
@@ -116,9 +124,9 @@ class TFoSApplicationTrigger(BaseTrigger):
                 yield TriggerEvent({"status": DONE, "app": state.to_json(), "tracking_url": tracking_url})
                 return
             status = None
-            if rundir is not None:
+            if run_dir_hook is not None:
                 try:
-                    status = await rundir.aread_status()
+                    status = await run_dir_hook.aread_status()
                     line = progress_line(status)
                 except Exception as exc:
                     line = f"cannot read status.json: {exc}"
@@ -191,25 +199,25 @@ class TFoSRunDirTrigger(BaseTrigger):
         )
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
-        rundir = RunDirHook(self.run_dir, webhdfs_conn_id=self.webhdfs_conn_id)
+        run_dir_hook = RunDirHook(self.run_dir, webhdfs_conn_id=self.webhdfs_conn_id)
         client = ApplicationClient(spark_conn_id=self.spark_conn_id, yarn_conn_id=self.yarn_conn_id)
         deadline = None if self.timeout is None else time.monotonic() + self.timeout
         errors = 0
         watch, pacer = RunWatch(), PollPacer(self.poll_interval)
         while True:
             try:
-                result = await rundir.acheck(self.condition)
+                result = await run_dir_hook.acheck(self.condition)
                 if result is not None:
                     yield TriggerEvent({"status": DONE, "result": result})
                     return
                 if self.application_id:  # a live run (a feed, a launch): its progress and lost nodes
-                    for line in await rundir.awatch_lines(watch):
+                    for line in await run_dir_hook.awatch_lines(watch):
                         self.log.info("%s: %s", self.application_id, line)
                 if self.application_id:
                     state = await client.aget(self.application_id)
                     if state.is_terminal:
                         # the condition may have been met just before the application ended
-                        result = await rundir.acheck(self.condition)
+                        result = await run_dir_hook.acheck(self.condition)
                         if result is not None:
                             yield TriggerEvent({"status": DONE, "result": result})
                         else:

@@ -32,7 +32,7 @@ import pytest
 from airflow_tfos.hooks.runs import default_run_dir, run_tag
 from airflow_tfos.shared.rundir import RunDir
 from airflow_tfos.shared.storage.webhdfs_client import WebHDFSStorage
-from airflow_tfos.shared.storage.webhdfs_config import ENV_VAR
+from airflow_tfos.shared.storage.webhdfs_config import WEBHDFS_ENV
 from airflow_tfos.testing.webhdfs import WebHDFSEmulator
 from airflow_tfos.testing.yarn import ResourceManagerEmulator
 from tests.airflow_side.yarn_driver_fakes import CONTAINER_ENV, YarnDriverBroker, read_calls, write_spark_submit
@@ -99,7 +99,7 @@ def emulated(tmp_path_factory) -> Iterator[Emulated]:
     bin_dir = write_spark_submit(tmp_path / "bin").parent
     python_path = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
     # the drivers get HDFS settings only as YARN would give them: from the submission, not from this process
-    driver_env = {k: v for k, v in os.environ.items() if k != ENV_VAR}
+    driver_env = {k: v for k, v in os.environ.items() if k != WEBHDFS_ENV}
     driver_env.update({"PYTHONPATH": python_path, "SPARK_LOCAL_IP": "127.0.0.1"})
 
     with (
@@ -109,7 +109,7 @@ def emulated(tmp_path_factory) -> Iterator[Emulated]:
     ):
         port = int(hdfs.url.rsplit(":", 1)[1])
         env = {
-            **{k: v for k, v in os.environ.items() if k != ENV_VAR},
+            **{k: v for k, v in os.environ.items() if k != WEBHDFS_ENV},
             "AIRFLOW_HOME": str(home),
             "AIRFLOW__CORE__DAGS_FOLDER": str(DAGS),
             "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
@@ -166,7 +166,7 @@ def test_train_dag_submits_to_yarn_exports_to_hdfs_and_a_rerun_submits_nothing(e
     assert any(Path(p).name.startswith("airflow_tfos-runtime-") for p in py_files)
     (submission,) = emulated.submissions(DAG_ID)
     assert submission["tags"] == [run_tag(run_dir)]
-    assert ENV_VAR in submission["env"]  # the WebHDFS settings came through the properties file
+    assert WEBHDFS_ENV in submission["env"]  # the WebHDFS settings came through the properties file
     assert submission["command"][submission["command"].index("--run-dir") + 1] == run_dir
 
     # the ResourceManager tracked it to its end, and the operator and the trigger asked it

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import time
 
 import psutil
 import pytest
@@ -16,6 +15,8 @@ import pytest
 from airflow_tfos.hooks.local import ApplicationAlreadyRunningError, LocalBackend
 from airflow_tfos.hooks.tfos import TFoSHook
 from airflow_tfos.shared.rundir import RunDir
+from tests.conftest import wait_for
+from tests.runtime.helpers import training_spec
 
 pytestmark = pytest.mark.integration
 
@@ -58,42 +59,20 @@ def hook(tmp_path, monkeypatch):
         made.local.kill(record["app_id"], grace_secs=5)
 
 
-def spec(data_path, **extra) -> dict:
-    return {
-        "train_fn": "tests.runtime.programs:spec_training",
-        "args": {"epochs": 2, "every": 5},
-        "num_nodes": 2,
-        "input_mode": "SPARK",
-        "data": {"format": "parquet", "path": data_path},
-        "feed": {"features": ["x"], "label": "y", "batch_size": 30},
-        **extra,
-    }
-
-
 def submit(hook, run_dir, tag):
     return hook.submit(run_dir, tag=tag, name=f"test {tag}", num_nodes=2, executor_memory="768m")
 
 
-def wait_until(predicate, within: float, what: str):
-    deadline = time.monotonic() + within
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.5)
-    raise AssertionError(f"{what}: not within {within} s")
-
-
 def test_a_run_trains_and_finishes_and_another_process_sees_it(hook, tmp_path, data_path):
     rundir = RunDir(str(tmp_path / "run"))
-    digest = rundir.write_spec(spec(data_path))
+    digest = rundir.write_spec(training_spec(data_path))
     app_id = submit(hook, rundir.uri, "tfos-ok")
     state = hook.get_state(app_id)
     assert (state.state, state.final_status) == ("RUNNING", "UNDEFINED")
     assert [a.app_id for a in hook.find_live("tfos-ok")] == [app_id]
-    wait_until(lambda: (rundir.read_status() or {}).get("state") == "RUNNING", 120, "status RUNNING")
+    wait_for(lambda: (rundir.read_status() or {}).get("state") == "RUNNING", 120, "status RUNNING", every=0.5)
     assert "run RUNNING" in hook.get_state(app_id).diagnostics
-    final = wait_until(lambda: (s := hook.get_state(app_id)).is_terminal and s, 240, "the run ending")
+    final = wait_for(lambda: (s := hook.get_state(app_id)).is_terminal and s, 240, "the run ending", every=0.5)
     log_tail = hook.local.log_path(app_id).read_text()[-3000:]
     assert (final.state, final.final_status) == ("FINISHED", "SUCCEEDED"), final.diagnostics + log_tail
     assert rundir.read_status()["state"] == "SUCCEEDED" and rundir.export_success()["spec_hash"] == digest
@@ -105,9 +84,9 @@ def test_a_run_trains_and_finishes_and_another_process_sees_it(hook, tmp_path, d
 
 def test_a_kill_mid_run_leaves_no_process_and_kill_twice_is_a_no_op(hook, tmp_path, data_path):
     rundir = RunDir(str(tmp_path / "run"))
-    rundir.write_spec(spec(data_path, args={"epochs": 50, "every": 5, "sleep": 0.2}))
+    rundir.write_spec(training_spec(data_path, args={"epochs": 50, "every": 5, "sleep": 0.2}))
     app_id = submit(hook, rundir.uri, "tfos-kill")
-    wait_until(lambda: list((tmp_path / "run").glob("progress-*.json")), 180, "training steps")
+    wait_for(lambda: list((tmp_path / "run").glob("progress-*.json")), 180, "training steps", every=0.5)
     with pytest.raises(ApplicationAlreadyRunningError, match=app_id):
         submit(hook, rundir.uri, "tfos-kill")
     pgid = hook.local.record(app_id)["pgid"]
@@ -127,7 +106,7 @@ def test_a_failing_spec_is_failed_with_diagnostics(hook, tmp_path):
     rundir = RunDir(str(tmp_path / "run"))
     rundir.write_spec({"train_fn": "tests.runtime.programs:no_such_function", "num_nodes": 2})
     app_id = submit(hook, rundir.uri, "tfos-bad")
-    final = wait_until(lambda: (s := hook.get_state(app_id)).is_terminal and s, 120, "the run ending")
+    final = wait_for(lambda: (s := hook.get_state(app_id)).is_terminal and s, 120, "the run ending", every=0.5)
     assert (final.state, final.final_status) == ("FAILED", "FAILED")
     assert "exited with code 2" in final.diagnostics and "has no 'no_such_function'" in final.diagnostics
     assert LocalBackend(str(tmp_path / "tracker")).get_state(app_id) == final

@@ -24,19 +24,9 @@ from airflow_tfos.hooks.local import (
     map_local_state,
 )
 from airflow_tfos.shared.rundir import RunDir
-from tests.conftest import REPO
+from tests.conftest import REPO, wait_for
 
 PY = sys.executable
-
-
-def wait_for(predicate, within: float = 20.0, what: str = "condition"):
-    deadline = time.monotonic() + within
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.05)
-    raise AssertionError(f"{what} not reached within {within} s")
 
 
 def ended(backend: LocalBackend, app_id: str, within: float = 20.0):

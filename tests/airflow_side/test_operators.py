@@ -212,7 +212,7 @@ class TestTrainIdempotency:
             use_backend(op, backend)
             context = make_context()
             context["ti"].map_index = index
-            backend.on_submit = lambda app_id, op=op: export(op.rundir, op.request_hash())
+            backend.on_submit = lambda app_id, op=op: export(op.run_dir_contents, op.request_hash())
             dirs.append(op.execute(context)["run_dir"])
         assert dirs[0] != dirs[1] and dirs[1].endswith("-map1")
         assert dirs[0].startswith(str(tmp_path)) and RunDir(dirs[0]).export_success() is not None

@@ -325,10 +325,10 @@ def webhdfs(monkeypatch):
     """A WebHDFS connection whose settings hold a password."""
     config = types.SimpleNamespace(to_json=lambda: {"url": "http://nn:9870", "user": "alice", "password": SECRET})
     try:
-        import airflow_tfos.hooks.webhdfs as module
+        import airflow_tfos.hooks.webhdfs_connection as module
     except ImportError:
-        module = types.ModuleType("airflow_tfos.hooks.webhdfs")
-        monkeypatch.setitem(sys.modules, "airflow_tfos.hooks.webhdfs", module)
+        module = types.ModuleType("airflow_tfos.hooks.webhdfs_connection")
+        monkeypatch.setitem(sys.modules, "airflow_tfos.hooks.webhdfs_connection", module)
     monkeypatch.setattr(module, "webhdfs_config_from_connection", lambda conn_id: config, raising=False)
     return config
 

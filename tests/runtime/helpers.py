@@ -46,3 +46,16 @@ def wait_for_records(run_dir: str, prefix: str, count: int, within: float = 90.0
             return records
         time.sleep(0.25)
     raise AssertionError(f"only {read_records(run_dir, prefix)} of {count} {prefix} records after {within} s")
+
+
+def training_spec(data_path, **extra) -> dict:
+    """A spec.json of ``tests.runtime.programs:spec_training`` on the parquet data at ``data_path``."""
+    return {
+        "train_fn": "tests.runtime.programs:spec_training",
+        "args": {"epochs": 2, "every": 5},
+        "num_nodes": 2,
+        "input_mode": "SPARK",
+        "data": {"format": "parquet", "path": data_path},
+        "feed": {"features": ["x"], "label": "y", "batch_size": 30},
+        **extra,
+    }

@@ -13,6 +13,7 @@ import pytest
 from airflow_tfos.runtime.spec import SpecError, parse_spec
 from airflow_tfos.shared.rundir import RunDir
 from tests.conftest import REPO
+from tests.runtime.helpers import training_spec
 
 
 def driver_command(run_dir) -> list[str]:
@@ -37,18 +38,6 @@ def data_path(spark, tmp_path_factory):
     )
     frame.selectExpr("x", "3 * x[0] - 2 * x[1] + 1 as y").write.parquet(str(path))
     return str(path)
-
-
-def training_spec(data_path, **extra) -> dict:
-    return {
-        "train_fn": "tests.runtime.programs:spec_training",
-        "args": {"epochs": 2, "every": 5},
-        "num_nodes": 2,
-        "input_mode": "SPARK",
-        "data": {"format": "parquet", "path": data_path},
-        "feed": {"features": ["x"], "label": "y", "batch_size": 30},
-        **extra,
-    }
 
 
 @pytest.mark.integration

@@ -15,14 +15,7 @@ from airflow_tfos.shared.rundir import RunDir
 from airflow_tfos.shared.spec import _FEED_FIELDS
 from airflow_tfos.shared.storage.webhdfs_client import WebHDFSStorage
 from airflow_tfos.testing.webhdfs import WebHDFSEmulator
-
-
-def wait_until(condition, within: float, what: str) -> None:
-    deadline = time.monotonic() + within
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not within {within:.0f} s: {what}")
-        time.sleep(0.05)
+from tests.conftest import wait_for
 
 
 def test_the_heartbeat_outlives_a_storage_outage_and_says_so_once(caplog):
@@ -35,17 +28,17 @@ def test_the_heartbeat_outlives_a_storage_outage_and_says_so_once(caplog):
         watch = DriverWatch(rundir, spec, {"application_id": "app-1"}, 0.05)
         watch.start()
         try:
-            wait_until(lambda: rundir.read_status() is not None, 10, "a first heartbeat")
+            wait_for(lambda: rundir.read_status() is not None, 10, "a first heartbeat")
             # Looking the checkpoint up fails past the client's retries: a raw OSError, not a RunDirError.
             hdfs.drop_next(1_000_000, op="GETFILESTATUS")
             time.sleep(1.5)
             assert watch.is_alive()
             hdfs.clear_faults()
             recovered = time.time()
-            wait_until(lambda: rundir.read_status()["heartbeat"] > recovered, 10, "a heartbeat after the outage")
+            wait_for(lambda: rundir.read_status()["heartbeat"] > recovered, 10, "a heartbeat after the outage")
             assert rundir.read_status()["state"] == "RUNNING" and rundir.read_status()["step"] == 3
             rundir.request_stop("after the outage")
-            wait_until(watch.stopping.is_set, 10, "the stop request seen")
+            wait_for(watch.stopping.is_set, 10, "the stop request seen")
         finally:
             watch.finished.set()
             watch.join(10)

@@ -7,18 +7,10 @@ import io
 import pyarrow as pa
 import pyarrow.csv as pcsv
 import pyarrow.parquet as pq
-import pytest
 
 from airflow_tfos.runtime.feed import Feed
 from airflow_tfos.runtime.feed.files import csv_dataset, list_files, parquet_dataset, shard_files, tfrecord_dataset
 from airflow_tfos.shared.storage import storage_for
-from airflow_tfos.testing.webhdfs import WebHDFSEmulator
-
-
-@pytest.fixture(scope="module")
-def emu():
-    with WebHDFSEmulator() as emulator:
-        yield emulator
 
 
 def table(start: int, rows: int) -> pa.Table:

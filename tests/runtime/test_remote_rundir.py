@@ -10,7 +10,7 @@ import pytest
 from airflow_tfos.runtime import run
 from airflow_tfos.shared.rundir import RunDir
 from airflow_tfos.shared.storage.webhdfs_client import clear_cached_storages
-from airflow_tfos.shared.storage.webhdfs_config import ENV_VAR
+from airflow_tfos.shared.storage.webhdfs_config import WEBHDFS_ENV
 from airflow_tfos.testing.webhdfs import WebHDFSEmulator
 from tests.runtime import programs
 
@@ -38,7 +38,7 @@ def test_checkpoints_and_export_go_to_hdfs_and_a_second_run_resumes(sc, monkeypa
 
         # The second run names HDFS as hdfs://; only AIRFLOW_TFOS_WEBHDFS (which TFClusterRun passes on to
         # the TF node processes) says where the namenode is, and as which user to act.
-        monkeypatch.setenv(ENV_VAR, emu.config(user="trainer").to_json())
+        monkeypatch.setenv(WEBHDFS_ENV, emu.config(user="trainer").to_json())
         clear_cached_storages()
         emu.requests.clear()
         result = run(sc, programs.recoverable_training, {**ARGS, "epochs": 2}, num_nodes=2, run_dir="hdfs://ns/runs/x")
@@ -53,7 +53,7 @@ def test_checkpoints_and_export_go_to_hdfs_and_a_second_run_resumes(sc, monkeypa
 def test_the_driver_takes_hdfs_settings_from_its_option(monkeypatch):
     from airflow_tfos.runtime import driver
 
-    monkeypatch.setenv(ENV_VAR, "")  # restored after the test: the option sets it for the TF nodes
+    monkeypatch.setenv(WEBHDFS_ENV, "")  # restored after the test: the option sets it for the TF nodes
     assert driver.main(["--run-dir", "hdfs://ns/runs/y", "--webhdfs-config", '{"namenodes": "nn:8020"}']) == 2
     with WebHDFSEmulator() as emu:
         clear_cached_storages()

@@ -5,16 +5,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from airflow_tfos.runtime.errors import ReportError as ReportError
 from airflow_tfos.shared.rundir import RunDir
 
 #: Event kinds with many events each: counted in the event table, not listed.
 BULK_KINDS = frozenset({"step_metrics", "metrics", "worker_steps", "feed", "node_memory"})
 #: Event fields that are bookkeeping, not metrics.
 BOOKKEEPING = frozenset({"kind", "time", "step", "epoch", "attempt", "run_id", "worker"})
-
-
-class ReportError(RuntimeError):
-    """The run directory holds nothing to report on; the message says what is missing."""
 
 
 @dataclass

@@ -21,15 +21,9 @@ import uuid
 from collections.abc import Callable, Iterator
 from typing import Any, BinaryIO, TypeVar
 
+from airflow_tfos.shared.errors import WebHDFSConfigError, WebHDFSError, WebHDFSUnavailableError
 from airflow_tfos.shared.storage.base import PRIVATE_DIR_MODE, FileInfo, is_plain_name
-from airflow_tfos.shared.storage.webhdfs_config import (
-    WebHDFSConfig,
-    WebHDFSConfigError,
-    WebHDFSError,
-    WebHDFSUnavailableError,
-    config_for_uri,
-    split_uri,
-)
+from airflow_tfos.shared.storage.webhdfs_config import WebHDFSConfig, config_for_uri, split_uri
 
 log = logging.getLogger(__name__)
 

@@ -34,21 +34,16 @@ import posixpath
 from dataclasses import asdict, dataclass, fields, replace
 from typing import Any
 
-ENV_VAR = "AIRFLOW_TFOS_WEBHDFS"
-SCHEMES = ("webhdfs", "swebhdfs", "hdfs")
+from airflow_tfos.shared.errors import WebHDFSConfigError as WebHDFSConfigError
+from airflow_tfos.shared.errors import WebHDFSError as WebHDFSError
+from airflow_tfos.shared.errors import WebHDFSUnavailableError as WebHDFSUnavailableError
+
+#: The environment variable that carries the WebHDFS settings (JSON) to the driver and executors.
+WEBHDFS_ENV = "AIRFLOW_TFOS_WEBHDFS"
+ENV_VAR = WEBHDFS_ENV  # its former name
+#: The URI schemes that go over WebHDFS.
+HDFS_SCHEMES = ("hdfs", "webhdfs", "swebhdfs")
 DEFAULT_PORTS = {"http": 9870, "https": 9871}
-
-
-class WebHDFSError(OSError):
-    """A WebHDFS request failed for a reason other than a missing path or a refused permission."""
-
-
-class WebHDFSUnavailableError(WebHDFSError):
-    """No namenode answered usefully within the retries: the message names every address tried."""
-
-
-class WebHDFSConfigError(ValueError):
-    """The WebHDFS settings cannot be used; the message says which one to change."""
 
 
 @dataclass(frozen=True)
@@ -122,13 +117,13 @@ class WebHDFSConfig:
     @classmethod
     def from_env(cls, environ: dict[str, str] | None = None) -> WebHDFSConfig | None:
         """The settings in ``AIRFLOW_TFOS_WEBHDFS``, or None when it is not set."""
-        text = (os.environ if environ is None else environ).get(ENV_VAR, "").strip()
+        text = (os.environ if environ is None else environ).get(WEBHDFS_ENV, "").strip()
         if not text:
             return None
         try:
             return cls.from_json(text)
         except WebHDFSConfigError as exc:
-            raise WebHDFSConfigError(f"{ENV_VAR}: {exc}") from exc
+            raise WebHDFSConfigError(f"{WEBHDFS_ENV}: {exc}") from exc
 
     def effective_user(self) -> str | None:
         if self.auth == "kerberos":
@@ -161,13 +156,13 @@ def config_for_uri(uri: str, environ: dict[str, str] | None = None) -> WebHDFSCo
     if scheme == "hdfs":
         if env is None or not env.namenodes:
             raise WebHDFSConfigError(
-                f"{uri!r} is reached over WebHDFS, and no namenode is configured: set {ENV_VAR} to a WebHDFSConfig "
+                f"{uri!r} is reached over WebHDFS, and no namenode is configured: set {WEBHDFS_ENV} to a WebHDFSConfig "
                 "JSON naming the namenodes' http(s)://host:port WebHDFS addresses (the Airflow side derives it from "
                 "the webhdfs connection), or use webhdfs://host:port/path"
             )
         if env.nameservice and authority and authority != env.nameservice:
             raise WebHDFSConfigError(
-                f"{uri!r} names nameservice {authority!r}, but {ENV_VAR} configures {env.nameservice!r}: "
+                f"{uri!r} names nameservice {authority!r}, but {WEBHDFS_ENV} configures {env.nameservice!r}: "
                 "use the configured nameservice in the path, or change the configuration's nameservice"
             )
         return env
@@ -179,11 +174,11 @@ def add_config_option(parser) -> None:
     parser.add_argument(
         "--webhdfs-config",
         metavar="JSON",
-        help=f"HDFS settings (a WebHDFSConfig JSON) for hdfs:// paths; default: ${ENV_VAR}",
+        help=f"HDFS settings (a WebHDFSConfig JSON) for hdfs:// paths; default: ${WEBHDFS_ENV}",
     )
 
 
 def use_config(text: str) -> None:
     """Make ``text`` (a WebHDFSConfig JSON) the settings of this process and of the processes it starts
     (through ``AIRFLOW_TFOS_WEBHDFS``); raise :class:`WebHDFSConfigError` when it cannot be used."""
-    os.environ[ENV_VAR] = WebHDFSConfig.from_json(text).to_json()
+    os.environ[WEBHDFS_ENV] = WebHDFSConfig.from_json(text).to_json()

@@ -1,0 +1,51 @@
+"""Errors of the shared package, and :class:`TFoSError`, the base of every error airflow-tfos raises.
+
+Each half keeps its errors in one module: this one (the run directory, the spec, the registry and storage),
+:mod:`airflow_tfos.runtime.errors` (the Spark side) and :mod:`airflow_tfos.hooks.errors` (the Airflow side).
+Every error is a :class:`TFoSError` and keeps the built-in base it always had (``ValueError`` for a setting to
+change, ``RuntimeError`` for a failure, ``OSError`` for storage), so ``except ValueError`` still catches a bad
+argument and ``except TFoSError`` catches anything this package raised on purpose. The modules that raise an
+error re-export it, so ``from airflow_tfos.shared.spec import SpecError`` keeps working.
+
+This module imports nothing, so every module of the package may import it (storage included).
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "RegistryError",
+    "RunDirError",
+    "SpecError",
+    "TFoSError",
+    "WebHDFSConfigError",
+    "WebHDFSError",
+    "WebHDFSUnavailableError",
+]
+
+
+class TFoSError(Exception):
+    """Base of every error airflow-tfos raises on purpose; the message says what to change or what failed."""
+
+
+class SpecError(TFoSError, ValueError):
+    """spec.json cannot be run; the message names the field."""
+
+
+class RunDirError(TFoSError, RuntimeError):
+    """The run directory cannot be read or written as the contract says; the message says why."""
+
+
+class RegistryError(TFoSError, ValueError):
+    """The registry or a candidate cannot be used as asked; the message says what to change."""
+
+
+class WebHDFSError(TFoSError, OSError):
+    """A WebHDFS request failed for a reason other than a missing path or a refused permission."""
+
+
+class WebHDFSUnavailableError(WebHDFSError):
+    """No namenode answered usefully within the retries: the message names every address tried."""
+
+
+class WebHDFSConfigError(TFoSError, ValueError):
+    """The WebHDFS settings cannot be used; the message says which one to change."""
