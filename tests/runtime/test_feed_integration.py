@@ -199,7 +199,7 @@ def test_bad_data_is_rejected_before_training_with_the_column_named(spark, make_
     [
         ("map('k', 1.0) as x", "column 'x' of the training DataFrame has type map<string,decimal"),
         ("named_struct('p', 1.0) as x", "flatten it into numeric columns"),
-        ("'text' as x", "encode it as numbers first"),
+        ("array('a', 'b') as x", "array<string>, which cannot be fed to TF"),
     ],
 )
 def test_unsupported_column_types_fail_before_launch(spark, select, message):
