@@ -300,3 +300,48 @@ def test_a_mixed_table_feeds_tf_sparse_ragged_and_string_tensors_with_weights(tm
     assert json.loads(lines[-1])["loss"] == pytest.approx(by_hand, rel=1e-5)
     unweighted = sum(losses) / n
     assert abs(by_hand - unweighted) > 1  # the weights matter
+
+
+NATIVE_SCRIPT = """
+import json, pickle, sys
+native = pickle.load(open(sys.argv[1], "rb"))
+rows = []
+for x, y, w in native.build(False):
+    for i in range(int(w.shape[0])):
+        rows.append({"v": x[i].numpy().tolist(), "id": float(y["id"][i]), "k": int(y["k"][i]), "w": float(w[i])})
+print(json.dumps(rows))
+"""
+
+
+def test_under_parameter_servers_dense_vectors_weights_and_two_labels_are_read_natively(tmp_path):
+    from airflow_tfos.runtime.feed.native import NativeShares, write_records
+
+    n = 12
+    v_rows = [[float(i), 0.5] if i % 2 else (2, {1: float(i)}) for i in range(n)]
+    feed = Feed("v", label=["id", "k"], weight="w", batch_size=4, shuffle=False, densify="v")
+    path = str(tmp_path / "s.arrow")
+    writer = SpillWriter(path, feed.columns, feed=feed)
+    columns = [
+        vectors(v_rows),
+        pa.array([float(i) for i in range(n)]),
+        pa.array(range(n)),
+        pa.array([i / 4 for i in range(n)]),
+    ]
+    writer.write(pa.record_batch(columns, list(feed.columns)))
+    stats = writer.close()
+    assert stats.sparse == {"v"}  # sparse rows: fed under parameter servers only because the feed densifies
+    records = record_columns(feed, {"v": "<f8", "id": "<f8", "k": "<i8", "w": "<f8"}, stats.widths)
+    native = NativeShares("train", records, rows_per_epoch=n, steps_per_worker=3, num_workers=1, feed=feed)
+    write_records(read_batches(path), records, str(tmp_path / native.file_name))
+    (tmp_path / "native.pickle").write_bytes(pickle.dumps(native))
+    done = subprocess.run(
+        [sys.executable, "-c", NATIVE_SCRIPT, str(tmp_path / "native.pickle")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=str(tmp_path),
+    )
+    lines = done.stdout.strip().splitlines()
+    assert lines, done.stderr[-3000:]
+    expected = [{"v": dense(v_rows[i], 2), "id": float(i), "k": i, "w": i / 4} for i in range(n)]
+    assert json.loads(lines[-1]) == expected
