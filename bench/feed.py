@@ -21,6 +21,9 @@
    dataset each epoch. Rounds alternate between the models; medians are printed.
 3. Peak resident memory of a worker (the Spark task that spills, and the TF process) at 1x and 10x
    the data size.
+5. ``--types``: for a dense-vector column (100 values), a sparse-vector column (``OneHotEncoder`` of
+   10,000 categories: one value set) and a string column (64 characters), the spill's size per worker
+   and the rows per second per worker from the driver's call to the first pass's end, and replayed.
 4. ``--readers``: rows per second out of one node's share on local disk, in one process, for rows of
    784 floats + a label, batches of 256, shuffled: the ``from_generator`` pipeline over the Arrow
    spill (``ctx.dataset()``, MultiWorkerMirroredStrategy) against the fixed-width records read by
@@ -31,6 +34,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import sys
 import tempfile
@@ -74,6 +78,7 @@ def ours_feed_main(args, ctx):
             "second_pass_s": second_pass,
             "spill_peak_rss_mb": share.spill_peak_rss_mb,
             "tf_peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+            "spill_bytes": os.path.getsize(share.path),
         },
     )
 
@@ -151,12 +156,12 @@ def pair_frame(spark, rows: int):
     return spark.range(0, rows, numPartitions=4).selectExpr("array(rand(1), rand(2)) as x", "rand(3) as y").cache()
 
 
-def run_ours(sc, frame, batch_size=1024) -> list[dict]:
+def run_ours(sc, frame, batch_size=1024, features="x") -> list[dict]:
     from airflow_tfos.runtime import run
     from airflow_tfos.runtime.feed import Feed
 
     out = tempfile.mkdtemp(prefix="bench-feed-ours-")
-    feed = Feed(features="x", label="y", batch_size=batch_size, shuffle=False, cast_floats=None)
+    feed = Feed(features=features, label="y", batch_size=batch_size, shuffle=False, cast_floats=None)
     called = time.time()
     run(sc, ours_feed_main, {"out": out}, num_nodes=2, data=frame, feed=feed, timeout=1200)
     for record in (records := _records(out)):
@@ -306,7 +311,6 @@ def _image_spill(path: str, rows: int, feed) -> dict[str, int]:
 
 def reader_rates(rows: int, rounds: int) -> None:
     """Rows/s of one full shuffled pass: the generator over the Arrow spill against TF's record reader."""
-    import os
 
     from airflow_tfos.runtime.feed.dataset import FeedShare, make_dataset
     from airflow_tfos.runtime.feed.native import NativeShares, record_columns, write_records
@@ -349,10 +353,46 @@ def reader_rates(rows: int, rounds: int) -> None:
         print(f"readers: {name}: median {statistics.median(values):,.0f} rows/s ({each})")
 
 
+def typed_frames(spark, rows: int) -> dict:
+    """A dense-vector, a sparse-vector and a string column, each with a label ``y``, cached."""
+    from pyspark.ml.feature import OneHotEncoder
+    from pyspark.ml.functions import array_to_vector
+    from pyspark.sql import functions as F
+
+    base = spark.range(0, rows, numPartitions=4)
+    dense = base.select(
+        array_to_vector(F.expr("transform(sequence(1, 100), i -> cast((id * 31 + i) % 255 as double))")).alias("x"),
+        F.expr("cast(id % 10 as int) as y"),
+    )
+    codes = base.selectExpr("cast(id % 10000 as double) as c", "cast(id % 10 as int) as y")
+    sparse = OneHotEncoder(inputCols=["c"], outputCols=["x"]).fit(codes).transform(codes).select("x", "y")
+    strings = base.selectExpr("sha2(cast(id as string), 256) as x", "cast(id % 10 as int) as y")
+    frames = {"dense vector[100]": dense, "sparse vector[10000], 1 set": sparse, "string[64]": strings}
+    return {name: frame.cache() for name, frame in frames.items()}
+
+
+def type_rates(spark, rows: int) -> None:
+    """Spill size and rows/s per worker for vector and string columns (one run each, after a warm-up)."""
+    frames = typed_frames(spark, rows)
+    for frame in frames.values():
+        frame.count()
+    run_ours(spark.sparkContext, pair_frame(spark, 1000))  # warms up the Python workers and the JVM
+    for name, frame in frames.items():
+        records = run_ours(spark.sparkContext, frame)
+        for r in records:
+            print(
+                f"[{name}] worker: {r['rows']} rows, spill {r['spill_bytes'] / 2**20:.1f} MiB "
+                f"({r['spill_bytes'] / r['rows']:.0f} bytes/row), {r['rows'] / r['seconds']:,.0f} rows/s first pass "
+                f"(spill {r['spill_s']:.2f} s), {r['rows'] / r['second_pass_s']:,.0f} rows/s replayed"
+            )
+        print(f"feed_rows_per_s_per_worker[{name}]: {statistics.median(_rates(records)):,.0f}")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--small", action="store_true", help="a quick run on less data")
     parser.add_argument("--readers", action="store_true", help="only the two readers of a share, no Spark")
+    parser.add_argument("--types", action="store_true", help="only vector and string columns")
     options = parser.parse_args()
     scale = 0.2 if options.small else 1.0
     if options.readers:
@@ -365,6 +405,9 @@ def main() -> int:
     spark = SparkSession.builder.config(conf=conf).getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     try:
+        if options.types:
+            type_rates(spark, int(100_000 * scale))
+            return 0
         feed_rates(spark, "2 floats", pair_frame(spark, int(100_000 * scale)), rounds=3)
         feed_rates(spark, "784 floats + label", image_frame(spark, int(100_000 * scale)), rounds=2)
         training_steps(spark, int(20_000 * scale))

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from airflow_tfos.runtime.feed.plan import Feed, FeedConfigError, check_schema
@@ -37,32 +38,88 @@ def _input_spec(fn) -> dict:
     return kwargs
 
 
-def _output_name_and_width(fn, output: str | None) -> tuple[str, int | None]:
-    outputs = fn.structured_outputs
-    name = output or sorted(outputs)[0]
-    if name not in outputs:
-        raise FeedConfigError(f"the model has no output {name!r} (it has: {', '.join(sorted(outputs))})")
-    shape = outputs[name].shape
-    width = None if shape.rank == 1 or (shape.rank == 2 and shape[1] == 1) else int(shape[-1])
-    return name, width
+@dataclass(frozen=True)
+class _Output:
+    """One of the model's outputs written as a column: ``float``, ``array<float>`` (``width`` set) or ``string``."""
+
+    name: str
+    column: str
+    width: int | None
+    text: bool
+
+    def spark_type(self):
+        from pyspark.sql.types import ArrayType, FloatType, StringType
+
+        if self.text:
+            return StringType()
+        return FloatType() if self.width is None else ArrayType(FloatType(), containsNull=False)
+
+    def arrow(self, result):
+        import numpy as np
+        import pyarrow as pa
+
+        if self.text:
+            return pa.array(result.reshape(-1), type=pa.binary()).cast(pa.string())
+        result = result.astype(np.float32)
+        if self.width is None:
+            return pa.array(result.reshape(-1), type=pa.float32())
+        return pa.FixedSizeListArray.from_arrays(pa.array(result.reshape(-1)), self.width).cast(
+            pa.list_(pa.field("element", pa.float32(), nullable=False))
+        )
+
+
+def _outputs(fn, output: str | None, outputs: str | Sequence[str] | None, output_col: str) -> list[_Output]:
+    """The outputs to write: ``output`` into ``output_col``, or each of ``outputs`` (``"*"``: all) into a
+    column of its own name."""
+    import tensorflow as tf
+
+    specs = fn.structured_outputs
+    if outputs is None:
+        wanted = {output or sorted(specs)[0]: output_col}
+    else:
+        names = sorted(specs) if outputs == "*" else [outputs] if isinstance(outputs, str) else list(outputs)
+        wanted = {n: n for n in names}
+    found = []
+    for name, column in wanted.items():
+        if name not in specs:
+            raise FeedConfigError(f"the model has no output {name!r} (it has: {', '.join(sorted(specs))})")
+        shape = specs[name].shape
+        width = None if shape.rank == 1 or (shape.rank == 2 and shape[1] == 1) else int(shape[-1])
+        text = specs[name].dtype == tf.string
+        if text and width is not None:
+            raise FeedConfigError(f"output {name!r} holds several strings per row: only one string per row is written")
+        found.append(_Output(name, column, width, text))
+    return found
 
 
 def _model_inputs(fn, arrays: dict, features: Sequence[str]) -> dict:
     import numpy as np
 
+    from airflow_tfos.runtime.feed.columns import as_tensor
+
     spec = _input_spec(fn)
     if len(spec) == 1:
         ((name, tensor),) = spec.items()
         value = arrays[features[0]] if len(features) == 1 else np.stack([arrays[f] for f in features], axis=1)
-        if tensor.shape.rank == 2 and value.ndim == 1:
+        if tensor.shape.rank == 2 and getattr(value, "ndim", 0) == 1:
             value = value.reshape(-1, 1)
-        return {name: value.astype(tensor.dtype.as_numpy_dtype, copy=False)}
+        return {name: as_tensor(value.astype(tensor.dtype.as_numpy_dtype, copy=False))}
     missing = [name for name in spec if name not in arrays]
     if missing:
         raise FeedConfigError(
             f"the model takes inputs {sorted(spec)}; name feature columns after them (missing: {missing})"
         )
-    return {name: arrays[name].astype(t.dtype.as_numpy_dtype, copy=False) for name, t in spec.items()}
+    return {name: as_tensor(arrays[name].astype(t.dtype.as_numpy_dtype, copy=False)) for name, t in spec.items()}
+
+
+def _sparse_inputs(fn, features: Sequence[str]) -> frozenset[str]:
+    """The feature columns the model takes as ``tf.SparseTensor`` (sparse vectors stay sparse for them)."""
+    import tensorflow as tf
+
+    spec = _input_spec(fn)
+    if len(spec) == 1 and len(features) == 1:
+        return frozenset(features) if isinstance(next(iter(spec.values())), tf.SparseTensorSpec) else frozenset()
+    return frozenset(name for name, t in spec.items() if isinstance(t, tf.SparseTensorSpec))
 
 
 def predict(
@@ -72,53 +129,60 @@ def predict(
     *,
     output_col: str = "prediction",
     output: str | None = None,
+    outputs: str | Sequence[str] | None = None,
     signature: str = "serving_default",
     batch_size: int = 1024,
 ):
     """Return ``df`` with a column of the model's predictions, row for row.
 
+    Feature columns take the types training takes (``docs/feed.md``): numbers, arrays, Spark ML vectors
+    (sparse ones stay sparse for a model input that takes a ``tf.SparseTensor``), strings, decimals,
+    dates and timestamps.
+
     :param df: the rows to score; every column is kept.
     :param model_path: the SavedModel directory, readable from the driver and every executor.
     :param features: the columns fed to the model: one (an array column, or a scalar), several scalars
         (stacked into one input), or columns named like the model's inputs.
-    :param output_col: name of the new column: ``float`` for one value per row, ``array<float>`` else.
+    :param output_col: name of the new column: ``float`` for one value per row, ``array<float>`` for
+        several, ``string`` for a string output.
     :param output: which of the signature's outputs to take (default: the first by name).
+    :param outputs: instead of ``output``: several outputs (``"*"``: all of them), each written to a column
+        named after it.
     :param signature: the SavedModel signature to call.
     :param batch_size: rows per call of the model (Arrow batches are split to this size).
     """
-    from pyspark.sql.types import ArrayType, FloatType, StructField, StructType
+    from pyspark.sql.types import StructField, StructType
 
     feed = Feed(features=features, batch_size=batch_size, shuffle=False)
     check_schema([(f.name, f.dataType.simpleString()) for f in df.schema.fields], feed, "DataFrame to score")
-    if output_col in df.columns:
-        raise FeedConfigError(f"the DataFrame already has a column {output_col!r}: choose another output_col")
-    name, width = _output_name_and_width(_signature(model_path, signature), output)
-    out_type = FloatType() if width is None else ArrayType(FloatType(), containsNull=False)
-    schema = StructType([*df.schema.fields, StructField(output_col, out_type, nullable=False)])
+    if output is not None and outputs is not None:
+        raise FeedConfigError("pass output= (one output, into output_col) or outputs= (several), not both")
+    fn = _signature(model_path, signature)
+    written = _outputs(fn, output, outputs, output_col)
+    for out in written:
+        if out.column in df.columns:
+            hint = "choose another output_col" if outputs is None else "rename the DataFrame's column"
+            raise FeedConfigError(f"the DataFrame already has a column {out.column!r}: {hint}")
+    schema = StructType([*df.schema.fields, *(StructField(o.column, o.spark_type(), nullable=False) for o in written)])
     columns = list(feed.features)
+    sparse = _sparse_inputs(fn, columns)
 
     def score(batches: Iterator) -> Iterator:
-        import numpy as np
         import pyarrow as pa
 
-        from airflow_tfos.runtime.feed.spill import check_column, to_numpy
+        from airflow_tfos.runtime.feed.columns import normalize_column, to_numpy
 
         fn = _signature(model_path, signature)
         widths: dict[str, int] = {}
         for batch in batches:
             for start in range(0, batch.num_rows, batch_size):
                 part = batch.slice(start, batch_size)
-                for c in columns:
-                    check_column(c, part.column(c), widths, "DataFrame to score")
-                arrays = to_numpy(part, columns, widths)
-                result = fn(**_model_inputs(fn, arrays, columns))[name].numpy().astype(np.float32)
-                if width is None:
-                    values = pa.array(result.reshape(-1), type=pa.float32())
-                else:
-                    values = pa.FixedSizeListArray.from_arrays(pa.array(result.reshape(-1)), width).cast(
-                        pa.list_(pa.field("element", pa.float32(), nullable=False))
-                    )
-                yield pa.RecordBatch.from_arrays([*part.columns, values], [*part.schema.names, output_col])
+                fed = [normalize_column(c, part.column(c), widths, "DataFrame to score", feed) for c in columns]
+                arrays = to_numpy(pa.RecordBatch.from_arrays(fed, columns), columns, widths, sparse)
+                result = fn(**_model_inputs(fn, arrays, columns))
+                values = [o.arrow(result[o.name].numpy()) for o in written]
+                names = [*part.schema.names, *(o.column for o in written)]
+                yield pa.RecordBatch.from_arrays([*part.columns, *values], names)
 
     return df.mapInArrow(score, schema)
 

@@ -520,3 +520,77 @@ def mwms_file_rows_seen(args, ctx):
     record = {"files": files, "seen": seen, "sizes": sizes, "fit_steps": steps}
     _write(ctx, "fileseen", record)
     return record
+
+
+def _local_rows(strategy, dataset) -> list[dict]:
+    """The rows this node's replica gets from ``dataset`` through tf.distribute, one dict of plain values
+    each (sparse vectors densified, ragged rows as lists, strings decoded)."""
+    import tensorflow as tf
+
+    def plain(value):
+        if isinstance(value, tf.SparseTensor):
+            value = tf.sparse.to_dense(value)
+        if isinstance(value, tf.RaggedTensor):
+            return value.to_list()
+        values = value.numpy().tolist()
+        return [v.decode() if isinstance(v, bytes) else v for v in values]
+
+    rows = []
+    for batch in strategy.experimental_distribute_dataset(dataset):
+        x, y, w = tf.nest.map_structure(lambda v: strategy.experimental_local_results(v)[0], batch)
+        columns = {k: plain(v) for k, v in {**x, **y, "w": w}.items()}
+        rows.extend(dict(zip(columns, values, strict=True)) for values in zip(*columns.values(), strict=True))
+    return rows
+
+
+def mixed_types(args, ctx):
+    """Under MultiWorkerMirroredStrategy: record the training and validation rows this node's replica gets
+    (vectors, strings, dates, ragged arrays, a weight and two labels), then fit a model on them."""
+    import tensorflow as tf
+
+    strategy = tf.distribute.MultiWorkerMirroredStrategy()
+    record = {
+        "train": _local_rows(strategy, ctx.dataset()),
+        "validation": _local_rows(strategy, ctx.validation_dataset()),
+    }
+    with strategy.scope():
+        inputs = {
+            "dv": tf.keras.Input(shape=(2,), name="dv"),
+            "sv": tf.keras.Input(shape=(4,), sparse=True, name="sv"),
+            "t": tf.keras.Input(shape=(), dtype=tf.string, name="t"),
+            "tok": tf.keras.Input(shape=(None,), ragged=True, name="tok"),
+            "p": tf.keras.Input(shape=(3,), name="p"),
+        }
+        words = tf.keras.layers.StringLookup(vocabulary=["a", "b", "c"], output_mode="one_hot")(inputs["t"])
+        tokens = tf.keras.layers.Lambda(lambda r: tf.reduce_sum(tf.cast(r, tf.float32), axis=1, keepdims=True))(
+            inputs["tok"]
+        )
+        hidden = tf.keras.layers.Concatenate()(
+            [inputs["dv"], tf.keras.layers.Dense(2)(inputs["sv"]), words, tokens, inputs["p"]]
+        )
+        outputs = {"id": tf.keras.layers.Dense(1, name="id")(hidden), "y2": tf.keras.layers.Dense(1, name="y2")(hidden)}
+        model = tf.keras.Model(inputs, outputs)
+        model.compile(optimizer=tf.keras.optimizers.SGD(1e-4), loss={"id": "mse", "y2": "mse"})
+    history = model.fit(ctx.dataset(), epochs=2, validation_data=ctx.validation_dataset(), verbose=0)
+    record["loss"] = history.history["loss"]
+    record["val_loss"] = history.history["val_loss"]
+    record["weights"] = [w.tolist() for w in model.get_weights()]
+    _write(ctx, "mixed", record)
+    return record["loss"]
+
+
+def export_two_output_model(args, ctx):
+    """Export a SavedModel taking a vector ``sv`` (4 floats) and a string ``t``, with two outputs: ``score``
+    (the vector's sum plus the string's length) and ``shout`` (the string upper-cased)."""
+    import tensorflow as tf
+
+    class TwoOutputs(tf.Module):
+        @tf.function(input_signature=[tf.TensorSpec([None, 4], tf.float32), tf.TensorSpec([None], tf.string)])
+        def serve(self, sv, t):
+            score = tf.reduce_sum(sv, axis=1) + tf.cast(tf.strings.length(t), tf.float32)
+            return {"score": score, "shout": tf.strings.upper(t)}
+
+    module = TwoOutputs()
+    if ctx.is_chief:
+        tf.saved_model.save(module, args["export_dir"], signatures={"serving_default": module.serve})
+    return args["export_dir"]

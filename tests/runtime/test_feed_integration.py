@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import time
 
+import numpy as np
 import pytest
 
 from airflow_tfos.runtime import TFClusterRun
@@ -199,7 +200,7 @@ def test_bad_data_is_rejected_before_training_with_the_column_named(spark, make_
     [
         ("map('k', 1.0) as x", "column 'x' of the training DataFrame has type map<string,decimal"),
         ("named_struct('p', 1.0) as x", "flatten it into numeric columns"),
-        ("'text' as x", "encode it as numbers first"),
+        ("array('a', 'b') as x", "array<string>, which cannot be fed to TF"),
     ],
 )
 def test_unsupported_column_types_fail_before_launch(spark, select, message):
@@ -236,3 +237,97 @@ def test_partition_keys_worked_out_without_spark_match_sparks_hash_partitioning(
             .collect()
         )
         assert {r["p"]: r["k"] for r in placed} == keys
+
+
+def mixed_frame(spark, rows: int):
+    """Rows of every type the feed takes, built in Python; return the DataFrame and each row as the model
+    should see it (worked out here, independently of the feed)."""
+    import datetime
+    import decimal
+
+    import numpy as np
+    from pyspark.ml.linalg import Vectors, VectorUDT
+    from pyspark.sql import types as T
+
+    fields = [("id", T.DoubleType()), ("y2", T.DoubleType()), ("dv", VectorUDT()), ("sv", VectorUDT())]
+    fields += [("t", T.StringType()), ("m", T.DecimalType(10, 2)), ("d", T.DateType()), ("ts", T.TimestampType())]
+    fields += [("f", T.DoubleType()), ("tok", T.ArrayType(T.IntegerType())), ("p", T.ArrayType(T.DoubleType()))]
+    fields += [("w", T.DoubleType())]
+    schema = T.StructType([T.StructField(name, kind) for name, kind in fields])
+    day, start = datetime.date(2024, 1, 1), datetime.datetime(2024, 1, 1, tzinfo=datetime.UTC)
+    data, expected = [], {}
+    f32 = lambda v: float(np.float32(v))  # noqa: E731 - float features reach the model as float32
+    for i in range(rows):
+        sparse = [0.0] * 4
+        sparse[i % 4] = 1.0
+        sv = Vectors.sparse(4, {i % 4: 1.0}) if i % 3 else Vectors.dense([float(i % 2), 0.0, 1.0, 0.0])
+        when = start + datetime.timedelta(seconds=37 * i)
+        f = None if i % 5 == 0 else i / 10
+        tok, p = list(range(i % 4)), [float(v) for v in range(i % 5)]
+        row = (float(i), float(i % 7), Vectors.dense([i / 100, 1.0]), sv, "abc"[i % 3], decimal.Decimal(i) / 4)
+        data.append((*row, day + datetime.timedelta(days=i), when, f, tok, p, 0.5 + i % 2))
+        expected[i] = {
+            "dv": [f32(i / 100), 1.0],
+            "sv": sparse if i % 3 else [float(i % 2), 0.0, 1.0, 0.0],
+            "t": "abc"[i % 3],
+            "m": f32(i / 4),
+            "d": f32((day - datetime.date(1970, 1, 1)).days * 86400 + i * 86400),
+            "ts": f32(when.timestamp()),
+            "f": -1.0 if f is None else f32(f),
+            "tok": tok,
+            "p": (p + [-1.0] * 3)[:3],
+            "id": float(i),
+            "y2": float(i % 7),
+            "w": 0.5 + i % 2,
+        }
+    return spark.createDataFrame(data, schema), expected
+
+
+def test_a_table_of_vectors_strings_dates_and_ragged_arrays_trains_under_mwms_with_validation(spark, tmp_path):
+    """Every type through the spill and the feed on two workers: the rows each replica sees, training and
+    validation, equal the DataFrame's rows (nulls filled, arrays padded, dates as epoch seconds)."""
+    frame, expected = mixed_frame(spark, 120)
+    feed = Feed(
+        features=["dv", "sv", "t", "m", "d", "ts", "f", "tok", "p"],
+        label=["id", "y2"],
+        weight="w",
+        fill={"f": -1.0},
+        pad={"p": [3, -1.0]},
+        ragged=["tok"],
+        batch_size=16,
+    )
+    validation = frame.where("id < 30")
+    result = run_cluster(
+        spark.sparkContext,
+        programs.mixed_types,
+        num_nodes=2,
+        run_dir=str(tmp_path),
+        data=frame,
+        feed=feed,
+        validation_data=validation,
+    )
+    records = read_records(str(tmp_path), "mixed")
+    trained = [row for r in records.values() for row in r["train"]]
+    assert {row["id"] for row in trained} == set(map(float, range(120)))  # every row, some repeated (pad)
+    for row in trained:
+        assert row == expected[int(row["id"])], row
+    validated = sorted((row for r in records.values() for row in r["validation"]), key=lambda row: row["id"])
+    assert validated == [expected[i] for i in range(30)]  # each validation row once
+    assert records["chief:0"]["weights"] == records["worker:0"]["weights"]
+    assert len(result) == 2 and all(np.isfinite(v) for v in result + records["chief:0"]["val_loss"])
+
+
+def test_a_sparse_vector_width_mismatch_fails_naming_the_column_and_sizes(spark):
+    from pyspark.ml.linalg import Vectors, VectorUDT
+    from pyspark.sql import types as T
+
+    schema = T.StructType([T.StructField("v", VectorUDT()), T.StructField("y", T.DoubleType())])
+    rows = [(Vectors.sparse(5 if i == 7 else 4, {0: 1.0}), 1.0) for i in range(20)]
+    with pytest.raises(FeedConfigError, match=r"vector column 'v' of the training data has vectors of different sizes"):
+        run_cluster(
+            spark.sparkContext,
+            programs.feed_keras,
+            num_nodes=2,
+            data=spark.createDataFrame(rows, schema).repartition(1),
+            feed=Feed(features="v", label="y", batch_size=4),
+        )

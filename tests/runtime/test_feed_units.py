@@ -49,8 +49,8 @@ class TestBalance:
 
 def test_schema_check_accepts_numbers_and_numeric_arrays():
     check_schema([("x", "array<float>"), ("y", "int"), ("z", "double")], Feed(features=["x", "z"], label="y"))
-    with pytest.raises(FeedConfigError, match="decimal.*cast it to double"):
-        check_schema([("x", "decimal(10,2)")], Feed(features="x"))
+    with pytest.raises(FeedConfigError, match="map<string,int>.*flatten it into numeric columns"):
+        check_schema([("x", "map<string,int>")], Feed(features="x"))
     with pytest.raises(FeedConfigError, match="is both a feature and the label"):
         Feed(features=["x"], label="x")
 

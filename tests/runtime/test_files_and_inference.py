@@ -181,3 +181,34 @@ def test_under_mwms_each_replica_trains_on_every_row_of_its_nodes_files_once_per
         assert record["fit_steps"] == [longest, longest], name  # fit's steps cover every row of either node
     chief, worker = owned["chief:0"], owned["worker:0"]
     assert not chief & worker and chief | worker == set(range(540))
+
+
+@pytest.mark.integration
+def test_predict_writes_each_output_of_a_model_to_its_own_column_from_string_and_vector_inputs(spark, tmp_path):
+    from pyspark.ml.linalg import Vectors, VectorUDT
+    from pyspark.sql import types as T
+
+    export = tmp_path / "model"
+    script = "from tests.runtime.programs import export_two_output_model as e; import sys, types\n"
+    script += "e({'export_dir': sys.argv[1]}, types.SimpleNamespace(is_chief=True))"
+    done = subprocess.run([sys.executable, "-c", script, str(export)], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    schema = T.StructType(
+        [T.StructField("id", T.LongType()), T.StructField("sv", VectorUDT()), T.StructField("t", T.StringType())]
+    )
+    words = ["", "ab", "été", "xyz"]
+    rows = [
+        (i, Vectors.sparse(4, {i % 4: float(i)}) if i % 2 else Vectors.dense([1.0, 2.0, 0.0, 0.5]), words[i % 4])
+        for i in range(50)
+    ]
+    frame = spark.createDataFrame(rows, schema).coalesce(1)
+    scored = predict(frame, str(export), ["sv", "t"], outputs="*", batch_size=16)
+    assert scored.columns == ["id", "sv", "t", "score", "shout"]
+    assert [f.dataType.simpleString() for f in scored.schema.fields[-2:]] == ["float", "string"]
+    for row in scored.collect():
+        i = row["id"]
+        word = words[i % 4].encode()  # TF counts bytes and upper-cases ASCII letters only
+        assert row["score"] == pytest.approx((float(i) if i % 2 else 3.5) + len(word))
+        assert row["shout"] == word.upper().decode()
+    with pytest.raises(FeedConfigError, match="already has a column 'score': rename the DataFrame's column"):
+        predict(frame.withColumnRenamed("id", "score"), str(export), ["sv", "t"], outputs="*")

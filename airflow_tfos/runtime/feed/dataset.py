@@ -8,10 +8,12 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import numpy as np
+import pyarrow as pa
 
+from airflow_tfos.runtime.feed.columns import Rows, as_tensor, concat, normalize_column, spec_of, to_numpy
 from airflow_tfos.runtime.feed.native import NativeShares
 from airflow_tfos.runtime.feed.plan import Feed
-from airflow_tfos.runtime.feed.spill import check_column, count_batches, read_batches, spill_schema, to_numpy
+from airflow_tfos.runtime.feed.spill import count_batches, read_batches, spill_schema
 
 log = logging.getLogger(__name__)
 
@@ -24,7 +26,7 @@ class FeedShare:
     :param path: the local spill file.
     :param rows: rows in the file.
     :param steps_per_epoch: batches per epoch, the same on every node.
-    :param widths: element count of each array column.
+    :param widths: element count of each fixed-width array or vector column.
     :param feed: the feed settings.
     :param rank: the node's training rank (seeds its shuffle).
     :param spill_seconds: how long reading the partition from Spark and spilling it took.
@@ -39,6 +41,8 @@ class FeedShare:
         see 1/``workers`` of the node's rows. :func:`make_dataset` therefore repeats each batch
         ``workers`` times and lets tf.distribute keep one copy: each step of each worker trains on
         ``batch_size`` of its own rows, and an epoch on every row once.
+    :param sparse: vector columns fed as ``tf.SparseTensor`` (some node holds a sparse row of them, and
+        the feed does not densify them).
     :param once: every row exactly once per pass, none repeated or left out (validation data): the last
         batch may be short, and nodes may hold different numbers of batches (``steps_per_epoch`` is the
         largest node's); under MultiWorkerMirroredStrategy tf.distribute gives a worker whose rows are used
@@ -58,14 +62,15 @@ class FeedShare:
     native: NativeShares | None = None
     workers: int = 1
     once: bool = False
+    sparse: frozenset[str] = frozenset()
 
     @property
     def rows_per_epoch(self) -> int:
         return self.rows if self.once else self.steps_per_epoch * self.feed.batch_size
 
 
-def _cast(name: str, array: np.ndarray, feed: Feed) -> np.ndarray:
-    if feed.cast_floats and array.dtype.kind == "f" and name != feed.label:
+def _cast(array, feed: Feed):
+    if feed.cast_floats and array.dtype.kind == "f":
         return array.astype(feed.cast_floats, copy=False)
     return array
 
@@ -105,7 +110,7 @@ def _windows(batches, share: FeedShare, rng: np.random.Generator | None) -> Iter
     held = 0
     window = share.feed.shuffle_window if rng is not None else 1
     for batch in batches:
-        pending.append(to_numpy(batch, columns, share.widths))
+        pending.append(to_numpy(batch, columns, share.widths, share.sparse))
         held += batch.num_rows
         if held >= window:
             yield _merge(pending, rng)
@@ -115,7 +120,7 @@ def _windows(batches, share: FeedShare, rng: np.random.Generator | None) -> Iter
 
 
 def _merge(parts: list[dict[str, np.ndarray]], rng: np.random.Generator | None) -> dict[str, np.ndarray]:
-    merged = parts[0] if len(parts) == 1 else {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
+    merged = parts[0] if len(parts) == 1 else {k: concat([p[k] for p in parts]) for k in parts[0]}
     if rng is not None:
         order = rng.permutation(_length(merged))
         merged = {k: v[order] for k, v in merged.items()}
@@ -136,7 +141,7 @@ def _exact_batches(chunks, size: int, keep_rest: bool = False) -> Iterator:
     carry: dict[str, np.ndarray] | None = None
     for chunk in chunks:
         if carry is not None:
-            chunk = {k: np.concatenate([carry[k], chunk[k]]) for k in chunk}
+            chunk = {k: concat([carry[k], chunk[k]]) for k in chunk}
         n = _length(chunk)
         start = 0
         while n - start >= size:
@@ -147,33 +152,40 @@ def _exact_batches(chunks, size: int, keep_rest: bool = False) -> Iterator:
         yield carry
 
 
-def _shape(batch: dict[str, np.ndarray], feed: Feed):
-    features = {name: _cast(name, batch[name], feed) for name in feed.features}
-    x = features[feed.features[0]] if len(feed.features) == 1 else features
-    return (x, batch[feed.label]) if feed.label else x
+def _shape(batch: dict, feed: Feed):
+    return feed.arrange({name: _cast(batch[name], feed) if name in feed.features else batch[name] for name in batch})
+
+
+def _map(fn, value):
+    if isinstance(value, dict):
+        return {k: _map(fn, v) for k, v in value.items()}
+    if isinstance(value, tuple):
+        return tuple(_map(fn, v) for v in value)
+    return fn(value)
 
 
 def signature_of(value):
-    """The ``tf.TensorSpec`` structure of a batch, with the batch dimension left open."""
-    import tensorflow as tf
+    """The ``tf.TypeSpec`` structure of a batch, with the batch dimension left open."""
+    return _map(spec_of, value)
 
-    if isinstance(value, dict):
-        return {k: signature_of(v) for k, v in value.items()}
-    if isinstance(value, tuple):
-        return tuple(signature_of(v) for v in value)
-    return tf.TensorSpec(shape=(None, *value.shape[1:]), dtype=tf.as_dtype(value.dtype))
+
+def _is_composite(value) -> bool:
+    """Whether a batch holds :class:`Rows` (ragged arrays, sparse vectors)."""
+    found = []
+    _map(lambda v: found.append(isinstance(v, Rows)), value)
+    return any(found)
 
 
 def checked_batches(batches, feed: Feed) -> Iterator:
     """Turn Arrow record batches into NumPy ones shaped like :func:`iter_epoch`'s (whatever their number
-    of rows), checking that each fed column can be a tensor and that array columns keep one length."""
+    of rows), checking that each fed column can be a tensor and that array columns keep one length.
+    Vector columns are densified: files carry no promise that a column's rows are all dense or not."""
     widths: dict[str, int] = {}
     for batch in batches:
         if not batch.num_rows:
             continue  # an empty row group: nothing to check, and no width to shape it with
-        for name in feed.columns:
-            check_column(name, batch.column(name), widths, "files")
-        yield _shape(to_numpy(batch, feed.columns, widths), feed)
+        arrays = [normalize_column(name, batch.column(name), widths, "files", feed) for name in feed.columns]
+        yield _shape(to_numpy(pa.RecordBatch.from_arrays(arrays, feed.columns), feed.columns, widths), feed)
 
 
 def make_dataset(share: FeedShare):
@@ -190,11 +202,25 @@ def make_dataset(share: FeedShare):
     feed = share.feed
     epochs = itertools.count()
 
+    empty = _shape(_empty(share), feed)
+    if _is_composite(empty):
+        # Ragged arrays and sparse vectors: batched here (tf.data's rebatch takes dense tensors only), and
+        # handed over as tf.RaggedTensor and tf.SparseTensor.
+        def batches():
+            chunks = epoch_chunks(share, next(epochs))
+            for batch in _exact_batches(chunks, feed.batch_size, keep_rest=share.once):
+                yield _map(as_tensor, _shape(batch, feed))
+
+        dataset = tf.data.Dataset.from_generator(batches, output_signature=signature_of(empty))
+        if not share.once:
+            dataset = dataset.apply(tf.data.experimental.assert_cardinality(share.steps_per_epoch))
+        return for_workers(dataset, share.workers).prefetch(tf.data.AUTOTUNE)
+
     def chunks():
         for chunk in epoch_chunks(share, next(epochs)):
             yield _shape(chunk, feed)
 
-    dataset = tf.data.Dataset.from_generator(chunks, output_signature=signature_of(_shape(_empty(share), feed)))
+    dataset = tf.data.Dataset.from_generator(chunks, output_signature=signature_of(empty))
     if share.once:
         # Every row once, the last batch short. The cardinality is left unknown: nodes hold different numbers
         # of batches, and Keras, given no steps, then runs until every worker's rows are used up (under
@@ -221,8 +247,13 @@ def for_workers(dataset, workers: int):
         options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.OFF
         return dataset.with_options(options)
 
+    def repeat(part):
+        if isinstance(part, tf.SparseTensor):
+            return tf.sparse.concat(0, [part] * workers)
+        return tf.concat([part] * workers, axis=0)
+
     def repeat_batch(*parts):
-        repeated = tf.nest.map_structure(lambda part: tf.concat([part] * workers, axis=0), parts)
+        repeated = tf.nest.map_structure(repeat, parts)
         return repeated[0] if len(repeated) == 1 else repeated
 
     options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.DATA
@@ -230,18 +261,7 @@ def for_workers(dataset, workers: int):
     return dataset.with_options(options)
 
 
-def _empty(share: FeedShare) -> dict[str, np.ndarray]:
+def _empty(share: FeedShare) -> dict:
     """Zero rows of each fed column with the spilled types and widths: the pipeline's signature."""
-    schema = spill_schema(share.path)
-    return {
-        name: np.empty((0, share.widths[name]) if name in share.widths else (0,), dtype=element_type(schema, name))
-        for name in share.feed.columns
-    }
-
-
-def element_type(schema, name: str) -> np.dtype:
-    """The NumPy type of column ``name``'s elements (of its arrays, for an array column)."""
-    kind = schema.field(name).type
-    if hasattr(kind, "value_type"):
-        kind = kind.value_type
-    return np.dtype(kind.to_pandas_dtype())
+    empty = pa.RecordBatch.from_pylist([], schema=spill_schema(share.path))
+    return to_numpy(empty, share.feed.columns, share.widths, share.sparse)

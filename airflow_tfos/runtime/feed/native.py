@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from airflow_tfos.runtime.feed.plan import Feed
+from airflow_tfos.runtime.feed.plan import Feed, FeedConfigError
 
 #: Name of each split's record file, relative to the worker's working directory.
 RECORD_FILES = {"train": "airflow-tfos-train.rec", "validation": "airflow-tfos-validation.rec"}
@@ -45,12 +45,22 @@ class RecordColumn:
         return np.dtype(self.dtype).itemsize * max(self.width, 1)
 
 
-def record_columns(feed: Feed, dtypes: dict[str, str], widths: dict[str, int]) -> tuple[RecordColumn, ...]:
-    """The record layout of the fed columns: spilled types, floating-point features cast as the feed says."""
+def record_columns(
+    feed: Feed, dtypes: dict[str, str], widths: dict[str, int], sparse=frozenset()
+) -> tuple[RecordColumn, ...]:
+    """The record layout of the fed columns: spilled types, floating-point features cast as the feed says.
+    Columns of varying size (strings, ragged arrays, sparse vectors) have none: they are refused."""
     columns = []
     for name in feed.columns:
         kind = np.dtype(dtypes[name])
-        if feed.cast_floats and kind.kind == "f" and name != feed.label:
+        if kind.kind == "O" or name in feed.ragged or name in sparse:
+            what = "strings" if kind.kind == "O" else "a ragged array" if name in feed.ragged else "sparse vectors"
+            raise FeedConfigError(
+                f"column {name!r} holds {what}, which the parameter-server feed cannot carry (its records have a "
+                "fixed size): use MultiWorkerMirroredStrategy, or make the column fixed-width in Spark (or with "
+                "Feed(pad=...) / Feed(densify=...))"
+            )
+        if feed.cast_floats and kind.kind == "f" and name in feed.features:
             kind = np.dtype(feed.cast_floats)
         columns.append(RecordColumn(name, kind.newbyteorder("<").str, int(widths.get(name, 0))))
     return tuple(columns)
@@ -130,14 +140,12 @@ class NativeShares:
             shape = [self.feed.batch_size, column.width] if column.width else [self.feed.batch_size]
             values[column.name] = tf.reshape(decoded, shape)  # whole batches only: the shape is static
             offset += column.nbytes
-        features = [values[name] for name in self.feed.features]
-        x = features[0] if len(features) == 1 else {n: values[n] for n in self.feed.features}
-        return (x, values[self.feed.label]) if self.feed.label else x
+        return self.feed.arrange(values)
 
 
 def write_records(batches, columns: Sequence[RecordColumn], path: str) -> tuple[int, int]:
     """Write Arrow record batches as fixed-width records to ``path``; return (rows, bytes) written."""
-    from airflow_tfos.runtime.feed.spill import to_numpy
+    from airflow_tfos.runtime.feed.columns import to_numpy
 
     layout = np.dtype([(c.name, c.dtype, (c.width,)) if c.width else (c.name, c.dtype) for c in columns])
     widths = {c.name: c.width for c in columns if c.width}

@@ -124,9 +124,10 @@ def spill_partition(batches: Iterable, node_dir: str, feed: Feed, with_validatio
     me = psutil.Process()
     peak = me.memory_info().rss
     started, started_at = time.monotonic(), time.time()
-    writers = {TRAIN: SpillWriter(os.path.join(node_dir, "train.arrow"), feed.columns, "training data")}
+    writers = {TRAIN: SpillWriter(os.path.join(node_dir, "train.arrow"), feed.columns, "training data", feed)}
     if with_validation:
-        writers[VALIDATION] = SpillWriter(os.path.join(node_dir, "validation.arrow"), feed.columns, "validation data")
+        path = os.path.join(node_dir, "validation.arrow")
+        writers[VALIDATION] = SpillWriter(path, feed.columns, "validation data", feed)
     try:
         for batch in batches:
             if with_validation:
@@ -147,6 +148,7 @@ def spill_partition(batches: Iterable, node_dir: str, feed: Feed, with_validatio
         name: {
             "rows": s.rows,
             "widths": s.widths,
+            "sparse": sorted(s.sparse),
             "dtypes": dtypes[name],
             "path": writers[name].path,
             "bytes": s.bytes,
@@ -170,6 +172,9 @@ def plan_shares(
     order = feed_order(roles)
     native = ps_coordinated(roles)
     labels = [r.label for r in order]
+    # A vector column is sparse everywhere (training and validation data, every node) if it is anywhere.
+    spilled_sparse = {c for r in order for s in infos[r.executor_id]["spill"].values() for c in s.get("sparse", ())}
+    sparse = frozenset(spilled_sparse - set(feed.densify))
     shares: dict[str, FeedShare] = {}
     notes: list[str] = []
     for split in (TRAIN, VALIDATION):
@@ -199,7 +204,7 @@ def plan_shares(
             dtypes = next(s["dtypes"] for s in spilled if s["dtypes"])
             records = NativeShares(
                 split=split,
-                columns=record_columns(feed, dtypes, widths),
+                columns=record_columns(feed, dtypes, widths, sparse),
                 rows_per_epoch=plan.steps_per_epoch * feed.batch_size,
                 steps_per_worker=plan.steps_per_epoch,
                 num_workers=len(order),
@@ -225,6 +230,7 @@ def plan_shares(
                 native=records,
                 workers=1 if native else len(order),
                 once=once,
+                sparse=sparse,
             )
         elif records is not None and me.job_name in ("chief", "master"):
             shares[split] = FeedShare(split, "", 0, plan.steps_per_epoch, widths, feed, native=records)
@@ -233,11 +239,11 @@ def plan_shares(
 
 def _spilled_types(path: str, feed: Feed) -> dict[str, str]:
     """Each fed column's NumPy element type in a spill file."""
-    from airflow_tfos.runtime.feed.dataset import element_type
+    from airflow_tfos.runtime.feed.columns import element_type
     from airflow_tfos.runtime.feed.spill import spill_schema
 
     schema = spill_schema(path)
-    return {name: element_type(schema, name).str for name in feed.columns}
+    return {name: element_type(schema.field(name).type).str for name in feed.columns}
 
 
 def _common_widths(per_node: Sequence[dict[str, int]], what: str) -> dict[str, int]:
@@ -246,7 +252,7 @@ def _common_widths(per_node: Sequence[dict[str, int]], what: str) -> dict[str, i
         for name, width in widths.items():
             if merged.setdefault(name, width) != width:
                 raise FeedConfigError(
-                    f"array column {name!r} of the {what} has rows of different lengths ({merged[name]} and "
+                    f"column {name!r} of the {what} has rows of different lengths or sizes ({merged[name]} and "
                     f"{width}) on different nodes: every row must have the same number of elements"
                 )
     return merged

@@ -18,23 +18,26 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 import pyarrow as pa
-import pyarrow.compute as pc
 
-from airflow_tfos.runtime.feed.plan import FeedConfigError
+from airflow_tfos.runtime.feed.columns import normalize_column
+from airflow_tfos.runtime.feed.plan import Feed
 
 
 @dataclass
 class SpillStats:
-    """What was written: rows, record batches, bytes, and each array column's element count."""
+    """What was written: rows, record batches, bytes, each array or vector column's element count, and the
+    vector columns that hold sparse rows."""
 
     rows: int = 0
     batches: int = 0
     bytes: int = 0
     widths: dict[str, int] = field(default_factory=dict)
+    sparse: set[str] = field(default_factory=set)
 
 
 class SpillWriter:
-    """Write record batches to ``path``, checking the fed columns for nulls and ragged arrays.
+    """Write record batches to ``path``, checking the fed columns and converting them by the feed's rules
+    (:func:`~airflow_tfos.runtime.feed.columns.normalize_column`).
 
     The checks run in the caller's thread, so a bad batch fails :meth:`write` itself; the disk writes
     run in a thread of their own, so that reading the next batch from Spark goes on meanwhile. At most
@@ -46,15 +49,17 @@ class SpillWriter:
     :param path: the local file.
     :param columns: the columns to keep (features and label), in order.
     :param what: how the data is named in errors (``training data``, ``validation data``).
+    :param feed: the feed whose ``fill``, ``pad`` and ``ragged`` apply.
     """
 
     QUEUED = 2
     BATCH_BYTES = 4 * 2**20
 
-    def __init__(self, path: str, columns: Sequence[str], what: str = "training data"):
+    def __init__(self, path: str, columns: Sequence[str], what: str = "training data", feed: Feed | None = None):
         self.path = path
         self.columns = list(columns)
         self.what = what
+        self.feed = feed
         self.stats = SpillStats()
         self._queue: queue.Queue[pa.RecordBatch | None] = queue.Queue(maxsize=self.QUEUED)
         self._error: BaseException | None = None
@@ -64,9 +69,12 @@ class SpillWriter:
     def write(self, batch: pa.RecordBatch) -> None:
         if batch.num_rows == 0:
             return
-        batch = batch.select(self.columns)
-        for name in self.columns:
-            check_column(name, batch.column(name), self.stats.widths, self.what)
+        stats = self.stats
+        arrays = [
+            normalize_column(name, batch.column(name), stats.widths, self.what, self.feed, stats.sparse)
+            for name in self.columns
+        ]
+        batch = pa.RecordBatch.from_arrays(arrays, self.columns)
         self._raise_if_failed()
         self._queue.put(batch)
         self.stats.rows += batch.num_rows
@@ -118,36 +126,6 @@ class SpillWriter:
             self._error = self._error or exc
 
 
-def check_column(name: str, column: pa.Array, widths: dict[str, int], what: str) -> None:
-    """Refuse a column TF cannot take: not numeric, nulls, or arrays whose length differs from row to
-    row (or from ``widths[name]``, the length seen so far, which is recorded on first sight)."""
-    kind = column.type
-    is_list = pa.types.is_list(kind) or pa.types.is_large_list(kind)
-    if not (is_list or pa.types.is_integer(kind) or pa.types.is_floating(kind) or pa.types.is_boolean(kind)):
-        raise FeedConfigError(
-            f"column {name!r} of the {what} has type {kind}, which cannot be fed to TF: make it a number or an "
-            "array of numbers (cast decimals to double)"
-        )
-    if column.null_count:
-        raise FeedConfigError(
-            f"column {name!r} of the {what} has null values ({column.null_count} in one batch): fill "
-            f"or drop them in Spark first (df.na.fill(...) or df.dropna(subset=[{name!r}]))"
-        )
-    if not is_list or not len(column):
-        return
-    if column.flatten().null_count:
-        raise FeedConfigError(f"array column {name!r} of the {what} has null elements: fill them in Spark first")
-    lengths = pc.list_value_length(column)
-    low, high = pc.min(lengths).as_py(), pc.max(lengths).as_py()
-    width = widths.setdefault(name, low)
-    if low != high or low != width:
-        raise FeedConfigError(
-            f"array column {name!r} of the {what} has rows of different lengths ({min(low, width)} "
-            f"to {max(high, width)}): every row must have the same number of elements; pad or "
-            "truncate it in Spark first"
-        )
-
-
 def count_batches(path: str) -> int:
     """How many record batches a spill file holds (read from its footer)."""
     with pa.OSFile(path, "rb") as source:
@@ -172,19 +150,6 @@ def read_batches(path: str, order: Sequence[int] | None = None) -> Iterator[pa.R
         reader = pa.ipc.open_file(source)
         for index in range(reader.num_record_batches) if order is None else order:
             yield reader.get_batch(index)
-
-
-def to_numpy(batch: pa.RecordBatch, columns: Sequence[str], widths: dict[str, int]):
-    """Turn the named columns of ``batch`` into NumPy arrays (``(rows,)`` or ``(rows, width)``)."""
-    arrays = {}
-    for name in columns:
-        column = batch.column(name)
-        if name in widths:
-            flat = column.flatten().to_numpy(zero_copy_only=False)
-            arrays[name] = flat.reshape(len(column), widths[name])
-        else:
-            arrays[name] = column.to_numpy(zero_copy_only=False)
-    return arrays
 
 
 # Rows of an RDD (TFoS programs) are Python objects; they are spilled in pickled chunks, not per row.
