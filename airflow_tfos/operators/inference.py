@@ -79,6 +79,8 @@ class TFoSInferenceOperator(_TFoSApplicationOperator):
     :param output_path: where the predictions go (templated): the input columns plus ``output_col``.
     :param output_col: the prediction column's name.
     :param model_output: which model output to keep (default: the first by name).
+    :param model_outputs: instead of ``model_output``, several outputs (``"*"``: all), each written to a
+        column named after it (``output_col`` is then unused).
     :param batch_size: rows per model call.
     :param num_executors: executors to score on.
     Other parameters (connections, ``conf``, ``env``, executor resources, ``run_dir``, ``deferrable``,
@@ -98,6 +100,7 @@ class TFoSInferenceOperator(_TFoSApplicationOperator):
         output_path: str,
         output_col: str = "prediction",
         model_output: str | None = None,
+        model_outputs: str | Sequence[str] | None = None,
         batch_size: int = 1024,
         num_executors: int = 2,
         **kwargs: Any,
@@ -109,11 +112,16 @@ class TFoSInferenceOperator(_TFoSApplicationOperator):
         self.output_path = output_path
         self.output_col = output_col
         self.model_output = model_output
+        self.model_outputs = (
+            model_outputs if model_outputs is None or isinstance(model_outputs, str) else list(model_outputs)
+        )
         self.batch_size = batch_size
         self.num_nodes = num_executors
         where = f"TFoSInferenceOperator {self.task_id!r}"
         if not self.features:
             raise RunConfigError(f"{where}: features must name at least one column")
+        if model_output is not None and model_outputs is not None:
+            raise RunConfigError(f"{where}: give model_output (one output) or model_outputs (several), not both")
         if not isinstance(num_executors, int) or isinstance(num_executors, bool) or num_executors < 1:
             raise RunConfigError(f"{where}: num_executors must be an integer >= 1, got {num_executors!r}")
         self.check_parameters()
@@ -128,6 +136,8 @@ class TFoSInferenceOperator(_TFoSApplicationOperator):
         }
         if self.model_output:
             inference["output"] = self.model_output
+        if self.model_outputs is not None:
+            inference["outputs"] = self.model_outputs
         return RunSpec(
             kind="inference",
             num_nodes=self.num_nodes,

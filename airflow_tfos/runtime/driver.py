@@ -222,6 +222,7 @@ def run_inference_job(spark, spec: RunSpec) -> dict[str, Any]:
         job["features"],
         output_col=job.get("output_col", "prediction"),
         output=job.get("output"),
+        outputs=job.get("outputs"),
         signature=job.get("signature", "serving_default"),
         batch_size=int(job.get("batch_size", 1024)),
     )

@@ -32,18 +32,25 @@ INPUT_MODES = ("SPARK", "TENSORFLOW")
 DATA_FORMATS = ("table", "parquet", "csv", "tfrecord", "function")
 
 KINDS = ("train", "inference")
-_INFERENCE_FIELDS = {"model_path", "features", "output_path", "output_col", "output", "signature", "batch_size"}
+_INFERENCE_FIELDS = {
+    "model_path", "features", "output_path", "output_col", "output", "outputs", "signature", "batch_size",
+}  # fmt: skip
 _DATA_FIELDS = {"format", "path", "table", "function", "options"}
 #: The fields of ``feed`` (those of ``airflow_tfos.runtime.feed.plan.Feed``) and the JSON types they take.
 _FEED_FIELDS = {
     "features": (list, tuple, str),
-    "label": (str, type(None)),
+    "label": (str, list, tuple, type(None)),
     "batch_size": int,
     "shuffle": bool,
     "shuffle_window": int,
     "balance": str,
     "seed": int,
     "cast_floats": (str, type(None)),
+    "weight": (str, type(None)),
+    "fill": dict,
+    "pad": dict,
+    "ragged": (list, tuple),
+    "densify": (list, tuple),
 }
 
 #: When a field is written into spec.json (and so into its hash): ``ALWAYS``; ``TRAINING``, in a spec of
@@ -206,8 +213,10 @@ def check_feed(feed: dict) -> None:
         expected = _FEED_FIELDS[name]
         if (isinstance(value, bool) and expected is int) or not isinstance(value, expected):
             raise SpecError(f"spec.json feed field {name!r} has the wrong type {type(value).__name__}")
-    if not isinstance(feed["features"], str) and not all(isinstance(f, str) for f in feed["features"]):
-        raise SpecError("spec.json feed field 'features' must name columns (strings)")
+    for name in ("features", "label", "ragged", "densify"):
+        value = feed.get(name)
+        if isinstance(value, (list, tuple)) and not all(isinstance(column, str) for column in value):
+            raise SpecError(f"spec.json feed field {name!r} must name columns (strings)")
 
 
 def split_import_path(path: str, name: str) -> tuple[str, str]:

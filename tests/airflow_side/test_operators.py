@@ -18,6 +18,7 @@ from airflow_tfos.operators import (
 )
 from airflow_tfos.operators.application import STATE_APPLICATION_ID
 from airflow_tfos.shared.rundir import RunDir
+from airflow_tfos.shared.spec import parse_spec
 from airflow_tfos.triggers.tfos import TFoSApplicationTrigger, TFoSRunDirTrigger
 from tests.airflow_side.fakes import FakeBackend, FakeStateStore, make_context, use_backend
 
@@ -805,6 +806,15 @@ class TestInference:
         use_backend(op, backend)
         assert op.execute(make_context("score"))["output_path"] == str(tmp_path / "out")
         assert backend.submitted == []
+
+    def test_several_model_outputs_go_into_the_spec_and_one_or_several_is_a_choice(self, tmp_path):
+        kwargs = {"task_id": "score", "model_path": "/m", "data": DATA, "features": ["x"], "run_dir": str(tmp_path)}
+        op = TFoSInferenceOperator(output_path="/o", model_outputs=("probabilities", "embedding"), **kwargs)
+        spec = parse_spec(op.build_spec().to_json())
+        assert spec.inference["outputs"] == ["probabilities", "embedding"] and "output" not in spec.inference
+        assert "outputs" not in TFoSInferenceOperator(output_path="/o", **kwargs).build_spec().to_json()["inference"]
+        with pytest.raises(RunConfigError, match="model_output .* or model_outputs .*, not both"):
+            TFoSInferenceOperator(output_path="/o", model_output="a", model_outputs="*", **kwargs)
 
     def test_submits_an_inference_spec(self, tmp_path, capsys):
         op, backend = self._op(tmp_path), FakeBackend()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from airflow_tfos.runtime.feed.plan import Feed
@@ -53,3 +55,24 @@ def test_the_driver_starts_the_cluster_from_the_spec():
     assert (run.timeout, run.keras, run.max_attempts, run.warm_start, run.run_dir) == (60, "tf_keras", 2, "/m", "/r")
     assert run.feed == Feed(features=["x"], label="y", batch_size=8)
     assert run.env["A"] == "1" and run.env["B"] == "2" and run.spec is spec
+
+
+def test_the_feed_options_for_real_tables_reach_the_feed_through_spec_json():
+    feed = {
+        "features": ["vec", "text", "tokens", "words"],
+        "label": ["a", "b"],
+        "weight": "w",
+        "fill": {"text": ""},
+        "pad": {"tokens": [4, 0]},
+        "ragged": ["words"],
+        "densify": ["vec"],
+        "batch_size": 8,
+    }
+    spec = parse_spec(json.loads(json.dumps(RunSpec(train_fn="p.m:f", num_nodes=2, feed=feed).to_json())))
+    built = Feed(**spec.feed)
+    assert (built.label, built.weight, built.ragged, built.densify) == (("a", "b"), "w", ("words",), ("vec",))
+    assert (built.fill, built.pad) == ({"text": ""}, {"tokens": [4, 0]})
+    with pytest.raises(SpecError, match="feed field 'label' must name columns"):
+        parse_spec({"num_nodes": 1, "train_fn": "a:b", "feed": {"features": ["x"], "label": ["y", 2]}})
+    with pytest.raises(SpecError, match="feed field 'weight' has the wrong type"):
+        parse_spec({"num_nodes": 1, "train_fn": "a:b", "feed": {"features": ["x"], "weight": ["w"]}})
