@@ -3,14 +3,16 @@
 - :mod:`.base`: the :class:`Storage` interface and :class:`LocalStorage`.
 - :mod:`.webhdfs_config`: WebHDFS settings and URI parsing (no I/O); its errors are in
   :mod:`airflow_tfos.shared.errors`.
+- :mod:`.webhdfs_errors`: whether a failed WebHDFS call is worth another attempt, and the error it becomes.
 - :mod:`.webhdfs_client`: :class:`~.webhdfs_client.WebHDFSStorage`, the interface over WebHDFS.
 - :mod:`.schemes`: which storage serves a URI (:func:`storage_for`); other schemes plug in with
   :func:`register_storage`. The WebHDFS client is imported only when an HDFS URI is first used.
 
 Every scheme is usable wherever a path is taken: the run directory (:mod:`airflow_tfos.shared.rundir`),
 InputMode.TENSORFLOW file shards and the readers in :mod:`airflow_tfos.runtime.feed.files`. Imports point
-one way: ``schemes -> base``, ``webhdfs_client -> base, webhdfs_config``; of the rest of the package, they
-import only :mod:`airflow_tfos.shared.errors` (which imports nothing).
+one way: ``schemes -> base``, ``webhdfs_errors -> webhdfs_config``, ``webhdfs_client -> base,
+webhdfs_config, webhdfs_errors``; of the rest of the package, they import only
+:mod:`airflow_tfos.shared.errors` (which imports nothing).
 """
 
 from airflow_tfos.shared.storage.base import PRIVATE_DIR_MODE, FileInfo, LocalStorage, Storage, is_plain_name

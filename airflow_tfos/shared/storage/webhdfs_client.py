@@ -1,5 +1,6 @@
 """WebHDFSStorage: the :class:`airflow_tfos.shared.storage.Storage` protocol over WebHDFS (settings, errors and
-URIs: :mod:`airflow_tfos.shared.storage.webhdfs_config`).
+URIs: :mod:`airflow_tfos.shared.storage.webhdfs_config`; how a failed call is judged and told:
+:mod:`airflow_tfos.shared.storage.webhdfs_errors`).
 
 Built on the ``hdfs`` package (HdfsCLI), one client per namenode, each with its own ``requests``
 session; retries, failover and error mapping are ours, so that every failure is bounded and says
@@ -21,31 +22,21 @@ import uuid
 from collections.abc import Callable, Iterator
 from typing import Any, BinaryIO, TypeVar
 
-from airflow_tfos.shared.errors import WebHDFSConfigError, WebHDFSError, WebHDFSUnavailableError
+from airflow_tfos.shared.errors import WebHDFSConfigError, WebHDFSError
 from airflow_tfos.shared.storage.base import PRIVATE_DIR_MODE, FileInfo, is_plain_name
 from airflow_tfos.shared.storage.webhdfs_config import WebHDFSConfig, config_for_uri, split_uri
+from airflow_tfos.shared.storage.webhdfs_errors import (
+    TRANSIENT_REMOTE,
+    raise_for_server_error,
+    transient_reason,
+    translate,
+    unavailable,
+)
 
 log = logging.getLogger(__name__)
 
-_TRANSIENT_REMOTE = {"StandbyException", "RetriableException", "SafeModeException"}
-_DENIED_REMOTE = {"AccessControlException", "SecurityException", "AuthorizationException"}
 _GLOB = set("*?[")
 _T = TypeVar("_T")
-
-
-class _ServerError(Exception):
-    """An HTTP 5xx answer (raised from the session's response hook, before the hdfs package sees it)."""
-
-    def __init__(self, status: int, url: str):
-        super().__init__(f"HTTP {status}")
-        self.status, self.url = status, url
-
-
-def _raise_for_server_error(response, *args, **kwargs):
-    if response.status_code >= 500:
-        response.close()
-        raise _ServerError(response.status_code, response.url.split("?", 1)[0])
-    return response
 
 
 class WebHDFSStorage:
@@ -79,7 +70,7 @@ class WebHDFSStorage:
         for url in self.config.namenodes:
             session = requests.Session()
             session.verify = self.config.verify
-            session.hooks["response"].append(_raise_for_server_error)
+            session.hooks["response"].append(raise_for_server_error)
             if self.config.auth == "kerberos":
                 from hdfs.ext.kerberos import KerberosClient
 
@@ -107,11 +98,11 @@ class WebHDFSStorage:
             try:
                 result = fn(clients[index])
             except Exception as exc:
-                reason = self._transient_reason(exc)
+                reason = transient_reason(exc)
                 if reason is None:
-                    raise self._translate(exc, what, path, url) from exc
+                    raise translate(exc, what, path, url, self.config) from exc
                 failures.append((url, reason))
-                level = logging.INFO if reason in _TRANSIENT_REMOTE else logging.WARNING  # a standby is normal
+                level = logging.INFO if reason in TRANSIENT_REMOTE else logging.WARNING  # a standby is normal
                 log.log(level, "WebHDFS %s %s on %s failed (%s); trying again", what, path, url, reason)
             else:
                 if index != self._active:
@@ -126,83 +117,7 @@ class WebHDFSStorage:
                 delay = min(delay * 2, 30.0)
             if time.monotonic() >= deadline:
                 break
-        raise self._unavailable(what, path, failures)
-
-    @staticmethod
-    def _transient_reason(exc: BaseException) -> str | None:
-        import requests
-        import urllib3
-        from hdfs import HdfsError
-
-        if isinstance(exc, _ServerError):
-            return f"HTTP {exc.status}"
-        if isinstance(exc, requests.exceptions.Timeout | urllib3.exceptions.TimeoutError):
-            return "timed out"
-        if isinstance(exc, requests.exceptions.SSLError):
-            return None
-        if isinstance(exc, urllib3.exceptions.HTTPError | requests.exceptions.ChunkedEncodingError):
-            return "connection dropped"
-        if isinstance(exc, requests.exceptions.ConnectionError | ConnectionError):
-            text = str(exc)
-            if "refused" in text.lower():
-                return "connection refused"
-            return "connection dropped" if "abort" in text.lower() or "reset" in text.lower() else "connection failed"
-        if isinstance(exc, HdfsError) and getattr(exc, "exception", None) in _TRANSIENT_REMOTE:
-            return exc.exception
-        if isinstance(exc, ValueError | KeyError):
-            return f"an answer that is not WebHDFS JSON ({type(exc).__name__})"
-        return None
-
-    def _translate(self, exc: Exception, what: str, path: str, url: str) -> Exception:
-        import requests
-        from hdfs import HdfsError
-
-        if isinstance(exc, requests.exceptions.SSLError):
-            return WebHDFSError(
-                f"WebHDFS {what} {path}: TLS with {url} failed ({exc}); set WebHDFSConfig.verify (the connection's "
-                "'verify' extra) to the CA bundle that signed the namenode's certificate"
-            )
-        if isinstance(exc, OSError):
-            return exc
-        if not isinstance(exc, HdfsError):
-            return WebHDFSError(f"WebHDFS {what} {path} at {url} failed: {type(exc).__name__}: {exc}")
-        remote, message = getattr(exc, "exception", None), str(exc).strip()
-        user = self.config.effective_user() or "(the Kerberos principal)"
-        if remote == "FileNotFoundException":
-            return FileNotFoundError(errno.ENOENT, f"no such file or directory on HDFS ({message})", path)
-        if remote == "FileAlreadyExistsException":
-            return FileExistsError(errno.EEXIST, f"already exists on HDFS ({message})", path)
-        if remote in _DENIED_REMOTE or "Authentication failure" in message:
-            fix = (
-                "get a Kerberos ticket (kinit) or fix the principal"
-                if self.config.auth == "kerberos" or remote is None
-                else "grant the user access (hdfs dfs -chmod/-chown/-setfacl) or run as another user "
-                "(WebHDFSConfig.user / the webhdfs connection's login)"
-            )
-            return PermissionError(
-                errno.EACCES, f"HDFS refused {what} to user {user} at namenode {url}: {message}; {fix}", path
-            )
-        return WebHDFSError(f"WebHDFS {what} {path} at {url} failed: {remote or 'error'}: {message}")
-
-    def _unavailable(self, what: str, path: str, failures: list[tuple[str, str]]) -> WebHDFSUnavailableError:
-        seen: dict[str, str] = {}
-        for url, reason in failures:
-            seen[url] = reason
-        tried = "; ".join(f"{url}: {reason}" for url, reason in seen.items())
-        if all(r.startswith("connection") or r == "timed out" for r in seen.values()):
-            fix = (
-                "check the namenodes' WebHDFS addresses (AIRFLOW_TFOS_WEBHDFS 'namenodes', the webhdfs:// URI, or "
-                "the webhdfs connection's host and port; WebHDFS listens on dfs.namenode.http-address, 9870 by "
-                "default) and that the namenodes are up"
-            )
-        elif all(r in _TRANSIENT_REMOTE for r in seen.values()):
-            fix = "no namenode is active: list every namenode of the HA pair, or wait for the failover to finish"
-        else:
-            fix = "check that these addresses are WebHDFS endpoints and that the namenodes are healthy"
-        return WebHDFSUnavailableError(
-            f"WebHDFS {what} {path}: no namenode answered after {len(failures)} attempt(s) "
-            f"(retries={self.config.retries}, deadline={self.config.deadline:g}s); tried {tried}. To fix: {fix}"
-        )
+        raise unavailable(what, path, failures, self.config)
 
     # --- the Storage protocol --------------------------------------------------------------------------
 

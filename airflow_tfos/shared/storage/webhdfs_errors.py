@@ -1,0 +1,115 @@
+"""How a failed WebHDFS call is judged and told: transient (another attempt, or another namenode, may
+succeed) or not, and the error a user reads, naming what to fix."""
+
+from __future__ import annotations
+
+import errno
+
+from airflow_tfos.shared.errors import WebHDFSError, WebHDFSUnavailableError
+from airflow_tfos.shared.storage.webhdfs_config import WebHDFSConfig
+
+#: Remote exceptions that a retry, or the other namenode of an HA pair, may get past.
+TRANSIENT_REMOTE = {"StandbyException", "RetriableException", "SafeModeException"}
+#: Remote exceptions that mean the user may not do it.
+DENIED_REMOTE = {"AccessControlException", "SecurityException", "AuthorizationException"}
+
+
+class ServerError(Exception):
+    """An HTTP 5xx answer (raised from the session's response hook, before the hdfs package sees it)."""
+
+    def __init__(self, status: int, url: str):
+        super().__init__(f"HTTP {status}")
+        self.status, self.url = status, url
+
+
+def raise_for_server_error(response, *args, **kwargs):
+    """A ``requests`` response hook: a 5xx answer raises :class:`ServerError` (transient)."""
+    if response.status_code >= 500:
+        response.close()
+        raise ServerError(response.status_code, response.url.split("?", 1)[0])
+    return response
+
+
+def transient_reason(exc: BaseException) -> str | None:
+    """Why ``exc`` is worth another attempt (``"timed out"``, ``"StandbyException"``...), or None when it is not."""
+    import requests
+    import urllib3
+    from hdfs import HdfsError
+
+    if isinstance(exc, ServerError):
+        return f"HTTP {exc.status}"
+    if isinstance(exc, requests.exceptions.Timeout | urllib3.exceptions.TimeoutError):
+        return "timed out"
+    if isinstance(exc, requests.exceptions.SSLError):
+        return None
+    if isinstance(exc, urllib3.exceptions.HTTPError | requests.exceptions.ChunkedEncodingError):
+        return "connection dropped"
+    if isinstance(exc, requests.exceptions.ConnectionError | ConnectionError):
+        text = str(exc)
+        if "refused" in text.lower():
+            return "connection refused"
+        return "connection dropped" if "abort" in text.lower() or "reset" in text.lower() else "connection failed"
+    if isinstance(exc, HdfsError) and getattr(exc, "exception", None) in TRANSIENT_REMOTE:
+        return exc.exception
+    if isinstance(exc, ValueError | KeyError):
+        return f"an answer that is not WebHDFS JSON ({type(exc).__name__})"
+    return None
+
+
+def translate(exc: Exception, what: str, path: str, url: str, config: WebHDFSConfig) -> Exception:
+    """The error to raise for a failure that is not transient: the built-in ``OSError`` a local file system
+    would raise where there is one (not found, exists, permission), else :class:`WebHDFSError`; each names the
+    fix."""
+    import requests
+    from hdfs import HdfsError
+
+    if isinstance(exc, requests.exceptions.SSLError):
+        return WebHDFSError(
+            f"WebHDFS {what} {path}: TLS with {url} failed ({exc}); set WebHDFSConfig.verify (the connection's "
+            "'verify' extra) to the CA bundle that signed the namenode's certificate"
+        )
+    if isinstance(exc, OSError):
+        return exc
+    if not isinstance(exc, HdfsError):
+        return WebHDFSError(f"WebHDFS {what} {path} at {url} failed: {type(exc).__name__}: {exc}")
+    remote, message = getattr(exc, "exception", None), str(exc).strip()
+    user = config.effective_user() or "(the Kerberos principal)"
+    if remote == "FileNotFoundException":
+        return FileNotFoundError(errno.ENOENT, f"no such file or directory on HDFS ({message})", path)
+    if remote == "FileAlreadyExistsException":
+        return FileExistsError(errno.EEXIST, f"already exists on HDFS ({message})", path)
+    if remote in DENIED_REMOTE or "Authentication failure" in message:
+        fix = (
+            "get a Kerberos ticket (kinit) or fix the principal"
+            if config.auth == "kerberos" or remote is None
+            else "grant the user access (hdfs dfs -chmod/-chown/-setfacl) or run as another user "
+            "(WebHDFSConfig.user / the webhdfs connection's login)"
+        )
+        return PermissionError(
+            errno.EACCES, f"HDFS refused {what} to user {user} at namenode {url}: {message}; {fix}", path
+        )
+    return WebHDFSError(f"WebHDFS {what} {path} at {url} failed: {remote or 'error'}: {message}")
+
+
+def unavailable(
+    what: str, path: str, failures: list[tuple[str, str]], config: WebHDFSConfig
+) -> WebHDFSUnavailableError:
+    """The error when every attempt at every namenode failed transiently: what was tried, and what to check."""
+    seen: dict[str, str] = {}
+    for url, reason in failures:
+        seen[url] = reason
+    tried = "; ".join(f"{url}: {reason}" for url, reason in seen.items())
+    if all(r.startswith("connection") or r == "timed out" for r in seen.values()):
+        fix = (
+            "check the namenodes' WebHDFS addresses (AIRFLOW_TFOS_WEBHDFS 'namenodes', the webhdfs:// URI, or "
+            "the webhdfs connection's host and port; WebHDFS listens on dfs.namenode.http-address, 9870 by "
+            "default) and that the namenodes are up"
+        )
+    elif all(r in TRANSIENT_REMOTE for r in seen.values()):
+        fix = "no namenode is active: list every namenode of the HA pair, or wait for the failover to finish"
+    else:
+        fix = "check that these addresses are WebHDFS endpoints and that the namenodes are healthy"
+    return WebHDFSUnavailableError(
+        f"WebHDFS {what} {path}: no namenode answered after {len(failures)} attempt(s) "
+        f"(retries={config.retries}, deadline={config.deadline:g}s); tried {tried}. To fix: {fix}"
+    )
