@@ -52,8 +52,8 @@ def test_hdfs_path_examples_and_deliberate_differences_from_tfos():
 
 
 def node_context(**fields) -> NodeContext:
-    base = dict(executor_id=0, job_name="worker", task_index=0, cluster_spec={}, num_workers=1, num_nodes=1)
-    return NodeContext(**{**base, "host": "127.0.0.1", "port": 0, **fields})
+    base = {"executor_id": 0, "job_name": "worker", "task_index": 0, "cluster_spec": {}, "host": "127.0.0.1"}
+    return NodeContext(**{**base, "num_workers": 1, "num_nodes": 1, "port": 0, **fields})
 
 
 def free_port() -> int:
@@ -146,7 +146,9 @@ def test_schema_and_rows_inferred_from_examples_as_tfos_infers_them():
 
 
 def test_booleans_are_written_as_int64_where_current_protobuf_failed_tfos():
-    rows = dfutil.fromTFExample(dfutil.toTFExample([("b", "boolean"), ("bs", "array<boolean>")])([{"b": True, "bs": [True, False]}]))
+    rows = dfutil.fromTFExample(
+        dfutil.toTFExample([("b", "boolean"), ("bs", "array<boolean>")])([{"b": True, "bs": [True, False]}])
+    )
     assert (rows[0].b, rows[0].bs) == (1, [1, 0])
 
 
@@ -165,7 +167,8 @@ def test_empty_features_read_as_none_where_tfos_failed():
         features=tf.train.Features(feature={"x": tf.train.Feature(int64_list=tf.train.Int64List(value=[]))})
     )
     assert dfutil.fromTFExample([example.SerializeToString()])[0].x is None
-    assert dfutil.infer_schema(example).simpleString() == "struct<x:string>"  # TFoS's rule for empty features
+    # The column keeps the feature's kind (TFoS typed every empty feature as string).
+    assert dfutil.infer_schema(example).simpleString() == "struct<x:bigint>"
 
 
 def test_unsupported_types_and_nulls_are_refused_naming_the_column():

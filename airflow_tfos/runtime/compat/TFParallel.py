@@ -54,7 +54,7 @@ def run(sc, map_fn, tf_args, num_executors, use_barrier=True):
     )
     if use_barrier:
         cluster.start().wait()
-        return None
+        return
     job = cluster.node_job()
     nodes = sc.parallelize(range(num_executors), num_executors)
     try:
@@ -64,7 +64,6 @@ def run(sc, map_fn, tf_args, num_executors, use_barrier=True):
         if failure is None:
             raise
         raise NodeFailedError(failure, str(exc)) from exc
-    return None
 
 
 def _run_instance(job: NodeJob, index: int, num_workers: int) -> Iterator:

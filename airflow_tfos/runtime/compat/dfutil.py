@@ -9,10 +9,13 @@ Types, as in TFoS: ``float``/``double`` become a FloatList, the integer types an
 ``string`` and ``binary`` a BytesList, and arrays of those numbers the list of their kind. Reading infers
 the schema from the first record: an Int64List is ``long``, a FloatList ``double``, a BytesList ``string``
 (``binary`` for the features named in ``binary_features``), and a list of more than one value an array of
-that type. Differences from TFoS: booleans are written as 0/1 (current protobuf refused them in TFoS), a
-null value is refused with the column's name (TFoS failed inside
-protobuf), an empty feature reads as None (TFoS failed), and an existing output directory is refused
-before anything is written (as Hadoop's output format did).
+that type. Differences from TFoS: booleans are written as 0/1 (current protobuf refused them in TFoS); a
+null value is refused with the column's name (TFoS failed inside protobuf); an empty feature reads as None
+(TFoS failed) in a column of its kind (TFoS: string); an existing output directory is refused before
+anything is written (as Hadoop's output format did).
+
+TensorFlow is imported in the Spark Python workers that write or read (once per worker, some seconds), as
+TFoS did.
 """
 
 from __future__ import annotations
@@ -152,9 +155,7 @@ def saveAsTFRecords(df, output_dir: str) -> None:
     to_examples = toTFExample(df.dtypes)  # checks the types here, before any task starts
     storage = storage_for(output_dir)
     if storage.exists(output_dir):
-        raise FileExistsError(
-            f"output directory {output_dir} already exists: delete it or write to a new directory"
-        )
+        raise FileExistsError(f"output directory {output_dir} already exists: delete it or write to a new directory")
     storage.makedirs(output_dir)
     df.rdd.mapPartitionsWithIndex(lambda index, rows: _write_part(output_dir, index, to_examples(rows))).collect()
     storage.write_bytes(join(output_dir, SUCCESS), b"")
