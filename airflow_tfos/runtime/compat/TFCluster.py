@@ -22,6 +22,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from airflow_tfos.runtime.cluster import ClusterConfigError
+from airflow_tfos.runtime.compat.TFSparkNode import TFoSMain
 from airflow_tfos.runtime.feed.rows import RowFeed
 from airflow_tfos.runtime.launcher import TFClusterRun
 from airflow_tfos.runtime.node import CLUSTER_INFO, run_inference_partition
@@ -170,6 +171,8 @@ def run(
 
     InputMode.TENSORFLOW: the nodes start at once; ``shutdown()`` waits for them. InputMode.SPARK: the
     nodes start with their data, in ``train()`` (or per partition in ``inference()``).
+    ``release_port=False``: each node's TF port stays bound by ``ctx.tmp_socket`` until ``map_fun`` calls
+    ``ctx.release_port()``.
     """
     if input_mode not in (InputMode.TENSORFLOW, InputMode.SPARK):
         raise ClusterConfigError(f"input_mode must be InputMode.TENSORFLOW or InputMode.SPARK, got {input_mode!r}")
@@ -181,11 +184,12 @@ def run(
             "node; pass driver_ps_nodes=False and give the Spark application num_executors task slots"
         )
     run_dir = tempfile.mkdtemp(prefix="airflow-tfos-compat-")
+    main = TFoSMain(map_fun, hold_port=not release_port)
 
     def make_run(**data) -> TFClusterRun:
         return TFClusterRun(
             sc,
-            map_fun,
+            main,
             tf_args,
             num_nodes=num_executors,
             num_ps=num_ps,
