@@ -27,23 +27,27 @@ ABSOLUTE_SCHEMES = (
 
 
 def absolute_path(path: str, *, default_fs: str, working_dir: str) -> str:
-    """Turn ``path`` into a full URI, as TensorFlowOnSpark's ``TFNode.hdfs_path`` did.
+    """Turn ``path`` into a full URI under ``default_fs``, as TensorFlowOnSpark 2.2.5's ``TFNode.hdfs_path`` did.
 
-    - a URI with a known scheme is returned unchanged;
-    - an absolute path is put under ``default_fs`` (``/data`` -> ``hdfs://nn:8020/data``);
-    - a relative path goes under the user's HDFS home (``hdfs://nn:8020/user/<user>/<path>``) on
-      HDFS, or under ``working_dir`` on a local file system.
+    - a path with a file system scheme is returned unchanged;
+    - an absolute path goes under the default file system: ``/data`` -> ``hdfs://nn:8020/data``, or
+      ``hdfs:///data`` when it is ``hdfs://``;
+    - a relative path goes under the user's home on HDFS and viewfs (``hdfs://nn:8020/user/<user>/foo``,
+      ``hdfs:///user/<user>/foo``), under ``working_dir`` on ``file://``, else under the default file
+      system itself (with a warning).
+
+    Unlike TFoS, a default file system with a trailing slash (``hdfs://nn:8020/``) gives no double slash,
+    and the cloud schemes TFoS did not list (``gs://``, ``abfs://``, ``webhdfs://``...) are kept as they are.
     """
     if path.startswith(ABSOLUTE_SCHEMES):
         return path
-    fs = default_fs.rstrip("/") if default_fs.startswith("file://") else default_fs
-    if fs == "file:":
-        fs = "file://"
+    scheme, sep, authority = default_fs.partition("://")
+    root = f"{scheme}://{authority.rstrip('/')}" if sep else default_fs.rstrip("/")
     if path.startswith("/"):
-        return fs.rstrip("/") + path if not fs.endswith("://") else fs + path
-    if fs.startswith(("hdfs://", "viewfs://")):
-        return f"{fs.rstrip('/')}/user/{getpass.getuser()}/{path}"
-    if fs.startswith("file://"):
-        return f"file://{working_dir.rstrip('/')}/{path}"
-    log.warning("unknown fs.defaultFS %s: %s is resolved relative to it", default_fs, path)
-    return f"{fs.rstrip('/')}/{path}"
+        return root + path
+    if root.startswith(("hdfs://", "viewfs://")):
+        return f"{root}/user/{getpass.getuser()}/{path}"
+    if root.startswith("file://"):
+        return f"{root}/{working_dir.strip('/')}/{path}"
+    log.warning("unknown default file system %s: %s is put directly under it", default_fs, path)
+    return f"{root}/{path}"

@@ -37,6 +37,8 @@ def test_failure_description_names_role_index_and_host():
         ("/data/set", "file://", "file:///data/set"),
         ("models/m1", "file://", "file:///home/me/job/models/m1"),
         ("models/m1", "hdfs://nn:8020", f"hdfs://nn:8020/user/{getpass.getuser()}/models/m1"),
+        ("models/m1", "hdfs://", f"hdfs:///user/{getpass.getuser()}/models/m1"),  # as TFoS, not hdfs:/user
+        ("/data/set", "viewfs://", "viewfs:///data/set"),
     ],
 )
 def test_absolute_path_follows_tfos_rules(path, default_fs, expected):

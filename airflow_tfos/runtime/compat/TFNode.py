@@ -6,11 +6,10 @@ TF1-only helpers (``start_cluster_server``, ``export_saved_model``) and the queu
 
 from __future__ import annotations
 
-import getpass
 import logging
 
 from airflow_tfos.runtime.feed.rows import DataFeed
-from airflow_tfos.runtime.paths import ABSOLUTE_SCHEMES
+from airflow_tfos.runtime.paths import absolute_path
 
 log = logging.getLogger(__name__)
 
@@ -27,30 +26,9 @@ __all__ = [
 
 
 def hdfs_path(ctx, path: str) -> str:
-    """Turn ``path`` into a full URI under ``ctx.defaultFS``, as TFoS 2.2.5 did.
-
-    - a path with a file system scheme is returned unchanged;
-    - an absolute path goes under the default file system: ``/data`` -> ``hdfs://nn:8020/data``, or
-      ``hdfs:///data`` when ``defaultFS`` is ``hdfs://``;
-    - a relative path goes under the user's home on HDFS and viewfs (``hdfs://nn:8020/user/<user>/foo``,
-      ``hdfs:///user/<user>/foo``), under ``ctx.working_dir`` on ``file://``, else under the default file
-      system itself (with a warning).
-
-    Unlike TFoS, a ``defaultFS`` with a trailing slash (``hdfs://nn:8020/``) gives no double slash, and the
-    cloud schemes TFoS did not list (``gs://``, ``abfs://``, ``webhdfs://``...) are kept as they are.
-    """
-    if path.startswith(ABSOLUTE_SCHEMES):
-        return path
-    scheme, sep, authority = ctx.defaultFS.partition("://")
-    root = f"{scheme}://{authority.rstrip('/')}" if sep else ctx.defaultFS.rstrip("/")
-    if path.startswith("/"):
-        return root + path
-    if root.startswith(("hdfs://", "viewfs://")):
-        return f"{root}/user/{getpass.getuser()}/{path}"
-    if root.startswith("file://"):
-        return f"{root}/{ctx.working_dir.strip('/')}/{path}"
-    log.warning("unknown default file system %s: %s is put directly under it", ctx.defaultFS, path)
-    return f"{root}/{path}"
+    """Turn ``path`` into a full URI under ``ctx.defaultFS``, as TFoS 2.2.5 did (the rules:
+    :func:`airflow_tfos.runtime.paths.absolute_path`, which ``ctx.absolute_path`` follows too)."""
+    return absolute_path(path, default_fs=ctx.defaultFS, working_dir=ctx.working_dir)
 
 
 def release_port(ctx) -> None:
