@@ -35,7 +35,7 @@ def main_fun(args, ctx):
     strategy = tf.distribute.MultiWorkerMirroredStrategy()
     with strategy.scope():
         model = tf.keras.Sequential([tf.keras.Input(shape=(2,)), tf.keras.layers.Dense(1)])
-        model.compile(optimizer=tf.keras.optimizers.SGD(0.1), loss="mse")
+        model.compile(optimizer=tf.keras.optimizers.SGD(0.5), loss="mse")
     checkpointer = RunCheckpointer(ctx, model=model, every_steps=10)
     fit_resumable(model, ctx.dataset(), epochs=args["epochs"], steps_per_epoch=ctx.steps_per_epoch,
                   checkpointer=checkpointer, verbose=0)
@@ -147,7 +147,8 @@ def test_a_dag_with_its_module_beside_it_trains_reruns_as_a_no_op_and_trains_aga
     assert "shipping your code with --py-files: my_training" in out
     assert "XCom not found" not in out  # a normal run logs no error
     export = rundir.export_success()
-    assert export["metrics"]["version"] == 1 and export["metrics"]["loss"] < 1.0
+    # 20 steps of SGD at 0.5 on y = 3 x0 - 2 x1 + 1 (var(y) ~ 1.1): below 0.1 in 2,000 simulated runs
+    assert export["metrics"]["version"] == 1 and export["metrics"]["loss"] < 0.3
     assert len(rundir.events("submit")) == 1
     assert json.loads((Path(env["USER_RUN_DIR"]) / "spec.json").read_text())["code"]["packages"] == ["my_training"]
     scored = pq.read_table(env["USER_PREDICTIONS"]).to_pydict()
