@@ -109,15 +109,22 @@ def _check_array(name: str, column: pa.Array, widths: dict[str, int], what: str,
         length, value = feed.pad[name]
         widths[name] = length
         return pad_rows(column, lengths, length, value)
-    low, high = int(lengths.min()), int(lengths.max())
-    width = widths.setdefault(name, low)
-    if low != high or low != width:
+    spread = _width_spread(name, lengths, widths)
+    if spread:
         raise FeedConfigError(
-            f"array column {name!r} of the {what} has rows of different lengths ({min(low, width)} "
-            f"to {max(high, width)}): every row must have the same number of elements; feed it with "
-            f"Feed(ragged=[{name!r}]), or cut and pad it with Feed(pad={{{name!r}: [length, value]}})"
+            f"array column {name!r} of the {what} has rows of different lengths ({spread[0]} to {spread[1]}): "
+            f"every row must have the same number of elements; feed it with Feed(ragged=[{name!r}]), or cut "
+            f"and pad it with Feed(pad={{{name!r}: [length, value]}})"
         )
     return column
+
+
+def _width_spread(name: str, sizes: np.ndarray, widths: dict[str, int]) -> tuple[int, int] | None:
+    """None when every row has the column's width (the first one seen sets it), else the smallest and
+    largest sizes seen."""
+    low, high = int(sizes.min()), int(sizes.max())
+    width = widths.setdefault(name, low)
+    return None if low == high == width else (min(low, width), max(high, width))
 
 
 def pad_rows(column: pa.Array, lengths: np.ndarray, length: int, value: Any) -> pa.Array:
@@ -139,13 +146,12 @@ def _check_vectors(name: str, column: pa.Array, widths: dict[str, int], what: st
     size = pc.if_else(sparse_rows, sizes, pc.list_value_length(values)).to_numpy(zero_copy_only=False)
     if not len(size):
         return
-    low, high = int(size.min()), int(size.max())
-    width = widths.setdefault(name, low)
-    if low != high or low != width:
+    spread = _width_spread(name, size, widths)
+    if spread:
         raise FeedConfigError(
-            f"vector column {name!r} of the {what} has vectors of different sizes ({min(low, width)} to "
-            f"{max(high, width)}): every row must have the same size; build the column with one size "
-            "(e.g. one VectorAssembler over the same input columns) for every row"
+            f"vector column {name!r} of the {what} has vectors of different sizes ({spread[0]} to {spread[1]}): "
+            "every row must have the same size; build the column with one size (e.g. one VectorAssembler over "
+            "the same input columns) for every row"
         )
     if sparse is not None and pc.any(sparse_rows).as_py():
         sparse.add(name)
