@@ -164,8 +164,8 @@ def _run_node(job: NodeJob, task, role: NodeRole, host: str, node_dir: Path, par
         sys.stderr.write("".join(f"airflow-tfos: {line}\n" for line in notes))
 
     tf_config = build_tf_config(cluster_spec, role) if job.set_tf_config else None
-    env = _node_env(job, tf_config)
-    env.update(gpu_env(_assigned_gpus(task), job.gpus_per_node, role.label))
+    env = node_env(job, tf_config)
+    env.update(gpu_env(assigned_gpus(task), job.gpus_per_node, role.label))
 
     tb_url = f"http://{host}:{tb_port}" if tb_port else None
     ctx = NodeContext(
@@ -193,7 +193,9 @@ def _run_node(job: NodeJob, task, role: NodeRole, host: str, node_dir: Path, par
     ps_worker = ps_coordinated(job.roles) and role.job_name == WORKER
     if ps_worker:
         (node_dir / WORKER_INDEX_FILE).write_text(str(role.task_index))
-    proc = _node_process(job, node_dir, ctx, env, f"TF node {role.label}", cwd=str(node_dir) if ps_worker else None)
+    proc = start_node_process(
+        job, node_dir, ctx, env, f"TF node {role.label}", cwd=str(node_dir) if ps_worker else None
+    )
     tensorboard = _tensorboard(job, env, host, tb_port) if tb_port else None
     if is_result:
         _publish_cluster_info(job, cluster_spec, tb_url)
@@ -202,7 +204,7 @@ def _run_node(job: NodeJob, task, role: NodeRole, host: str, node_dir: Path, par
         if role.executor_id in job.deciders:
             code = _wait_for(proc, mgr, role, host)
             if code != 0:
-                raise RuntimeError(_failure(role, host, node_dir, proc, code).encode())
+                raise RuntimeError(node_failure(role, host, node_dir, proc, code).encode())
             task.allGather("done")
         else:
             _serve_until_released(task, proc, role, host, node_dir)
@@ -215,7 +217,7 @@ def _run_node(job: NodeJob, task, role: NodeRole, host: str, node_dir: Path, par
             tensorboard.stop(1.0)
 
 
-def _node_process(
+def start_node_process(
     job: NodeJob, node_dir: Path, ctx: NodeContext, env: dict[str, str], name: str, cwd: str | None = None
 ) -> ChildProcess:
     """Leave the program and the node's context in ``node_dir`` for a (not yet started) node process."""
@@ -227,7 +229,7 @@ def _node_process(
     return ChildProcess(argv, env=env, name=name, cwd=cwd)
 
 
-def _node_env(job: NodeJob, tf_config: str | None) -> dict[str, str]:
+def node_env(job: NodeJob, tf_config: str | None) -> dict[str, str]:
     env = dict(os.environ)
     env.update(job.env)
     # Absolute: a node may run in a directory of its own (a worker fed under parameter servers).
@@ -274,10 +276,10 @@ def run_inference_partition(job: NodeJob, index: int, rows: Iterable) -> Iterato
             log_dir=job.log_dir,
             mgr=mgr,
         )
-        proc = _node_process(job, node_dir, ctx, _node_env(job, None), f"TF inference node {index}").start()
+        proc = start_node_process(job, node_dir, ctx, node_env(job, None), f"TF inference node {index}").start()
         code = _wait_for(proc, mgr, role, host)
         if code != 0:
-            raise RuntimeError(_failure(role, host, node_dir, proc, code).encode())
+            raise RuntimeError(node_failure(role, host, node_dir, proc, code).encode())
         has_results = os.path.exists(mgr.results_path)
         results = [r for chunk in read_row_chunks(mgr.results_path) for r in chunk] if has_results else []
         if len(results) != count:
@@ -317,7 +319,7 @@ def _serve_until_released(task, proc: ChildProcess, role: NodeRole, host: str, n
         code = proc.wait()
         with lock:
             if code != 0 and not state["released"]:
-                state["failure"] = _failure(role, host, node_dir, proc, code)
+                state["failure"] = node_failure(role, host, node_dir, proc, code)
                 os.kill(os.getpid(), signal.SIGUSR1)
 
     def interrupt(_signum, _frame) -> None:
@@ -342,7 +344,7 @@ def _serve_until_released(task, proc: ChildProcess, role: NodeRole, host: str, n
     log.info("training nodes are done; stopping %s", role.label)
 
 
-def _failure(role: NodeRole, host: str, node_dir: Path, proc: ChildProcess, code: int) -> NodeFailure:
+def node_failure(role: NodeRole, host: str, node_dir: Path, proc: ChildProcess, code: int) -> NodeFailure:
     error_file = node_dir / child_files.ERROR
     if error_file.exists():
         record = json.loads(error_file.read_text())
@@ -362,7 +364,7 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
-def _assigned_gpus(task) -> list[str]:
+def assigned_gpus(task) -> list[str]:
     try:
         gpu = task.resources().get("gpu")
     except Exception:

@@ -23,7 +23,7 @@ from airflow_tfos.runtime.cluster import ClusterConfigError, NodeRole, gpu_env
 from airflow_tfos.runtime.context import NodeContext
 from airflow_tfos.runtime.errors import NodeFailedError, decode_node_failure
 from airflow_tfos.runtime.launcher import TFClusterRun
-from airflow_tfos.runtime.node import NodeJob, _assigned_gpus, _failure, _node_env, _node_process
+from airflow_tfos.runtime.node import NodeJob, assigned_gpus, node_env, node_failure, start_node_process
 
 #: seconds to wait for executors to register before deciding that a barrier run does not fit
 SLOT_WAIT_SECS = 60.0
@@ -73,8 +73,8 @@ def _run_instance(job: NodeJob, index: int, num_workers: int) -> Iterator:
     role = NodeRole(index, "worker", index)
     host = socket.gethostname()
     node_dir = Path(tempfile.mkdtemp(prefix=f"airflow-tfos-{job.run_id}-parallel-{index}-"))
-    env = _node_env(job, None)
-    env.update(gpu_env(_assigned_gpus(TaskContext.get()), job.gpus_per_node, role.label))
+    env = node_env(job, None)
+    env.update(gpu_env(assigned_gpus(TaskContext.get()), job.gpus_per_node, role.label))
     ctx = NodeContext(
         executor_id=index,
         job_name=role.job_name,
@@ -88,11 +88,11 @@ def _run_instance(job: NodeJob, index: int, num_workers: int) -> Iterator:
         default_fs=job.default_fs,
         gpus=env["CUDA_VISIBLE_DEVICES"].split(",") if env.get("CUDA_VISIBLE_DEVICES") else [],
     )
-    proc = _node_process(job, node_dir, ctx, env, f"TF instance {index}")
+    proc = start_node_process(job, node_dir, ctx, env, f"TF instance {index}")
     try:
         code = proc.start().wait()
         if code != 0:
-            raise RuntimeError(_failure(role, host, node_dir, proc, code).encode())
+            raise RuntimeError(node_failure(role, host, node_dir, proc, code).encode())
         return iter(())
     finally:
         proc.stop(job.kill_grace_secs)
