@@ -179,13 +179,19 @@ class TFoSHook(BaseHook):
         return None
 
     def _secret_env(self) -> dict[str, str]:
-        if not self.webhdfs_conn_id:
-            return {}
+        """The HDFS settings for the driver and executors: from the webhdfs connection; without one, on YARN
+        (whose containers do not inherit this process's environment), from ``AIRFLOW_TFOS_WEBHDFS`` or the
+        files of ``HADOOP_CONF_DIR`` (a local spark-submit inherits both)."""
         from airflow.sdk.log import mask_secret
 
-        from airflow_tfos.hooks.webhdfs_connection import webhdfs_config_from_connection
+        from airflow_tfos.hooks.webhdfs_connection import config_without_connection, webhdfs_config_from_connection
 
-        config = webhdfs_config_from_connection(self.webhdfs_conn_id).to_json()
+        if self.webhdfs_conn_id:
+            config = webhdfs_config_from_connection(self.webhdfs_conn_id).to_json()
+        elif self.backend == "yarn" and (found := config_without_connection()) is not None:
+            config = found.to_json()
+        else:
+            return {}
         text = config if isinstance(config, str) else json.dumps(config, sort_keys=True)
         mask_secret(text)
         return {WEBHDFS_ENV: text}

@@ -13,6 +13,10 @@ Reuses the connection type of apache-airflow-providers-apache-hdfs and its WebHD
   ``auth: kerberos``; ``proxy_user`` is then impersonated with ``doas``;
 - our own optional extras: ``timeout``, ``retries``, ``backoff``, ``deadline``, ``nameservice``.
 
+Where the connection does not exist, or has no host, the namenodes come from ``AIRFLOW_TFOS_WEBHDFS``, else
+from Hadoop's configuration files (``HADOOP_CONF_DIR``: :mod:`airflow_tfos.hooks.hadoop_conf`): the
+connection's fields override the variable, which overrides the files.
+
 The password is never put into the settings: they travel to the Spark driver and executors in the
 environment (``AIRFLOW_TFOS_WEBHDFS``), which is no place for secrets. A connection with a password
 gets a warning; use Kerberos on clusters that need authentication.
@@ -21,9 +25,18 @@ gets a warning; use Kerberos on clusters that need authentication.
 from __future__ import annotations
 
 import logging
+from dataclasses import replace
 
+from airflow.sdk import BaseHook
+
+from airflow_tfos.hooks.hadoop_conf import HADOOP_CONF_ENV, hadoop_conf
 from airflow_tfos.shared.storage.webhdfs_client import WebHDFSStorage
-from airflow_tfos.shared.storage.webhdfs_config import DEFAULT_PORTS, WebHDFSConfig, WebHDFSConfigError
+from airflow_tfos.shared.storage.webhdfs_config import (
+    DEFAULT_PORTS,
+    WEBHDFS_ENV,
+    WebHDFSConfig,
+    WebHDFSConfigError,
+)
 
 log = logging.getLogger(__name__)
 
@@ -52,14 +65,30 @@ def webhdfs_config_from_connection(
     :param webhdfs_conn_id: a connection of type ``webhdfs``.
     :param proxy_user: the HDFS user to act as (instead of the connection's login).
     """
-    from airflow.sdk import BaseHook
+    from airflow.sdk.exceptions import AirflowNotFoundException
 
-    conn = BaseHook.get_connection(webhdfs_conn_id)
+    try:
+        conn = BaseHook.get_connection(webhdfs_conn_id)
+    except AirflowNotFoundException:
+        found = config_without_connection(proxy_user)
+        if found is None:
+            raise WebHDFSConfigError(
+                f"no connection {webhdfs_conn_id!r}, no {WEBHDFS_ENV} and no {HADOOP_CONF_ENV} whose core-site.xml "
+                "names an hdfs:// fs.defaultFS: create the webhdfs connection, or set HADOOP_CONF_DIR to the "
+                "cluster's configuration folder"
+            ) from None
+        log.info("no connection %s: HDFS settings from %s", webhdfs_conn_id, _origin())
+        return found
     extra = conn.extra_dejson or {}
     if not conn.host:
-        raise WebHDFSConfigError(
-            f"connection {webhdfs_conn_id!r} has no host: set it to the namenode (or 'nn1,nn2' for HA)"
-        )
+        found = config_without_connection(proxy_user or conn.login or None)
+        if found is None:
+            raise WebHDFSConfigError(
+                f"connection {webhdfs_conn_id!r} has no host: set it to the namenode (or 'nn1,nn2' for HA), or "
+                f"set {HADOOP_CONF_ENV} to the cluster's configuration folder"
+            )
+        log.info("connection %s has no host: namenodes from %s", webhdfs_conn_id, _origin())
+        return found
     scheme = "https" if _flag(extra.get("use_ssl", False)) else "http"
     port = conn.port or DEFAULT_PORTS[scheme]
     prefix = f"/{conn.schema.strip('/')}" if conn.schema and conn.schema.strip("/") else ""
@@ -99,7 +128,106 @@ def webhdfs_config_from_connection(
     )
 
 
+def _origin() -> str:
+    return WEBHDFS_ENV if WebHDFSConfig.from_env() is not None else f"the files of {HADOOP_CONF_ENV}"
+
+
+def config_without_connection(user: str | None = None) -> WebHDFSConfig | None:
+    """The HDFS settings when no connection gives them: ``AIRFLOW_TFOS_WEBHDFS``, else Hadoop's files
+    (``HADOOP_CONF_DIR``); None when neither names a namenode.
+
+    :param user: the HDFS user (for the files, which name none; the variable's own user is kept unless given).
+    """
+    env = WebHDFSConfig.from_env()
+    if env is not None and env.namenodes:
+        return replace(env, user=user) if user else env
+    conf = hadoop_conf()
+    if conf is None:
+        return None
+    return conf.webhdfs_config(user=user)
+
+
 def storage_from_connection(webhdfs_conn_id: str = DEFAULT_CONN_ID, proxy_user: str | None = None) -> WebHDFSStorage:
     """A :class:`~airflow_tfos.shared.storage.webhdfs_client.WebHDFSStorage` for the connection (for run-directory
     hooks and sensors)."""
     return WebHDFSStorage(webhdfs_config_from_connection(webhdfs_conn_id, proxy_user))
+
+
+def check_webhdfs(config: WebHDFSConfig) -> tuple[bool, str]:
+    """List ``/`` on every namenode of ``config``, one request each (no retry), and say what came of it.
+
+    :return: ``(True, message naming the active namenode)``, or ``(False, the reason)``: refused, HTTP 401,
+        permission, TLS error, or only standby namenodes.
+    """
+    import requests
+
+    from airflow_tfos.hooks.yarn_transport import describe
+
+    auth = None
+    params = {"op": "LISTSTATUS"}
+    user = config.effective_user()
+    if config.auth == "kerberos":
+        from requests_kerberos import OPTIONAL, HTTPKerberosAuth
+
+        auth = HTTPKerberosAuth(mutual_authentication=OPTIONAL)
+        if user:
+            params["doas"] = user
+    elif user:
+        params["user.name"] = user
+    standby, failed = [], []
+    for namenode in config.namenodes:
+        try:
+            response = requests.get(
+                f"{namenode}/webhdfs/v1/", params=params, auth=auth, verify=config.verify, timeout=config.timeout
+            )
+        except requests.RequestException as exc:
+            failed.append(f"{namenode}: {describe(exc)}")
+            continue
+        try:
+            payload = response.json()
+        except ValueError:
+            payload = None
+        remote = (payload or {}).get("RemoteException") if isinstance(payload, dict) else None
+        if response.status_code == 200 and isinstance(payload, dict) and "FileStatuses" in payload:
+            entries = payload["FileStatuses"].get("FileStatus") or []
+            others = "; ".join([*(f"{n}: standby" for n in standby), *failed])
+            return True, (
+                f"active namenode {namenode}: / lists {len(entries)} entr{'y' if len(entries) == 1 else 'ies'} "
+                f"as user {user or '(Kerberos)'}" + (f"; {others}" if others else "")
+            )
+        if remote and remote.get("exception") == "StandbyException":
+            standby.append(namenode)
+        elif response.status_code == 401:
+            failed.append(f"{namenode}: HTTP 401 (authentication refused: Kerberos ticket or extra 'auth')")
+        elif remote:
+            failed.append(f"{namenode}: HTTP {response.status_code} {remote.get('exception')}: {remote.get('message')}")
+        else:
+            failed.append(f"{namenode}: HTTP {response.status_code}, not a WebHDFS answer")
+    if standby and not failed:
+        return False, f"standby only: no active namenode among {', '.join(standby)}"
+    return False, "no namenode answered: " + "; ".join([*(f"{n}: standby" for n in standby), *failed])
+
+
+class WebHDFSAccessHook(BaseHook):
+    """The HDFS access this package uses (a ``webhdfs`` connection, else ``AIRFLOW_TFOS_WEBHDFS``, else
+    Hadoop's files), with a connection test.
+
+    :param webhdfs_conn_id: the ``webhdfs`` connection.
+    """
+
+    conn_name_attr = "webhdfs_conn_id"
+    default_conn_name = DEFAULT_CONN_ID
+    conn_type = "webhdfs"
+    hook_name = "WebHDFS (airflow-tfos)"
+
+    def __init__(self, webhdfs_conn_id: str = DEFAULT_CONN_ID, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.webhdfs_conn_id = webhdfs_conn_id
+
+    def test_connection(self) -> tuple[bool, str]:
+        """List ``/`` through the namenodes the settings name (see :func:`check_webhdfs`)."""
+        try:
+            config = webhdfs_config_from_connection(self.webhdfs_conn_id)
+        except Exception as exc:
+            return False, str(exc)
+        return check_webhdfs(config)

@@ -26,13 +26,16 @@ from collections.abc import Iterable
 from typing import Any
 
 from airflow.sdk import BaseHook
+from airflow.sdk.exceptions import AirflowNotFoundException
 
+from airflow_tfos.hooks.hadoop_conf import HADOOP_CONF_ENV, YARN_CONF_ENV, hadoop_conf
 from airflow_tfos.hooks.state import TERMINAL_STATES, YARN_STATES, AppState
 from airflow_tfos.hooks.yarn_rest import (
     APP_ID_RE,
     APP_PATH,
     APP_STATE_PATH,
     APPS_PATH,
+    CLUSTER_INFO_PATH,
     CONF_PATH,
     MAX_ALLOCATION_MB_KEY,
     MAX_ALLOCATION_VCORES_KEY,
@@ -57,7 +60,7 @@ from airflow_tfos.hooks.yarn_rest import (
     parse_connection,
     parse_rm_addresses,
 )
-from airflow_tfos.hooks.yarn_transport import RmTransport, Sleep, Steps
+from airflow_tfos.hooks.yarn_transport import Failure, RmTransport, Sleep, Steps
 
 __all__ = [
     "YARN_CONNECTION_TYPE",
@@ -116,26 +119,50 @@ class YarnHook(BaseHook):
 
     @property
     def settings(self) -> RmSettings:
-        """The parsed connection (read once)."""
+        """The parsed connection (read once); without the connection, yarn-site.xml of ``YARN_CONF_DIR`` /
+        ``HADOOP_CONF_DIR``."""
         if self._settings is None:
-            conn = self.get_connection(self.yarn_conn_id)
+            try:
+                conn = self.get_connection(self.yarn_conn_id)
+            except AirflowNotFoundException:
+                conn = None
             self._settings = self._parse(conn)
         return self._settings
 
     async def _asettings(self) -> RmSettings:
         if self._settings is None:
-            conn = await self.aget_connection(self.yarn_conn_id)
+            try:
+                conn = await self.aget_connection(self.yarn_conn_id)
+            except AirflowNotFoundException:
+                conn = None
             self._settings = self._parse(conn)
         return self._settings
 
     def _parse(self, conn: Any) -> RmSettings:
+        """The connection's fields; the RMs of Hadoop's files where it names none (or does not exist)."""
+        extra = dict(conn.extra_dejson or {}) if conn is not None else {}
+        host = conn.host if conn is not None else None
+        if not host and not extra.get("rm_addresses"):
+            conf = hadoop_conf()
+            found = conf.rm_addresses() if conf is not None else ()
+            if not found:
+                missing = "does not exist" if conn is None else "names no ResourceManager"
+                raise YarnError(
+                    f"connection {self.yarn_conn_id!r} {missing}, and no yarn-site.xml of {YARN_CONF_ENV} or "
+                    f"{HADOOP_CONF_ENV} names one (yarn.resourcemanager.webapp.address): create the connection "
+                    "(host rm1:8088[,rm2:8088]), or set HADOOP_CONF_DIR to the cluster's configuration folder"
+                )
+            log.info("ResourceManagers of connection %s from Hadoop's files: %s", self.yarn_conn_id, ", ".join(found))
+            extra["rm_addresses"] = list(found)
+            if conf is not None and conf.auth() == "kerberos":
+                extra.setdefault("auth", "kerberos")
         return parse_connection(
             self.yarn_conn_id,
-            host=conn.host,
-            port=conn.port,
-            schema=conn.schema,
-            login=conn.login,
-            extra=conn.extra_dejson,
+            host=host,
+            port=conn.port if conn is not None else None,
+            schema=conn.schema if conn is not None else None,
+            login=conn.login if conn is not None else None,
+            extra=extra,
         )
 
     @property
@@ -239,6 +266,53 @@ class YarnHook(BaseHook):
         return container_limit_from_new_application(payload, source=reply.address)
 
     # ------------------------------------------------------------------ public API
+
+    def test_connection(self) -> tuple[bool, str]:
+        """Ask every RM of the connection for its cluster info (the connection form's Test button).
+
+        :return: ``(True, message naming the active RM)``, or ``(False, the reason)``: refused, HTTP 401/403,
+            TLS error, or only standby RMs.
+        """
+        try:
+            settings = self.settings
+        except Exception as exc:
+            return False, str(exc)
+        transport = self._rms
+        active, standby, failed = None, [], []
+        for address in settings.addresses:
+            try:
+                outcome = transport.send_once("GET", address, CLUSTER_INFO_PATH)
+            except YarnError as exc:  # Kerberos could not start
+                failed.append(f"{address}: {exc}")
+                continue
+            if isinstance(outcome, Failure):
+                failed.append(f"{address}: {outcome.reason}")
+                continue
+            if outcome.status in (401, 403):
+                failed.append(
+                    f"{address}: HTTP {outcome.status} (authentication refused: check the login and extra 'auth')"
+                )
+                continue
+            try:
+                info = json.loads(outcome.text).get("clusterInfo") or {}
+            except (ValueError, AttributeError):
+                info = {}
+            if outcome.status != 200 or not info:
+                failed.append(f"{address}: HTTP {outcome.status}, not the ResourceManager's cluster info")
+            elif str(info.get("haState", "ACTIVE")).upper() == "ACTIVE" and active is None:
+                active = (address, info)
+            else:
+                standby.append(address)
+        others = "; ".join([*(f"{a}: standby" for a in standby), *failed])
+        if active is not None:
+            address, info = active
+            return True, (
+                f"active ResourceManager {address} (cluster {info.get('id')}, Hadoop {info.get('hadoopVersion')}, "
+                f"{info.get('state')})" + (f"; {others}" if others else "")
+            )
+        if standby and not failed:
+            return False, f"standby only: no active ResourceManager among {', '.join(standby)}"
+        return False, f"no ResourceManager answered: {others}"
 
     def get_application(self, app_id: str) -> AppState:
         """Return one application's state.

@@ -25,6 +25,7 @@ DEFAULT_PORTS = {"http": 8088, "https": 8090}
 AUTH_MODES = ("simple", "kerberos")
 #: The ResourceManager's REST paths and the settings this package reads (the emulator serves the same ones).
 APPS_PATH = "/ws/v1/cluster/apps"
+CLUSTER_INFO_PATH = "/ws/v1/cluster/info"
 APP_PATH = "/ws/v1/cluster/apps/{app_id}"
 APP_STATE_PATH = "/ws/v1/cluster/apps/{app_id}/state"
 NEW_APPLICATION_PATH = "/ws/v1/cluster/apps/new-application"

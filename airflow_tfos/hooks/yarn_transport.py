@@ -139,6 +139,10 @@ class RmTransport:
             return Failure(describe(exc))
         return Reply(step.address, response.status_code, dict(response.headers), response.text)
 
+    def send_once(self, method: str, address: str, path: str) -> Reply | Failure:
+        """One request to one RM, no redirect followed, no retry (for a connection test)."""
+        return self._send(Send(method, address, path, self._params(None), None, self.settings.timeout))
+
     def run(self, steps: Steps) -> Any:
         """Carry out a request plan with requests."""
         try:
@@ -229,6 +233,8 @@ def describe(exc: BaseException) -> str:
             return "connection refused"
     for error in chain:
         text, name = str(error), type(error).__name__
+        if "SSL" in name or "CERTIFICATE_VERIFY_FAILED" in text or "WRONG_VERSION_NUMBER" in text:
+            return f"TLS error ({_tls_reason(text)})"
         if isinstance(error, TimeoutError) or "timed out" in text or "Timeout" in name:
             return "timed out"
         if isinstance(error, ConnectionResetError) or "reset" in text:
@@ -238,3 +244,11 @@ def describe(exc: BaseException) -> str:
         if "Name or service not known" in text or "nodename nor servname" in text:
             return "unknown host"
     return f"{type(exc).__name__}: {str(exc)[:120]}"
+
+
+def _tls_reason(text: str) -> str:
+    for known in ("CERTIFICATE_VERIFY_FAILED", "WRONG_VERSION_NUMBER", "self-signed certificate", "hostname mismatch"):
+        if known in text:
+            start = text.find(known)
+            return text[start : start + 80].split("'")[0].split(")")[0].strip()
+    return text[:120]

@@ -86,10 +86,17 @@ class WebHDFSEmulator:
     :param rename_options: honour ``renameoptions`` on RENAME (rename2, as Hadoop's namenode does); False
         answers every RENAME with the plain rename's ``{"boolean": ...}``, as a server that ignores it.
     :param superuser: owner of ``/`` and of paths nobody created.
+    :param ssl_context: a server-side :class:`ssl.SSLContext` to serve HTTPS with (default: HTTP).
     """
 
     def __init__(
-        self, *, namenodes: int = 1, root: str | None = None, rename_options: bool = True, superuser: str = "hdfs"
+        self,
+        *,
+        namenodes: int = 1,
+        root: str | None = None,
+        rename_options: bool = True,
+        superuser: str = "hdfs",
+        ssl_context: Any = None,
     ):
         if namenodes not in (1, 2):
             raise ValueError(f"namenodes must be 1 or 2 (active and standby), got {namenodes}")
@@ -98,6 +105,7 @@ class WebHDFSEmulator:
         self.root = root or tempfile.mkdtemp(prefix="webhdfs-emulator-")
         self.rename_options = rename_options
         self.superuser = superuser
+        self.ssl_context = ssl_context
         self.active = 0
         self.requests: collections.deque[RequestRecord] = collections.deque(maxlen=10000)
         self._lock = threading.RLock()
@@ -150,7 +158,7 @@ class WebHDFSEmulator:
 
     @property
     def urls(self) -> list[str]:
-        """The namenodes' ``http://127.0.0.1:port`` URLs, in order (the first is active at start)."""
+        """The namenodes' ``http(s)://127.0.0.1:port`` URLs, in order (the first is active at start)."""
         self._require_started()
         return [s.url for s in self._servers[: self.num_namenodes]]
 

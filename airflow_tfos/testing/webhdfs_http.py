@@ -80,6 +80,11 @@ class Server(ThreadingHTTPServer):
         """One emulated server (``namenode0``, ``namenode1`` or ``datanode``) of ``emulator``."""
         super().__init__((HOST, 0), _Handler)
         self.emulator, self.name = emulator, name
+        self.scheme = "http"
+        context = getattr(emulator, "ssl_context", None)
+        if context is not None:  # HTTPS: the handshake runs as a connection is accepted
+            self.socket = context.wrap_socket(self.socket, server_side=True)
+            self.scheme = "https"
         self.sockets: set[socket.socket] = set()
 
     def handle_error(self, request, client_address) -> None:
@@ -88,7 +93,7 @@ class Server(ThreadingHTTPServer):
 
     @property
     def url(self) -> str:
-        return f"http://{HOST}:{self.server_address[1]}"
+        return f"{self.scheme}://{HOST}:{self.server_address[1]}"
 
 
 def shut(sock: socket.socket) -> None:

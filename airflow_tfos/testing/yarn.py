@@ -100,6 +100,7 @@ class ResourceManagerEmulator(RestApiMixin):
     :param anonymous_allowed: requests without ``user.name`` are allowed to read (else 401).
     :param conf_forbidden: the ``/conf`` servlet answers 403 (admin-only instrumentation).
     :param poll_interval: seconds between looks at process-backed applications.
+    :param ssl_context: a server-side :class:`ssl.SSLContext` to serve HTTPS with (default: HTTP).
     """
 
     def __init__(
@@ -116,6 +117,7 @@ class ResourceManagerEmulator(RestApiMixin):
         anonymous_allowed: bool = True,
         conf_forbidden: bool = False,
         poll_interval: float = 0.05,
+        ssl_context: Any = None,
     ) -> None:
         if standby_mode not in STANDBY_MODES:
             raise ValueError(f"standby_mode must be one of {STANDBY_MODES}, not {standby_mode!r}")
@@ -130,6 +132,7 @@ class ResourceManagerEmulator(RestApiMixin):
         self.anonymous_allowed = anonymous_allowed
         self.conf_forbidden = conf_forbidden
         self.poll_interval = poll_interval
+        self.ssl_context = ssl_context
         self.requests: list[RecordedRequest] = []
         self._lock = threading.RLock()
         self._apps: dict[str, _App] = {}
@@ -176,6 +179,8 @@ class ResourceManagerEmulator(RestApiMixin):
         if self._servers[index] is not None:
             return
         server = _Server(("127.0.0.1", self._ports[index]), self, index)
+        if self.ssl_context is not None:  # HTTPS: the handshake runs as a connection is accepted
+            server.socket = self.ssl_context.wrap_socket(server.socket, server_side=True)
         self._ports[index] = server.server_address[1]
         thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.1}, daemon=True)
         thread.start()
@@ -207,7 +212,8 @@ class ResourceManagerEmulator(RestApiMixin):
 
         :param index: which RM; None for the active one.
         """
-        return f"http://{self.addresses[self._active if index is None else index]}"
+        scheme = "https" if self.ssl_context is not None else "http"
+        return f"{scheme}://{self.addresses[self._active if index is None else index]}"
 
     @property
     def active_index(self) -> int:
