@@ -75,6 +75,10 @@ class TFoSHook(BaseHook):
         without it Spark skips spark-defaults.conf); set False for older spark-submit.
     :param gpu_discovery_script: the GPU discovery script (default: one shipped that asks ``nvidia-smi``).
     :param heartbeat_secs: how often the driver updates status.json.
+    :param openlineage_parent: with the OpenLineage provider installed and enabled, hand the Airflow task's
+        OpenLineage parent job (namespace, job name, run id, and root) to the application in the
+        ``spark.openlineage.parent*`` / ``rootParent*`` settings, as the Spark provider does, so that a
+        Spark-side OpenLineage listener links its events to the task (settings already given are kept).
     """
 
     conn_name_attr = "spark_conn_id"
@@ -100,6 +104,7 @@ class TFoSHook(BaseHook):
         load_spark_defaults: bool = True,
         gpu_discovery_script: str | None = None,
         heartbeat_secs: float = 10.0,
+        openlineage_parent: bool = True,
     ) -> None:
         super().__init__()
         self.spark_conn_id = spark_conn_id
@@ -118,6 +123,7 @@ class TFoSHook(BaseHook):
         self.load_spark_defaults = load_spark_defaults
         self.gpu_discovery_script = gpu_discovery_script
         self.heartbeat_secs = heartbeat_secs
+        self.openlineage_parent = openlineage_parent
         self._user_code: ShippedCode | None = None
 
     # --- connections ---------------------------------------------------------------------------------
@@ -255,6 +261,8 @@ class TFoSHook(BaseHook):
         )
         if self.packed_env:
             settings = {**packed_env_conf(backend=backend.name), **settings}
+        if self.openlineage_parent:
+            settings = {**settings, **openlineage_parent_conf(settings)}
         args = ["--run-dir", run_dir, "--heartbeat-secs", str(self.heartbeat_secs)]
         if spec_hash:
             args += ["--spec-hash", spec_hash]
@@ -329,3 +337,27 @@ class TFoSHook(BaseHook):
     async def akill(self, app_id: str, grace_secs: float = 30) -> AppState:
         """:meth:`kill` without blocking the event loop."""
         return await self._backend.akill(app_id, grace_secs)
+
+
+def openlineage_parent_conf(conf: dict[str, str]) -> dict[str, str]:
+    """The ``spark.openlineage.*`` parent-job settings of the running Airflow task, computed by the OpenLineage
+    provider's own helper; empty without the provider, with OpenLineage disabled, outside a task, or when
+    ``conf`` already names a parent job.
+
+    :param conf: the application's Spark settings so far.
+    """
+    try:
+        from airflow.providers.openlineage.conf import is_disabled
+        from airflow.providers.openlineage.utils.spark import inject_parent_job_information_into_spark_properties
+    except ImportError:
+        return {}
+    if is_disabled():
+        return {}
+    from airflow.sdk import get_current_context
+
+    try:
+        context = get_current_context()
+    except RuntimeError:  # not inside a task (e.g. a script using the hook)
+        return {}
+    injected = inject_parent_job_information_into_spark_properties(dict(conf), context)
+    return {key: str(value) for key, value in injected.items() if key not in conf}

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from datetime import UTC, datetime
 
 import pytest
 from openlineage.client.serde import Serde
@@ -302,3 +303,100 @@ def test_importing_the_operators_does_not_import_openlineage():
     done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.strip().splitlines()[-1] == "[] False False"
+
+
+# --- the parent job handed to the Spark application -----------------------------------------------------------
+
+
+@pytest.fixture
+def yarn_submit(monkeypatch, tmp_path):
+    """The real TFoSHook on YARN: the RM emulator and a stand-in spark-submit that records its command line."""
+    from airflow_tfos.hooks.tfos import TFoSHook
+    from airflow_tfos.testing.yarn import ResourceManagerEmulator
+    from tests.airflow_side.tfos_hook_fakes import SubmissionBroker, read_records, write_fake_spark_submit
+
+    with ResourceManagerEmulator() as rm, SubmissionBroker(rm) as broker:
+        monkeypatch.setenv("AIRFLOW_CONN_SPARK_OL", json.dumps({"conn_type": "spark", "host": "yarn"}))
+        monkeypatch.setenv(
+            "AIRFLOW_CONN_YARN_OL", json.dumps({"conn_type": "yarn", "host": rm.addresses[0], "login": "a"})
+        )
+        monkeypatch.setenv("FAKE_YARN_BROKER", broker.url)
+        monkeypatch.setenv("FAKE_SPARK_SUBMIT_RECORDS", str(tmp_path / "records"))
+        binary = str(write_fake_spark_submit(tmp_path / "bin"))
+
+        def submit(**conf) -> dict[str, str]:
+            hook = TFoSHook(
+                spark_conn_id="spark_ol", yarn_conn_id="yarn_ol", spark_binary=binary, tracker_dir=str(tmp_path / "t")
+            )
+            hook.submit("hdfs:///runs/ol", tag=f"tfos-ol-{len(list((tmp_path / 'records').glob('*')))}",
+                        name="ol", num_nodes=2, conf=conf)  # fmt: skip
+            return read_records(tmp_path / "records")[-1]["conf"]
+
+        yield submit
+
+
+@pytest.fixture(autouse=False)
+def fresh_openlineage_conf():
+    """The provider caches its settings (namespace, transport): read them again from this test's environment."""
+    from airflow.providers.openlineage import conf as ol_conf
+
+    def clear():
+        for value in vars(ol_conf).values():
+            if callable(getattr(value, "cache_clear", None)):
+                value.cache_clear()
+
+    clear()
+    yield
+    clear()
+
+
+def _task_context():
+    """A task's context as the task runner sets it (its TI and DAG run), for the provider's macros."""
+    from types import SimpleNamespace
+
+    dag_run = SimpleNamespace(
+        logical_date=datetime(2026, 11, 21, tzinfo=UTC), run_after=None, conf={}, clear_number=0, dag_id="nightly"
+    )
+    ti = SimpleNamespace(dag_id="nightly", task_id="train", try_number=2, map_index=-1, dag_run=dag_run)
+    ti.get_template_context = lambda: {"dag_run": dag_run}
+    return {"ti": ti, "dag_run": dag_run}
+
+
+def test_the_submitted_application_carries_the_task_s_openlineage_parent(
+    yarn_submit, monkeypatch, fresh_openlineage_conf
+):
+    from uuid import UUID
+
+    from airflow.sdk.execution_time.context import set_current_context
+
+    monkeypatch.setenv("AIRFLOW__OPENLINEAGE__TRANSPORT", json.dumps({"type": "console"}))
+    monkeypatch.setenv("AIRFLOW__OPENLINEAGE__NAMESPACE", "prod-airflow")
+    assert not any(k.startswith("spark.openlineage") for k in yarn_submit())  # outside a task: nothing
+    with set_current_context(_task_context()):
+        conf = yarn_submit()
+        kept = yarn_submit(**{"spark.openlineage.parentRunId": "given-by-the-user"})
+    run_id = conf["spark.openlineage.parentRunId"]
+    assert UUID(run_id).version == 7  # the provider's run id of the task: a UUIDv7 of its logical date
+    assert int(UUID(run_id).hex[:12], 16) // 1000 == int(datetime(2026, 11, 21, tzinfo=UTC).timestamp())
+    assert conf["spark.openlineage.parentJobName"] == "nightly.train"
+    assert conf["spark.openlineage.parentJobNamespace"] == conf["spark.openlineage.rootParentJobNamespace"]
+    assert conf["spark.openlineage.parentJobNamespace"] == "prod-airflow"
+    assert conf["spark.openlineage.rootParentJobName"] == "nightly"
+    assert UUID(conf["spark.openlineage.rootParentRunId"]) != UUID(run_id)
+    assert (
+        kept["spark.openlineage.parentRunId"] == "given-by-the-user" and "spark.openlineage.parentJobName" not in kept
+    )
+
+
+def test_no_openlineage_settings_without_the_provider_or_when_it_is_disabled(
+    yarn_submit, monkeypatch, fresh_openlineage_conf
+):
+    from airflow.sdk.execution_time.context import set_current_context
+
+    with set_current_context(_task_context()):
+        monkeypatch.setenv("AIRFLOW__OPENLINEAGE__DISABLED", "true")
+        assert not any(k.startswith("spark.openlineage") for k in yarn_submit())
+        monkeypatch.delenv("AIRFLOW__OPENLINEAGE__DISABLED")
+        monkeypatch.setenv("AIRFLOW__OPENLINEAGE__TRANSPORT", json.dumps({"type": "console"}))
+        monkeypatch.setitem(sys.modules, "airflow.providers.openlineage.utils.spark", None)  # not installed
+        assert not any(k.startswith("spark.openlineage") for k in yarn_submit())
