@@ -14,6 +14,10 @@ which a search by tag must match; default: login, else ``$HADOOP_USER_NAME``, el
 ``verify`` (TLS: true, false or a CA bundle path), ``timeout`` (seconds per request, default 10),
 ``rm_addresses`` (a list, instead of host), ``max_retries`` (default 3), ``retry_backoff`` (first wait
 in seconds, default 1), ``max_retry_seconds`` (default 60).
+
+Where the connection does not exist, or names no RM (no host, no ``rm_addresses``), the RMs come from
+Hadoop's ``yarn-site.xml`` (``YARN_CONF_DIR`` or ``HADOOP_CONF_DIR``: :mod:`airflow_tfos.hooks.hadoop_conf`).
+:meth:`YarnHook.test_connection` answers the connection form's Test button.
 """
 
 from __future__ import annotations

@@ -296,3 +296,16 @@ def test_connection_tests_name_a_tls_failure(tmp_path, monkeypatch):
         conn(monkeypatch, "webhdfs_ca", "webhdfs", host=nn, login="etl", extra={"use_ssl": True, "verify": bundle})
         ok, message = WebHDFSAccessHook("webhdfs_ca").test_connection()
         assert ok, message
+
+
+def test_triggers_find_the_rms_in_the_files_too(tmp_path, monkeypatch):
+    """The async path (triggers) reads the files like the sync one, and follows the standby listed first."""
+    import asyncio
+
+    with ResourceManagerEmulator(ha=True) as rm:
+        app_id = rm.add_application("train", tags=["tfos-x"])
+        rms = [rm.addresses[1], rm.addresses[0]]  # the standby first
+        use_conf_dir(monkeypatch, ha_cluster_conf(tmp_path, nameservice="ns", namenodes=["f:9870"], rms=rms))
+        state = asyncio.run(YarnHook("yarn_absent").aget_application(app_id))
+        assert (state.app_id, state.state) == (app_id, "RUNNING")
+        assert [r.rm for r in rm.requests] == [1, 0]  # redirected by the standby to the active RM

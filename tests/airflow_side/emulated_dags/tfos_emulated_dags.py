@@ -1,6 +1,7 @@
 """The DAGs run by tests/airflow_side/test_dag_runs_emulated.py: training submitted to YARN (the ResourceManager
 emulator and a stand-in spark-submit that starts the real driver) with its run directory on HDFS (the
-WebHDFS emulator); a lifecycle whose launch fails.
+WebHDFS emulator); a lifecycle whose launch fails; training whose cluster is known only from Hadoop's
+configuration files.
 
 The run directory is the default one (``[tfos] run_dir_base`` comes from ``AIRFLOW_TFOS_RUN_DIR_BASE``, an
 ``hdfs://`` URI), so a rerun of the same DAG run finds the same directory. The connections come from
@@ -76,3 +77,18 @@ with DAG("tfos_em_launch_fails", schedule=None, start_date=datetime(2026, 11, 1)
         task_id="shutdown", launch_task_id="launch", grace_secs=30, poll_interval=1.0, trigger_rule="all_done", **CONNS
     )
     launch >> feed >> shutdown
+
+with DAG("tfos_em_conf_dir", schedule=None, start_date=datetime(2026, 11, 1), catchup=False):
+    # neither a yarn nor a webhdfs connection: the ResourceManagers and the namenodes come from the cluster's
+    # configuration folder (HADOOP_CONF_DIR, which the test sets); only the spark connection says "yarn"
+    TFoSTrainOperator(
+        task_id="train",
+        train_fn="tests.runtime.programs:recoverable_training",
+        args={"steps_per_epoch": 4, "epochs": 1, "every": 2, "progress": False},
+        num_nodes=2,
+        conf=CONF,
+        spark_conn_id="spark_tfos_em",
+        yarn_conn_id="yarn_not_defined",
+        executor_memory="768m",
+        poll_interval=1.0,
+    )
