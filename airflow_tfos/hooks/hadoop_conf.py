@@ -36,6 +36,7 @@ import xml.etree.ElementTree as ET
 from dataclasses import dataclass
 from pathlib import Path
 
+from airflow_tfos.hooks.errors import YarnError
 from airflow_tfos.shared.errors import WebHDFSConfigError
 from airflow_tfos.shared.storage.webhdfs_config import DEFAULT_PORTS as WEBHDFS_PORTS
 from airflow_tfos.shared.storage.webhdfs_config import WebHDFSConfig
@@ -50,8 +51,9 @@ MAX_SUBSTITUTIONS = 20
 _VARIABLE = re.compile(r"\$\{([^}$\s]+)\}")
 
 
-class HadoopConfError(WebHDFSConfigError):
-    """A Hadoop configuration file cannot be used; the message names the file and the property."""
+class HadoopConfError(WebHDFSConfigError, YarnError):
+    """A Hadoop configuration file cannot be used; the message names the file and the property. It is both a
+    WebHDFS settings error and a YARN error, as the files serve both."""
 
 
 @dataclass(frozen=True)
@@ -164,8 +166,8 @@ class HadoopConf:
             return self.environ.get(name[4:])
         if name in self.properties:
             return self.properties[name].value
-        if name == "user.name":
-            return self.environ.get("HADOOP_USER_NAME") or getpass.getuser()
+        if name == "user.name":  # Java's system property: the OS user (HADOOP_USER_NAME does not change it)
+            return getpass.getuser()
         return None
 
     def _policy(self, name: str, file: str) -> str:

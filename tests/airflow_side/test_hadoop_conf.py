@@ -4,6 +4,7 @@ under connections and AIRFLOW_TFOS_WEBHDFS, and the connection tests, against th
 from __future__ import annotations
 
 import datetime as dt
+import getpass
 import ipaddress
 import json
 import ssl
@@ -96,9 +97,9 @@ def test_variables_final_properties_and_yarn_conf_dir(tmp_path, monkeypatch):
     assert conf.webhdfs_config().namenodes == ("http://nn-env.example:9870",)
     assert conf.rm_addresses() == ("http://rm-from-yarn-dir:8088",)
     write_site(tmp_path / "x", "core-site.xml", {"user.dir": "/home/${user.name}", "loop": "${loop}"})
-    monkeypatch.setenv("HADOOP_USER_NAME", "etl")
+    monkeypatch.setenv("HADOOP_USER_NAME", "etl")  # changes the HDFS user, not Java's user.name
     looped = HadoopConf.load(tmp_path / "x")
-    assert looped.get("user.dir") == "/home/etl"
+    assert looped.get("user.dir") == f"/home/{getpass.getuser()}"
     with pytest.raises(HadoopConfError, match=r"core-site.xml: property loop .* refers to itself"):
         looped.get("loop")
 
