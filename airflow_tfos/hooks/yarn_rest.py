@@ -360,7 +360,11 @@ YARN_CONNECTION_TYPE: dict[str, Any] = {
             "schema": "Scheme (http or https)",
             "login": "User (user.name, simple auth)",
         },
-        "placeholders": {"host": "rm1.example.com,rm2.example.com", "port": "8088", "schema": "http"},
+        "placeholders": {
+            "host": "rm1.example.com,rm2.example.com (empty: yarn-site.xml of HADOOP_CONF_DIR)",
+            "port": "8088",
+            "schema": "http",
+        },
     },
     "conn-fields": {
         "auth": {
