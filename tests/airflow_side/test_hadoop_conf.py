@@ -310,3 +310,35 @@ def test_triggers_find_the_rms_in_the_files_too(tmp_path, monkeypatch):
         state = asyncio.run(YarnHook("yarn_absent").aget_application(app_id))
         assert (state.app_id, state.state) == (app_id, "RUNNING")
         assert [r.rm for r in rm.requests] == [1, 0]  # redirected by the standby to the active RM
+
+
+def test_a_yarn_submission_from_the_files_alone(tmp_path, monkeypatch):
+    """TFoSHook with only a spark connection: the RM from yarn-site.xml, the driver's HDFS settings from
+    core-site/hdfs-site.xml (in the private properties file), HADOOP_CONF_DIR handed to spark-submit unchanged."""
+    from airflow_tfos.hooks.tfos import TFoSHook
+    from tests.airflow_side.tfos_hook_fakes import SubmissionBroker, read_records, write_fake_spark_submit
+
+    with ResourceManagerEmulator(ha=True) as rm, SubmissionBroker(rm) as broker:
+        conf_dir = ha_cluster_conf(
+            tmp_path / "conf", nameservice="prod", namenodes=["nn-a:9870", "nn-b:9870"], rms=rm.addresses[::-1]
+        )
+        use_conf_dir(monkeypatch, conf_dir)
+        conn(monkeypatch, "spark_files", "spark", host="yarn")
+        monkeypatch.setenv("FAKE_YARN_BROKER", broker.url)
+        monkeypatch.setenv("FAKE_SPARK_SUBMIT_RECORDS", str(tmp_path / "records"))
+        fake = write_fake_spark_submit(tmp_path / "bin")
+        wrapper = tmp_path / "bin" / "spark-submit-wrapper"  # notes the HADOOP_CONF_DIR spark-submit was given
+        wrapper.write_text(f'#!/bin/sh\nprintf %s "$HADOOP_CONF_DIR" > {tmp_path}/conf-dir-seen\nexec {fake} "$@"\n')
+        wrapper.chmod(0o755)
+        hook = TFoSHook(
+            spark_conn_id="spark_files", yarn_conn_id="yarn_absent", spark_binary=str(wrapper),
+            tracker_dir=str(tmp_path / "tracker"),
+        )  # fmt: skip
+        app_id = hook.submit("hdfs://prod/runs/r1", tag="tfos-files", name="from files", num_nodes=2)
+        assert rm.application(app_id)["applicationTags"] == "tfos-files"
+    assert (tmp_path / "conf-dir-seen").read_text() == str(conf_dir)
+    (record,) = read_records(tmp_path / "records")
+    lines = dict(line.split("=", 1) for line in record["properties"].splitlines() if line)
+    handed = WebHDFSConfig.from_json(lines["spark.yarn.appMasterEnv.AIRFLOW_TFOS_WEBHDFS"].replace("\\\\", "\\"))
+    assert handed == HadoopConf.load(conf_dir).webhdfs_config()
+    assert (handed.namenodes, handed.nameservice) == (("http://nn-a:9870", "http://nn-b:9870"), "prod")
