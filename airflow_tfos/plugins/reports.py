@@ -8,7 +8,8 @@
 ``<token>`` names the run directory (see :mod:`airflow_tfos.plugins.report_urls`); the link builds it
 with :func:`~airflow_tfos.plugins.report_urls.report_link`. Run directories on local disk are read
 directly, HDFS ones through :class:`~airflow_tfos.hooks.run_dir.RunDirHook` and the token's ``webhdfs``
-connection (``webhdfs_default`` unless it names another), which must then be defined on the api-server.
+connection (``webhdfs_default`` unless it names another), which must then be defined on the api-server
+(else the api-server's ``AIRFLOW_TFOS_WEBHDFS`` or ``HADOOP_CONF_DIR`` must name the namenodes).
 
 What it serves, and to whom:
 
@@ -100,7 +101,8 @@ async def authenticated_user(
 
 
 def run_dir_storage(run_dir: str, webhdfs_conn_id: str | None) -> Storage:
-    """The storage of ``run_dir``: local, or HDFS through a ``webhdfs`` connection defined here."""
+    """The storage of ``run_dir``: local, or HDFS through a ``webhdfs`` connection defined here (else the
+    api-server's ``AIRFLOW_TFOS_WEBHDFS`` or Hadoop files)."""
     from airflow.sdk.exceptions import AirflowNotFoundException
 
     from airflow_tfos.hooks.run_dir import RunDirHook
@@ -111,9 +113,14 @@ def run_dir_storage(run_dir: str, webhdfs_conn_id: str | None) -> Storage:
         try:
             conn_type = hook.get_connection(conn_id).conn_type
         except AirflowNotFoundException:
+            from airflow_tfos.hooks.webhdfs_connection import config_without_connection
+
+            if config_without_connection() is not None:  # AIRFLOW_TFOS_WEBHDFS or HADOOP_CONF_DIR name the namenodes
+                return hook.storage
             raise HTTPException(
                 status.HTTP_404_NOT_FOUND,
-                f"connection {conn_id!r} (for {run_dir}) is not defined on the api-server",
+                f"connection {conn_id!r} (for {run_dir}) is not defined on the api-server, and neither "
+                "AIRFLOW_TFOS_WEBHDFS nor HADOOP_CONF_DIR names a namenode there",
             ) from None
         if conn_type != "webhdfs":
             raise HTTPException(

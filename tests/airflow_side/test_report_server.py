@@ -42,6 +42,7 @@ from airflow_tfos.plugins.reports import TFoSReportsPlugin, authenticated_user, 
 from airflow_tfos.shared.rundir import RunDir
 from airflow_tfos.shared.storage.webhdfs_client import WebHDFSStorage
 from airflow_tfos.testing.webhdfs import WebHDFSEmulator
+from tests.airflow_side.hadoop_site import ha_cluster_conf
 from tests.conftest import REPO
 
 PAGE = b'<!doctype html><html><body><h1>Training report</h1><img src="metrics.png" alt="m"></body></html>'
@@ -248,12 +249,31 @@ def test_serves_a_run_directory_on_hdfs(client, monkeypatch):
         assert missing.status_code == 404 and "is not a run directory" in missing.json()["detail"]
         undefined = get(client, report_link(run_dir, "hdfs_nowhere"))
         assert undefined.status_code == 404
-        assert (
-            undefined.json()["detail"] == f"connection 'hdfs_nowhere' (for {run_dir}) is not defined on the api-server"
+        assert undefined.json()["detail"].startswith(
+            f"connection 'hdfs_nowhere' (for {run_dir}) is not defined on the api-server, and neither "
+            "AIRFLOW_TFOS_WEBHDFS nor HADOOP_CONF_DIR names a namenode"
         )
         monkeypatch.setenv("AIRFLOW_CONN_NOT_HDFS", json.dumps({"conn_type": "http", "host": "127.0.0.1"}))
         wrong = get(client, report_link(run_dir, "not_hdfs"))
         assert wrong.status_code == 400 and "is of type 'http', not 'webhdfs'" in wrong.json()["detail"]
+
+
+def test_serves_an_hdfs_run_directory_known_from_the_hadoop_files_alone(client, monkeypatch, tmp_path):
+    # No webhdfs connection on the api-server: the cluster's configuration folder names the namenodes.
+    with WebHDFSEmulator() as emu:
+        addresses = [u.split("://", 1)[1] for u in emu.urls]
+        conf = ha_cluster_conf(tmp_path / "hadoop", nameservice="prod", namenodes=addresses, rms=["127.0.0.1:9"])
+        monkeypatch.delenv("AIRFLOW_CONN_WEBHDFS_DEFAULT", raising=False)
+        monkeypatch.delenv("AIRFLOW_TFOS_WEBHDFS", raising=False)
+        monkeypatch.setenv("HADOOP_CONF_DIR", str(conf))
+        monkeypatch.setenv("HADOOP_USER_NAME", "reports")  # the HDFS user, as Hadoop's clients take it
+        run_dir = "hdfs://prod/runs/digits/2026-11-21"
+        make_run_dir_on(WebHDFSStorage(emu.config(user="reports")), run_dir)  # private to that user
+        page = get(client, report_link(run_dir))
+        assert page.status_code == 200, page.text
+        assert page.content == PAGE
+        monkeypatch.delenv("HADOOP_CONF_DIR")
+        assert get(client, report_link(run_dir)).status_code == 404
 
 
 def make_run_dir_on(storage: WebHDFSStorage, run_dir: str) -> None:
