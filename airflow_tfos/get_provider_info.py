@@ -15,7 +15,7 @@ def get_provider_info() -> dict:
         "integrations": [
             {
                 "integration-name": "TensorFlow on Spark",
-                "external-doc-url": "https://pypi.org/project/airflow-tfos/",
+                "external-doc-url": "https://github.com/airflow-tfos/airflow-tfos/tree/main/docs",
                 "tags": ["software"],
             }
         ],

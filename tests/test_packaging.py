@@ -135,9 +135,22 @@ def test_the_sdist_and_the_wheel_carry_the_license_the_types_marker_and_the_prov
     ]
     assert {str(Requirement(r)) for r in metadata.get_all("Requires-Dist")} == {str(Requirement(r)) for r in declared}
     assert "[apache_airflow_provider]\nprovider_info = airflow_tfos.get_provider_info:get_provider_info" in entry_points
+    # Project URLs: the documentation, the source and the changelog, each where the repository keeps it; the
+    # provider info's documentation link is the same page (the project's docs, not a package index).
+    urls = dict(url.split(", ", 1) for url in metadata.get_all("Project-URL"))
+    assert urls == project["urls"], urls
+    source = urls["Source"]
+    assert source.startswith("https://github.com/") and source.count("/") == 4, source
+    assert urls["Documentation"] == f"{source}/tree/main/docs"
+    assert urls["Changelog"] == f"{source}/blob/main/CHANGELOG.md"
+    from airflow_tfos.get_provider_info import get_provider_info
+
+    (integration,) = get_provider_info()["integrations"]
+    assert integration["external-doc-url"] == urls["Documentation"]
 
     with tarfile.open(sdist) as tar:
         files = {name.split("/", 1)[1] for name in tar.getnames() if "/" in name}
     for needed in ("LICENSE", "CHANGELOG.md", "README.md", "pyproject.toml", "airflow_tfos/py.typed",
-                   "requirements/constraints.txt", "docs/architecture.md", "scripts/bootstrap.sh"):  # fmt: skip
+                   "requirements/constraints.txt", "docs/architecture.md", "docs/installation.md",
+                   "docs/troubleshooting.md", "docs/operators/train.md", "scripts/bootstrap.sh"):  # fmt: skip
         assert needed in files, f"{needed} is not in the sdist"
