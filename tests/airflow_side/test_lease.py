@@ -1,11 +1,12 @@
-"""The run directory's lease (expiry, renewal by the driver's heartbeat, adopt vs wait) and the standalone
-master's view of applications: unit tests on a local run directory, with a fake clock (no Spark)."""
+"""The run directory's lease (expiry, renewal by the driver's heartbeat, adopt vs wait), the operator's use of
+it, and the standalone master's view of applications: unit tests on a local run directory (no Spark)."""
 
 from __future__ import annotations
 
 import json
 import logging
 import socket
+import time
 from datetime import timedelta
 from types import SimpleNamespace
 
@@ -25,6 +26,8 @@ from airflow_tfos.shared.lease import (
     wait_for_lease,
 )
 from airflow_tfos.shared.rundir import RunDir
+from tests.airflow_side.fakes import FakeBackend, make_context, use_backend
+from tests.airflow_side.test_operators import exporting, train_op
 
 
 class Clock:
@@ -162,3 +165,31 @@ def test_an_unreachable_master_web_ui_fails_naming_the_url_and_the_setting():
         port = sock.getsockname()[1]
     with pytest.raises(LocalBackendError, match=rf"127\.0\.0\.1:{port}/json/.*AIRFLOW_TFOS_MASTER_WEBUI"):
         StandaloneMaster(f"http://127.0.0.1:{port}", timeout=2).find_by_tag("tfos-abc")
+
+
+def test_the_operator_submits_nothing_while_another_workers_invisible_application_holds_the_lease(tmp_path):
+    op, backend = train_op(tmp_path, execution_timeout=timedelta(seconds=1)), FakeBackend()
+    use_backend(op, backend)
+    rundir = RunDir(str(tmp_path))
+    take_lease(rundir, owner="other-worker", backend="local", application_id="local-x", duration_secs=600)
+    context = make_context()
+    context["ti"].task = op
+    started = time.monotonic()
+    with pytest.raises(LeaseHeldError, match=r"held by other-worker \(application local-x"):
+        op.execute(context)
+    assert backend.submitted == [] and 0.9 <= time.monotonic() - started < 5
+    assert read_lease(rundir).owner == "other-worker"
+
+
+def test_the_operator_submits_once_the_other_workers_lease_lapses_and_then_holds_it(tmp_path):
+    op, backend = train_op(tmp_path, execution_timeout=timedelta(seconds=10)), FakeBackend()
+    use_backend(op, backend)
+    rundir = RunDir(str(tmp_path))
+    exporting(backend, rundir, op.request_hash())
+    lapses = take_lease(rundir, owner="other-worker", backend="local", duration_secs=0.5).expires()
+    context = make_context()
+    context["ti"].task = op
+    result = op.execute(context)
+    assert len(backend.submitted) == 1 and time.time() >= lapses
+    lease = read_lease(rundir)
+    assert (lease.owner, lease.application_id, lease.backend) == ("fake-worker", result["application_id"], "yarn")
