@@ -30,6 +30,7 @@ from typing import ClassVar
 from airflow_tfos.hooks.errors import ApplicationAlreadyRunningError as ApplicationAlreadyRunningError
 from airflow_tfos.hooks.errors import LocalBackendError as LocalBackendError
 from airflow_tfos.hooks.state import AppState
+from airflow_tfos.shared.lease import lease_owner
 
 #: The environment variable that names the tracker directory.
 TRACKER_DIR_ENV = "AIRFLOW_TFOS_LOCAL_DIR"
@@ -152,6 +153,11 @@ class Backend(ABC):
     def executor_path(self, path: str) -> str:
         """Where executors find a file of this machine that :attr:`Submission.gpu_script` names."""
         return path
+
+    @property
+    def lease_owner(self) -> str:
+        """This worker as the owner of a run directory's lease (:mod:`airflow_tfos.shared.lease`): its host."""
+        return lease_owner()
 
     @abstractmethod
     def get_state(self, app_id: str) -> AppState:

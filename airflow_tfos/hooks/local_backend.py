@@ -1,16 +1,23 @@
 """The local backend: the driver runs on this machine as a detached spark-submit in client mode, against
 ``local-cluster[N,C,MB]``, ``local[N]`` or a standalone master, tracked by
-:class:`~airflow_tfos.hooks.local.LocalBackend` (its records, processes and exit codes)."""
+:class:`~airflow_tfos.hooks.local.LocalBackend` (its records, processes and exit codes).
+
+With a standalone master (``spark://``) the application's name carries the run's tag, and the master's
+web UI (:class:`~airflow_tfos.hooks.standalone.StandaloneMaster`) finds and kills the run's applications
+that other Airflow workers started: the tracker stays the fast path for the applications of this worker."""
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
-from airflow_tfos.hooks.backend import Backend, Submission
+from airflow_tfos.hooks.backend import ApplicationAlreadyRunningError, Backend, Submission
 from airflow_tfos.hooks.local import LocalBackend
 from airflow_tfos.hooks.spark_conf import check_local_master, env_conf
 from airflow_tfos.hooks.spark_submit import private_properties, spark_submit_for
+from airflow_tfos.hooks.standalone import StandaloneMaster, master_webui_url, name_with_tag
 from airflow_tfos.hooks.state import AppState
+from airflow_tfos.shared.lease import lease_owner
 
 
 class LocalSparkBackend(Backend):
@@ -21,23 +28,41 @@ class LocalSparkBackend(Backend):
 
     :param tracker: the tracker of local applications.
     :param master: the Spark master (``local-cluster[...]``, ``local[N]`` or ``spark://host:port``).
+    :param webui_url: a standalone master's web UI (default: :func:`~airflow_tfos.hooks.standalone.master_webui_url`).
     """
 
     name = "local"
 
-    def __init__(self, tracker: LocalBackend, *, master: str) -> None:
+    def __init__(self, tracker: LocalBackend, *, master: str, webui_url: str | None = None) -> None:
         self.tracker = tracker
         self.master = master
+        self.webui_url = webui_url or master_webui_url(master)
+        #: the standalone master, for ``spark://`` masters (None for local masters)
+        self.standalone = StandaloneMaster(self.webui_url) if self.webui_url else None
+
+    @property
+    def lease_owner(self) -> str:
+        """This worker as the owner of a run directory's lease: its host and its tracker directory."""
+        return lease_owner(str(self.tracker.tracker_dir))
 
     def submit(self, submission: Submission) -> str:
         """Check that the master holds the executors, then start spark-submit detached under the tag's lock
-        (the secrets reach it through a private properties file, deleted when it ends)."""
+        (the secrets reach it through a private properties file, deleted when it ends).
+
+        With a standalone master the name carries the tag, and an application of the tag that the master
+        lists as active (started by any worker) raises :class:`ApplicationAlreadyRunningError`.
+        """
         check_local_master(
             self.master,
             num_nodes=submission.num_nodes,
             executor_cores=submission.executor_cores,
             executor_memory=submission.executor_memory,
         )
+        if self.standalone is not None:
+            live = [app for app in self.standalone.find_by_tag(submission.tag) if not app.is_terminal]
+            if live:
+                raise ApplicationAlreadyRunningError(submission.tag, [app.app_id for app in live])
+            submission = dataclasses.replace(submission, name=name_with_tag(submission.name, submission.tag))
         secrets = Path(self.tracker.tracker_dir) / "secrets"
         props = private_properties(
             submission.properties_file, env_conf(submission.secret_env, backend=self.name), secrets
@@ -51,17 +76,35 @@ class LocalSparkBackend(Backend):
             master=self.master,
             env={**submission.env_vars, **submission.secret_env},
             remove_after=[props] if props and props != submission.properties_file else [],
+            webui_url=self.webui_url,
         )
 
+    def _on_master(self, app_id: str) -> bool:
+        """Whether ``app_id`` names an application of the standalone master (not one of the tracker's)."""
+        return self.standalone is not None and not app_id.startswith("local-")
+
     def get_state(self, app_id: str) -> AppState:
+        if self._on_master(app_id):
+            return self.standalone.get_state(app_id)
         return self.tracker.get_state(app_id)
 
     def find_by_tag(self, tag: str) -> list[AppState]:
-        return self.tracker.find_by_tag(tag)
+        """This worker's applications of ``tag``; with a standalone master, also the master's when none of
+        this worker's lives (a live local application is the same one the master lists)."""
+        local = self.tracker.find_by_tag(tag)
+        if self.standalone is None or any(not app.is_terminal for app in local):
+            return local
+        return local + self.standalone.find_by_tag(tag)
 
     def find_live(self, tag: str) -> list[AppState]:
-        return self.tracker.find_live(tag)
+        local = self.tracker.find_live(tag)
+        if local or self.standalone is None:
+            return local
+        return [app for app in self.standalone.find_by_tag(tag) if not app.is_terminal]
 
     def kill(self, app_id: str, grace_secs: float = 30) -> AppState:
-        """SIGTERM the application's processes, then SIGKILL what is left after ``grace_secs``."""
+        """SIGTERM the application's processes, then SIGKILL what is left after ``grace_secs``; an application
+        of the standalone master (started by another worker) is killed through the master."""
+        if self._on_master(app_id):
+            return self.standalone.kill(app_id, grace_secs)
         return self.tracker.kill(app_id, grace_secs)

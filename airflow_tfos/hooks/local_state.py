@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from airflow_tfos.hooks.standalone import master_webui_url as master_webui_url
 from airflow_tfos.hooks.state import AppState
 
 #: Lines of the log given as diagnostics of a failed application.
@@ -36,14 +37,6 @@ def spark_ui_url(log_text: str) -> str | None:
     hosts = [m.group(1) for m in _SPARK_UI.finditer(log_text, 0, port.start()) if m.group(2) == port.group(1)]
     host = hosts[-1] if hosts and hosts[-1] not in ("0.0.0.0", "") else "127.0.0.1"
     return f"http://{host}:{port.group(1)}"
-
-
-def master_webui_url(master: str) -> str | None:
-    """The web UI (and JSON API) of a standalone master: ``spark://h:7077`` -> ``http://h:8080``."""
-    if not master.startswith("spark://") or "," in master:
-        return None
-    host = master[len("spark://") :].rsplit(":", 1)[0]
-    return f"http://{host}:8080"
 
 
 def tail(path: str | Path, lines: int = LOG_TAIL_LINES, max_bytes: int = 64 * 1024) -> str:

@@ -153,6 +153,11 @@ class TFoSHook(BaseHook):
         """``yarn`` when the connection's master is YARN, else ``local``."""
         return self._backend.name
 
+    @property
+    def lease_owner(self) -> str:
+        """This worker as the owner of a run directory's lease (:mod:`airflow_tfos.shared.lease`)."""
+        return self._backend.lease_owner
+
     @cached_property
     def yarn_hook(self):
         from airflow_tfos.hooks.yarn import YarnHook

@@ -22,6 +22,7 @@ from airflow_tfos.hooks.local import ApplicationAlreadyRunningError
 from airflow_tfos.hooks.run_dir import progress_line
 from airflow_tfos.hooks.runs import pick_winner, run_tag
 from airflow_tfos.shared.events import SUBMIT, SUBMITTED
+from airflow_tfos.shared.lease import lease_timeout, take_lease, wait_for_lease
 from airflow_tfos.shared.rundir import REPORT_HTML, spec_digest, spec_hash
 from airflow_tfos.shared.spec import RunSpec, parse_spec
 
@@ -106,12 +107,20 @@ class ApplicationRun:
     def reattach_or_submit(self, ti: Any, resources: AppResources) -> AppState:
         """Reattach to a live application carrying the run's tag that works on this spec, else write the spec
         and submit one (a live application of another spec is killed first)."""
-        live = [app for app in self.hook.find_live(run_tag(self.run_dir)) if self.works_on_spec(app)]
-        if not live:
-            return self.submit(ti, resources)
+        live = self.live_on_spec()
+        if not live:  # another worker's lease: adopt its application if visible, else wait for the lease to lapse
+            owner, timeout = self.hook.lease_owner, lease_timeout(ti)
+            adopted = wait_for_lease(
+                self.run_dir_contents, owner=owner, find_live=self.live_on_spec, timeout_secs=timeout, logger=self.log
+            )
+            return adopted or self.submit(ti, resources)
         winner = pick_winner([a.app_id for a in live])
         self.log.info("reattaching to application %s, which already works on %s", winner, self.run_dir)
         return next(a for a in live if a.app_id == winner)
+
+    def live_on_spec(self) -> list[AppState]:
+        """The live applications carrying the run's tag that work on this spec (others are killed)."""
+        return [app for app in self.hook.find_live(run_tag(self.run_dir)) if self.works_on_spec(app)]
 
     def works_on_spec(self, app: AppState) -> bool:
         """Whether the live ``app`` works on this spec; if it works on another one, kill it (False)."""
@@ -150,6 +159,7 @@ class ApplicationRun:
             self.log.info("no checkpoint in %s: training starts from the beginning", self.run_dir)
         tag = run_tag(self.run_dir)
         rundir.add_event(SUBMIT, try_number=ti.try_number, resume_step=latest.step if latest else 0)
+        take_lease(rundir, owner=self.hook.lease_owner, backend=self.hook.backend)
         try:
             app_id = self.hook.submit(self.run_dir, tag=tag, spec_hash=spec_digest(self.spec_json), **vars(resources))
         except ApplicationAlreadyRunningError as exc:
@@ -168,6 +178,7 @@ class ApplicationRun:
             self.hook.kill(app_id)
             app_id = winner
         rundir.add_event(SUBMITTED, application_id=app_id, try_number=ti.try_number)
+        take_lease(rundir, owner=self.hook.lease_owner, backend=self.hook.backend, application_id=app_id)
         return self.hook.get_state(app_id)
 
     def submitted_application(self) -> str | None:

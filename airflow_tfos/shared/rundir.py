@@ -13,6 +13,7 @@ atomically, so a sensor never sees half of anything::
     <run_dir>/events/              one JSON file per event, in time order
     <run_dir>/progress.json        the chief's training progress (step, epoch, loss, rate, ETA), kept current
     <run_dir>/report/              the training report: report.html and the PNGs it shows
+    <run_dir>/lease.json           who started the application writing here (airflow_tfos.shared.lease)
 
 A checkpoint or export is written under a temporary name inside the run directory, then renamed into
 place; only then does the manifest (or ``_SUCCESS``) name it. An export that replaces another is swapped

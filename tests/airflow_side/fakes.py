@@ -17,6 +17,10 @@ from airflow_tfos.hooks.state import AppState
 class FakeBackend:
     """Applications in memory, with the TFoSHook interface; ``script`` says how a submitted one evolves."""
 
+    #: the backend's name and this worker as a lease owner, as TFoSHook says them
+    backend = "yarn"
+    lease_owner = "fake-worker"
+
     def __init__(self) -> None:
         self.apps: dict[str, AppState] = {}
         self.submitted: list[dict[str, Any]] = []

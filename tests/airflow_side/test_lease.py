@@ -1,0 +1,195 @@
+"""The run directory's lease (expiry, renewal by the driver's heartbeat, adopt vs wait), the operator's use of
+it, and the standalone master's view of applications: unit tests on a local run directory (no Spark)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import socket
+import time
+from datetime import timedelta
+from types import SimpleNamespace
+
+import pytest
+
+from airflow_tfos.hooks.errors import LocalBackendError
+from airflow_tfos.hooks.standalone import StandaloneMaster, carries_tag, map_master_app, master_webui_url, name_with_tag
+from airflow_tfos.shared.errors import RunDirError
+from airflow_tfos.shared.lease import (
+    LEASE,
+    Lease,
+    LeaseHeldError,
+    lease_timeout,
+    live_lease_of_other,
+    read_lease,
+    take_lease,
+    wait_for_lease,
+)
+from airflow_tfos.shared.rundir import RunDir
+from tests.airflow_side.fakes import FakeBackend, make_context, use_backend
+from tests.airflow_side.test_operators import exporting, train_op
+
+
+class Clock:
+    """A clock that moves only when the code under test sleeps."""
+
+    def __init__(self, now: float = 1_000.0) -> None:
+        self.now = now
+        self.slept: list[float] = []
+
+    def __call__(self) -> float:
+        return self.now
+
+    def sleep(self, secs: float) -> None:
+        self.slept.append(secs)
+        self.now += secs
+
+
+@pytest.fixture
+def rundir(tmp_path):
+    run = RunDir(str(tmp_path / "run"))
+    run.make_private()
+    return run
+
+
+def test_a_lease_is_written_atomically_as_json_and_read_back(rundir):
+    lease = take_lease(rundir, owner="w1:/t", backend="local", application_id="local-x", duration_secs=30, now=100.0)
+    assert read_lease(rundir) == lease == Lease("w1:/t", "local-x", "local", 100.0, 100.0, 30.0)
+    on_disk = json.loads(rundir.storage.read_bytes(rundir.path(LEASE)))
+    assert on_disk["owner"] == "w1:/t" and on_disk["heartbeat"] == 100.0
+    assert [name for name in rundir.storage.listdir(rundir.uri) if "tmp" in name] == []
+
+
+def test_renewing_ones_own_lease_keeps_when_it_was_acquired(rundir):
+    take_lease(rundir, owner="w1", backend="local", now=100.0)
+    renewed = take_lease(rundir, owner="w1", backend="local", application_id="local-x", now=150.0)
+    assert (renewed.acquired, renewed.heartbeat) == (100.0, 150.0)
+    taken = take_lease(rundir, owner="w2", backend="local", application_id="local-y", now=160.0)
+    assert (taken.acquired, taken.owner) == (160.0, "w2")
+
+
+def test_a_lease_lapses_its_duration_after_the_later_of_its_own_and_the_drivers_heartbeat(rundir):
+    lease = Lease("w1", "a", "local", acquired=100.0, heartbeat=100.0, duration_secs=30.0)
+    assert lease.expires(None) == 130.0
+    assert lease.expires({"state": "RUNNING", "heartbeat": 90.0}) == 130.0  # an older application's status
+    assert lease.expires({"state": "RUNNING", "heartbeat": 170.0}) == 200.0  # renewed by the driver
+    assert lease.expires({"state": "FAILED", "heartbeat": 170.0}) is None  # the driver recorded the end
+    assert lease.expires({"state": "SUCCEEDED", "heartbeat": 90.0}) == 130.0  # an older run's end does not count
+
+
+def test_only_a_live_lease_of_another_owner_holds_the_run(rundir):
+    assert live_lease_of_other(rundir, "w2", now=0.0) is None  # no lease
+    take_lease(rundir, owner="w1", backend="local", duration_secs=30, now=100.0)
+    assert live_lease_of_other(rundir, "w1", now=110.0) is None  # one's own
+    assert live_lease_of_other(rundir, "w2", now=110.0)[1] == 130.0
+    assert live_lease_of_other(rundir, "w2", now=130.0) is None  # lapsed
+    rundir.write_status("RUNNING", application_id="app-1")  # the driver beats now (real time, >> 130)
+    assert live_lease_of_other(rundir, "w2", now=131.0) is not None
+
+
+def test_a_live_application_of_another_workers_lease_is_adopted_without_waiting(rundir):
+    clock = Clock()
+    take_lease(rundir, owner="w1", backend="local", application_id="local-a", duration_secs=60, now=clock())
+    found = wait_for_lease(rundir, owner="w2", find_live=lambda: ["app-1"], timeout_secs=30, clock=clock,
+                           sleep=clock.sleep)  # fmt: skip
+    assert found == "app-1" and clock.slept == []
+
+
+def test_an_invisible_application_is_waited_out_until_its_lease_lapses(rundir, caplog):
+    clock = Clock()
+    take_lease(rundir, owner="w1", backend="local", application_id="local-a", duration_secs=12, now=clock())
+    with caplog.at_level(logging.INFO):
+        found = wait_for_lease(rundir, owner="w2", find_live=list, timeout_secs=60, poll_secs=5, clock=clock,
+                               sleep=clock.sleep)  # fmt: skip
+    assert found is None and clock.now == 1_012.0 and clock.slept == [5, 5, 2]
+    said = [r.getMessage() for r in caplog.records if "held by" in r.getMessage()]
+    assert len(said) == 1 and "w1 (application local-a, backend local) until 1970-01-01 00:16:52 UTC" in said[0]
+
+
+def test_a_lease_that_outlives_the_timeout_fails_naming_its_holder_and_what_to_do(rundir):
+    clock = Clock()
+    take_lease(rundir, owner="w1", backend="yarn", application_id="application_1_2", duration_secs=600, now=clock())
+    with pytest.raises(LeaseHeldError, match=r"held by w1 \(application application_1_2, backend yarn\)") as err:
+        wait_for_lease(rundir, owner="w2", find_live=list, timeout_secs=20, poll_secs=5, clock=clock, sleep=clock.sleep)
+    assert "not starting a second writer" in str(err.value) and rundir.path(LEASE) in str(err.value)
+    assert clock.now == 1_020.0
+
+
+def test_a_lease_that_is_not_json_names_the_file(rundir):
+    rundir.storage.write_bytes(rundir.path(LEASE), b"{oops")
+    with pytest.raises(RunDirError, match=r"lease\.json"):
+        read_lease(rundir)
+
+
+def test_the_wait_is_bounded_by_the_tasks_execution_timeout():
+    assert lease_timeout(SimpleNamespace(task=SimpleNamespace(execution_timeout=timedelta(minutes=2)))) == 120.0
+    assert lease_timeout(SimpleNamespace(task=SimpleNamespace(execution_timeout=None)), default=9) == 9
+    assert lease_timeout(object(), default=7) == 7
+
+
+def test_the_tag_rides_in_the_application_name_once():
+    name = name_with_tag("tfos dag.task run", "tfos-abc")
+    assert name == "tfos dag.task run [tfos-abc]" and name_with_tag(name, "tfos-abc") == name
+    assert carries_tag(name, "tfos-abc") and not carries_tag(name, "tfos-ab") and not carries_tag("", "tfos-abc")
+
+
+def test_the_master_web_ui_is_port_8080_unless_configured(monkeypatch):
+    monkeypatch.delenv("AIRFLOW_TFOS_MASTER_WEBUI", raising=False)
+    assert master_webui_url("spark://m1:7077") == "http://m1:8080"
+    assert master_webui_url("spark://m1:7077", port=18080) == "http://m1:18080"
+    assert master_webui_url("local-cluster[2,1,1024]") is None and master_webui_url("spark://a:7077,b:7077") is None
+    monkeypatch.setenv("AIRFLOW_TFOS_MASTER_WEBUI", "http://ui-host:9090/")
+    assert master_webui_url("spark://m1:7077") == "http://ui-host:9090"
+
+
+@pytest.mark.parametrize(
+    ("state", "active", "expected"),
+    [
+        ("WAITING", True, ("ACCEPTED", "UNDEFINED")),
+        ("RUNNING", True, ("RUNNING", "UNDEFINED")),
+        ("FINISHED", False, ("FINISHED", "SUCCEEDED")),
+        ("KILLED", False, ("KILLED", "KILLED")),
+        ("FAILED", False, ("FAILED", "FAILED")),
+        ("KILLED", True, ("RUNNING", "UNDEFINED")),
+    ],
+)
+def test_the_masters_application_states_map_onto_yarns(state, active, expected):
+    app = map_master_app({"id": "app-1", "name": "n [t]", "state": state}, active=active, webui_url="http://m:8080")
+    assert (app.state, app.final_status) == expected
+    assert app.tracking_url == "http://m:8080/app/?appId=app-1" and app.name == "n [t]"
+
+
+def test_an_unreachable_master_web_ui_fails_naming_the_url_and_the_setting():
+    with socket.socket() as sock:  # a port nobody listens on
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    with pytest.raises(LocalBackendError, match=rf"127\.0\.0\.1:{port}/json/.*AIRFLOW_TFOS_MASTER_WEBUI"):
+        StandaloneMaster(f"http://127.0.0.1:{port}", timeout=2).find_by_tag("tfos-abc")
+
+
+def test_the_operator_submits_nothing_while_another_workers_invisible_application_holds_the_lease(tmp_path):
+    op, backend = train_op(tmp_path, execution_timeout=timedelta(seconds=1)), FakeBackend()
+    use_backend(op, backend)
+    rundir = RunDir(str(tmp_path))
+    take_lease(rundir, owner="other-worker", backend="local", application_id="local-x", duration_secs=600)
+    context = make_context()
+    context["ti"].task = op
+    started = time.monotonic()
+    with pytest.raises(LeaseHeldError, match=r"held by other-worker \(application local-x"):
+        op.execute(context)
+    assert backend.submitted == [] and 0.9 <= time.monotonic() - started < 5
+    assert read_lease(rundir).owner == "other-worker"
+
+
+def test_the_operator_submits_once_the_other_workers_lease_lapses_and_then_holds_it(tmp_path):
+    op, backend = train_op(tmp_path, execution_timeout=timedelta(seconds=10)), FakeBackend()
+    use_backend(op, backend)
+    rundir = RunDir(str(tmp_path))
+    exporting(backend, rundir, op.request_hash())
+    lapses = take_lease(rundir, owner="other-worker", backend="local", duration_secs=0.5).expires()
+    context = make_context()
+    context["ti"].task = op
+    result = op.execute(context)
+    assert len(backend.submitted) == 1 and time.time() >= lapses
+    lease = read_lease(rundir)
+    assert (lease.owner, lease.application_id, lease.backend) == ("fake-worker", result["application_id"], "yarn")
