@@ -72,6 +72,11 @@ def test_a_changed_export_has_a_new_version_and_is_fetched_again(emu, tmp_path, 
     assert newer != local and len(data_reads(emu)) == 1
     assert cached_copies(uri) == [os.path.basename(newer)]  # the superseded copy is gone
 
+    # The driver saw one version; an executor that downloads another (replaced meanwhile) refuses it.
+    with pytest.raises(saved_models.SavedModelChangedError, match=f"the SavedModel at {uri} changed while"):
+        saved_models.fetch(uri, version=first)
+    assert os.listdir(saved_models.cache_root()) == [os.path.basename(newer)]  # no staging copy left
+
 
 def test_a_path_without_a_saved_model_and_hdfs_without_namenodes_are_named(emu, monkeypatch):
     storage_for(emu.uri("/models/empty/notes.txt")).write_bytes(emu.uri("/models/empty/notes.txt"), b"x")
