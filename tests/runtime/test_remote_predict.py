@@ -117,3 +117,5 @@ def test_predict_scores_with_a_saved_model_on_hdfs_fetched_by_each_executor(spar
     publish_linear_model(tmp_path / "b", uri, (0.5, 4.0), -1.0)
     scores((0.5, 4.0), -1.0)  # the changed export is fetched again, by the driver and the executors
     assert data_reads(emu)
+    for name in cached_copies(uri):  # what the executors fetched into this machine's cache
+        shutil.rmtree(os.path.join(saved_models.cache_root(), name))
