@@ -2,29 +2,40 @@
 
 No TF cluster is needed: every partition is scored on its own (``mapInArrow`` without barrier), on as
 many executors as there are partitions. The model is loaded once per Python worker and kept for the
-next tasks that worker runs (Spark reuses its Python workers).
+next tasks that worker runs (Spark reuses its Python workers). A SavedModel on ``hdfs://`` or
+``webhdfs://`` is fetched into a local cache first, by the driver and on each executor
+(:mod:`airflow_tfos.runtime.saved_models`), and fetched again when the export has changed.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from airflow_tfos.runtime import saved_models
 from airflow_tfos.runtime.feed.plan import Feed, FeedConfigError, check_schema
+from airflow_tfos.shared.storage.webhdfs_config import WEBHDFS_ENV
 
 log = logging.getLogger(__name__)
 
-_MODELS: dict[tuple[str, str], Any] = {}
+_MODELS: dict[tuple[str, str | None, str], Any] = {}
 
 
-def _signature(model_path: str, signature: str):
-    key = (model_path, signature)
+def _signature(model_path: str, signature: str, version: str | None = None, webhdfs_config: str | None = None):
+    """The signature of the SavedModel at ``model_path``, loaded once per process (and per ``version`` of a
+    remote export: :func:`airflow_tfos.runtime.saved_models.remote_version`, read here when not given)."""
+    remote = saved_models.is_remote(model_path)
+    if remote and version is None:
+        version = saved_models.remote_version(model_path, webhdfs_config)
+    key = (model_path, version, signature)
     if key not in _MODELS:
         import tensorflow as tf
 
-        loaded = tf.saved_model.load(model_path)
+        local = saved_models.fetch(model_path, version, webhdfs_config) if remote else model_path
+        loaded = tf.saved_model.load(local)
         if signature not in loaded.signatures:
             raise FeedConfigError(
                 f"SavedModel {model_path} has no signature {signature!r} (it has: {', '.join(loaded.signatures)})"
@@ -140,7 +151,9 @@ def predict(
     dates and timestamps.
 
     :param df: the rows to score; every column is kept.
-    :param model_path: the SavedModel directory, readable from the driver and every executor.
+    :param model_path: the SavedModel directory: a local path readable from the driver and every executor,
+        or an ``hdfs://`` / ``webhdfs://`` URI (fetched into a local cache on each machine; ``hdfs://`` takes
+        its namenodes from ``AIRFLOW_TFOS_WEBHDFS``, the driver's passed on to executors that have none).
     :param features: the columns fed to the model: one (an array column, or a scalar), several scalars
         (stacked into one input), or columns named like the model's inputs.
     :param output_col: name of the new column: ``float`` for one value per row, ``array<float>`` for
@@ -157,7 +170,9 @@ def predict(
     check_schema([(f.name, f.dataType.simpleString()) for f in df.schema.fields], feed, "DataFrame to score")
     if output is not None and outputs is not None:
         raise FeedConfigError("pass output= (one output, into output_col) or outputs= (several), not both")
-    fn = _signature(model_path, signature)
+    webhdfs_config = os.environ.get(WEBHDFS_ENV) or None  # holds no secret (WebHDFSConfig.to_json)
+    version = saved_models.remote_version(model_path, webhdfs_config) if saved_models.is_remote(model_path) else None
+    fn = _signature(model_path, signature, version, webhdfs_config)
     written = _outputs(fn, output, outputs, output_col)
     for out in written:
         if out.column in df.columns:
@@ -172,7 +187,7 @@ def predict(
 
         from airflow_tfos.runtime.feed.columns import normalize_column, to_numpy
 
-        fn = _signature(model_path, signature)
+        fn = _signature(model_path, signature, version, webhdfs_config)
         widths: dict[str, int] = {}
         for batch in batches:
             for start in range(0, batch.num_rows, batch_size):

@@ -376,19 +376,10 @@ def _tensorboard(job: NodeJob, env: dict[str, str], host: str, port: int) -> Chi
     if importlib.util.find_spec("tensorboard") is None:
         log.warning("tensorboard=True but the tensorboard package is not installed on this executor")
         return None
+    from airflow_tfos.runtime.tensorboard import tensorboard_argv  # a mirror first for hdfs:// log directories
+
     log_dir = job.log_dir or str(Path(job.working_dir) / "tensorboard")
-    argv = [
-        sys.executable,
-        "-m",
-        "tensorboard.main",
-        "--logdir",
-        log_dir,
-        "--host",
-        host,
-        "--port",
-        str(port),
-    ]
-    return ChildProcess(argv, env=env, name="TensorBoard").start()
+    return ChildProcess(tensorboard_argv(log_dir, host, port), env=env, name="TensorBoard").start()
 
 
 def _publish_cluster_info(job: NodeJob, cluster_spec: dict, tensorboard_url: str | None) -> None:

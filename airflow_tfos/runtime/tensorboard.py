@@ -1,0 +1,134 @@
+"""TensorBoard beside the chief, for log directories on local disk and on HDFS.
+
+TensorBoard reads its log directory through TensorFlow's file systems, and TensorFlow 2.21 has none for
+``hdfs://`` or ``webhdfs://`` ("File system scheme 'hdfs' not implemented"): pointed at such a URI,
+TensorBoard serves an empty page. For a remote log directory, the node therefore runs this module
+instead (``python -m airflow_tfos.runtime.tensorboard``): it mirrors the remote tree into a local
+temporary directory through :mod:`airflow_tfos.shared.storage` every ``--sync-secs`` seconds while
+TensorBoard, in the same process, reads the mirror. Event files only grow, so a file that grew gets its
+new bytes appended (TensorBoard keeps reading the file it has open); a file that shrank or was replaced is
+written anew. Each sync downloads the files that changed whole (WebHDFS reads from the start).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import posixpath
+import shutil
+import signal
+import sys
+import tempfile
+import threading
+
+from airflow_tfos.runtime.saved_models import is_remote, list_tree
+from airflow_tfos.shared.storage import Storage, storage_for
+
+log = logging.getLogger(__name__)
+
+#: seconds between two syncs of a remote log directory (and between two reloads of TensorBoard)
+SYNC_SECS = 2.0
+
+
+def tensorboard_argv(log_dir: str, host: str, port: int, python: str = sys.executable) -> list[str]:
+    """The command line of TensorBoard serving ``log_dir`` at ``host:port``: TensorBoard itself for a local
+    directory, this module (a mirror, then TensorBoard) for a remote one."""
+    serve = ["--host", host, "--port", str(port)]
+    if is_remote(log_dir):
+        return [python, "-m", "airflow_tfos.runtime.tensorboard", "--logdir", log_dir, *serve]
+    return [python, "-m", "tensorboard.main", "--logdir", log_dir.removeprefix("file://"), *serve]
+
+
+class LogDirMirror:
+    """Keep ``local`` a copy of the files under the remote directory ``remote``.
+
+    :param remote: the log directory's URI.
+    :param local: an existing local directory to mirror into.
+    :param storage: the storage of ``remote`` (default: :func:`~airflow_tfos.shared.storage.storage_for`).
+    """
+
+    def __init__(self, remote: str, local: str, storage: Storage | None = None):
+        self.remote = remote.rstrip("/")
+        self.local = local
+        self.storage = storage or storage_for(remote)
+
+    def sync(self) -> int:
+        """Copy what is new or changed; return how many files were written. A missing directory is empty."""
+        if not self.storage.exists(self.remote):
+            return 0
+        written = 0
+        for rel, size in list_tree(self.storage, self.remote):
+            target = os.path.join(self.local, *rel.split("/"))
+            have = os.path.getsize(target) if os.path.isfile(target) else -1
+            if have == size:
+                continue
+            data = self.storage.read_bytes(posixpath.join(self.remote, rel))
+            os.makedirs(os.path.dirname(target), exist_ok=True)
+            if 0 <= have < len(data) and _starts_with(target, data[:have]):
+                with open(target, "ab") as out:  # an event file that grew: TensorBoard reads on from where it was
+                    out.write(data[have:])
+            else:
+                tmp = f"{target}.airflow-tfos-tmp"
+                with open(tmp, "wb") as out:
+                    out.write(data)
+                os.replace(tmp, target)
+            written += 1
+        return written
+
+    def run(self, stop: threading.Event, every: float = SYNC_SECS) -> None:
+        """Sync every ``every`` seconds until ``stop`` is set; failures are logged and retried at the next round."""
+        while not stop.is_set():
+            try:
+                self.sync()
+            except Exception as exc:  # a namenode away for a while must not end TensorBoard
+                log.warning("cannot mirror %s: %s", self.remote, exc)
+            stop.wait(every)
+
+
+def _starts_with(path: str, prefix: bytes) -> bool:
+    with open(path, "rb") as f:
+        return f.read(len(prefix)) == prefix
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Mirror a remote log directory and serve it with TensorBoard until SIGTERM."""
+    parser = argparse.ArgumentParser(prog="python -m airflow_tfos.runtime.tensorboard", description=main.__doc__)
+    parser.add_argument("--logdir", required=True, help="the remote log directory (hdfs://, webhdfs://)")
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--sync-secs", type=float, default=SYNC_SECS)
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+
+    from tensorboard import program
+
+    local = tempfile.mkdtemp(prefix="airflow-tfos-tensorboard-")
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    mirror = LogDirMirror(args.logdir, local)
+    try:
+        board = program.TensorBoard()
+        board.configure(
+            argv=[
+                "tensorboard",
+                "--logdir",
+                local,
+                "--host",
+                args.host,
+                "--port",
+                str(args.port),
+                "--reload_interval",
+                str(args.sync_secs),
+            ]
+        )
+        url = board.launch()
+        log.info("TensorBoard at %s serves %s (mirrored into %s every %.0f s)", url, args.logdir, local, args.sync_secs)
+        mirror.run(stop, args.sync_secs)
+    finally:
+        shutil.rmtree(local, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
