@@ -12,12 +12,13 @@ them, ``rows_per_sec``, ``peak_rss_mb`` of the Spark task while it read), and ``
 ``main_fun`` has returned or raised (``worker``, ``job_name``, ``task_index``, ``executor_id``,
 ``attempt``, ``host``, ``peak_rss_mb`` of this process, ``ok``).
 
-Started with ``--await-context`` (how a barrier task starts it, before the nodes have swapped their ports),
-the process first loads the program (which imports its module, and whatever that imports at its top) and
-imports TensorFlow when ``main_fun``'s own code imports it (:func:`uses_tensorflow`), then waits on its stdin for one JSON message from the task: ``tf_config`` (None: no TF_CONFIG) and the
-task's launch times. It then sets TF_CONFIG (TensorFlow reads it when a strategy or cluster resolver is
-built, not on import), reads ``context.pkl`` and calls ``main_fun``. An empty message means that the task
-went away: the process exits. It records its launch times (:mod:`airflow_tfos.runtime.launch_times`).
+Started with ``--await-context`` (how a barrier task starts it, before the nodes have swapped their
+ports), the process first loads the program (which imports its module, and whatever that imports at its
+top) and imports TensorFlow when ``main_fun``'s own code imports it (:func:`uses_tensorflow`), then waits
+on its stdin for one JSON message from the task: ``tf_config`` (None: no TF_CONFIG) and the task's launch
+times. It then sets TF_CONFIG (TensorFlow reads it when a strategy or cluster resolver is built, not on
+import), reads ``context.pkl`` and calls ``main_fun``. An empty message means that the task went away: the
+process exits. It records its launch times (:mod:`airflow_tfos.runtime.launch_times`).
 """
 
 from __future__ import annotations

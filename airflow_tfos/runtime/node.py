@@ -152,7 +152,18 @@ def _run_node(job: NodeJob, task, role: NodeRole, host: str, node_dir: Path, par
         proc.stop(job.kill_grace_secs)
 
 
-def _launch_node(job: NodeJob, task, role, host, node_dir: Path, partition: Iterable, proc, env, times):
+def _launch_node(
+    job: NodeJob,
+    task,
+    role: NodeRole,
+    host: str,
+    node_dir: Path,
+    partition: Iterable,
+    proc: ChildProcess,
+    env: dict[str, str],
+    times: dict[str, float],
+):
+    """The task's part after its node's process was started: data, port exchange, handover, wait."""
     from airflow_tfos.runtime.feed import spark_side
 
     info: dict = {"executor_id": role.executor_id}
@@ -247,7 +258,13 @@ def prestart_node_process(
 
 
 def hand_over(
-    proc: ChildProcess, node_dir: Path, ctx: NodeContext, tf_config: str | None, times: dict, role, host: str
+    proc: ChildProcess,
+    node_dir: Path,
+    ctx: NodeContext | None,
+    tf_config: str | None,
+    times: dict[str, float],
+    role: NodeRole,
+    host: str,
 ) -> None:
     """Give a pre-started node process its context and TF_CONFIG; raise its failure if it died waiting."""
     from pyspark import cloudpickle
