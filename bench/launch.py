@@ -5,6 +5,12 @@ worker, MultiWorkerMirroredStrategy, no training steps) on one local Spark clust
 between ``tensorflowonspark==2.2.5``'s ``TFCluster.run`` and airflow-tfos's compatibility API (the
 same program with only its import changed), and prints each run, the medians and their ratio.
 
+For airflow-tfos it also prints where the slowest node's launch went (from the times the nodes record,
+:mod:`airflow_tfos.runtime.launch_times`): scheduling (the call until its barrier task began), process start,
+TF import, what was left of the barrier's port exchange once TF was imported (the exchange runs beside the
+process start and the import; its whole length is shown apart), the handover of the cluster spec, and
+building the strategy. The phases follow each other, so they sum to the launch time.
+
     python bench/launch.py [--repeats 5]
 
 Python worker reuse is off for both: TFoS runs TF inside the reused Python worker and its second
@@ -15,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import os
 import shutil
 import statistics
 import sys
@@ -24,6 +31,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import REPO, local_cluster_conf
+
+from airflow_tfos.runtime import launch_times
 
 PROGRAM = REPO / "tests" / "runtime" / "tfos_programs" / "keras_tf_mode.py"
 
@@ -44,16 +53,35 @@ def load_program(name: str, migrate: bool):
     return module
 
 
-def time_launch(sc, program, nodes: int) -> float:
+def time_launch(sc, program, nodes: int) -> tuple[float, dict | None]:
+    """Launch once; return the seconds until every node had its strategy, and the slowest node's phases
+    (None when its nodes recorded no launch times: TFoS)."""
     mark_dir = Path(tempfile.mkdtemp(prefix="bench-marks-"))
+    times_dir = mark_dir / "launch-times"
+    times_dir.mkdir()
+    os.environ[launch_times.LAUNCH_TIMES_ENV] = str(times_dir)
     args = program.parse_args(["--cluster_size", str(nodes), "--steps", "0", "--mark_dir", str(mark_dir)])
     started = time.time()
-    program.launch(sc, args)
-    marks = [float(p.read_text()) for p in mark_dir.glob("ready-*")]
+    try:
+        program.launch(sc, args)
+    finally:
+        os.environ.pop(launch_times.LAUNCH_TIMES_ENV, None)
+    ready = {p.name.removeprefix("ready-"): float(p.read_text()) for p in mark_dir.glob("ready-*")}
+    records = launch_times.read_records(str(times_dir))
     shutil.rmtree(mark_dir, ignore_errors=True)
-    if len(marks) != nodes:
-        raise RuntimeError(f"expected {nodes} ready marks, got {len(marks)}")
-    return max(marks) - started
+    if len(ready) != nodes:
+        raise RuntimeError(f"expected {nodes} ready marks, got {len(ready)}")
+    total = max(ready.values()) - started
+    if not records:
+        return total, None
+    slowest = max(records, key=lambda r: ready[f"{r['job_name']}-{r['task_index']}"])
+    phases = launch_times.breakdown(started, slowest, ready[f"{slowest['job_name']}-{slowest['task_index']}"])
+    phases["(barrier, whole)"] = launch_times.barrier_seconds(slowest)
+    return total, phases
+
+
+def format_phases(phases: dict) -> str:
+    return ", ".join(f"{name} {seconds:.2f}" for name, seconds in phases.items())
 
 
 def main() -> int:
@@ -70,18 +98,24 @@ def main() -> int:
     sc.parallelize(range(options.nodes), options.nodes).count()  # executors up before timing
     ours_program = load_program("bench_launch_ours", migrate=True)
     tfos_program = load_program("bench_launch_tfos", migrate=False)
-    ours, tfos = [], []
+    ours, tfos, breakdowns = [], [], []
     try:
         for i in range(options.repeats):
-            tfos.append(time_launch(sc, tfos_program, options.nodes))
-            ours.append(time_launch(sc, ours_program, options.nodes))
+            tfos.append(time_launch(sc, tfos_program, options.nodes)[0])
+            total, phases = time_launch(sc, ours_program, options.nodes)
+            ours.append(total)
+            breakdowns.append(phases)
             print(f"run {i + 1}: tensorflowonspark {tfos[-1]:.2f} s, airflow-tfos {ours[-1]:.2f} s", flush=True)
+            print(f"  airflow-tfos, slowest node (s): {format_phases(phases)}", flush=True)
     finally:
         sc.stop()
     ours_median, tfos_median = statistics.median(ours), statistics.median(tfos)
+    medians = {name: statistics.median(b[name] for b in breakdowns) for name in breakdowns[0]}
     print(f"launch_seconds_median tensorflowonspark=2.2.5: {tfos_median:.2f}")
     print(f"launch_seconds_median airflow-tfos: {ours_median:.2f}")
     print(f"launch_ratio tensorflowonspark/airflow-tfos: {tfos_median / ours_median:.2f}")
+    print(f"launch_ratio airflow-tfos/tensorflowonspark: {ours_median / tfos_median:.2f}")
+    print(f"launch_breakdown_median airflow-tfos (s): {format_phases(medians)}")
     return 0
 
 

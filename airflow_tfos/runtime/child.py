@@ -11,6 +11,14 @@ when data was fed from Spark (``worker``, ``job_name``, ``task_index``, ``execut
 them, ``rows_per_sec``, ``peak_rss_mb`` of the Spark task while it read), and ``node_memory`` when
 ``main_fun`` has returned or raised (``worker``, ``job_name``, ``task_index``, ``executor_id``,
 ``attempt``, ``host``, ``peak_rss_mb`` of this process, ``ok``).
+
+Started with ``--await-context`` (how a barrier task starts it, before the nodes have swapped their
+ports), the process first loads the program (which imports its module, and whatever that imports at its
+top) and imports TensorFlow when ``main_fun``'s own code imports it (:func:`uses_tensorflow`), then waits
+on its stdin for one JSON message from the task: ``tf_config`` (None: no TF_CONFIG) and the task's launch
+times. It then sets TF_CONFIG (TensorFlow reads it when a strategy or cluster resolver is built, not on
+import), reads ``context.pkl`` and calls ``main_fun``. An empty message means that the task went away: the
+process exits. It records its launch times (:mod:`airflow_tfos.runtime.launch_times`).
 """
 
 from __future__ import annotations
@@ -25,12 +33,17 @@ import sys
 import threading
 import time
 import traceback
+import types
 from pathlib import Path
 
 PAYLOAD = "payload.pkl"
 CONTEXT = "context.pkl"
 RESULT = "result.pkl"
 ERROR = "error.json"
+#: The flag that makes the process load the program, then wait for its TF_CONFIG on stdin.
+AWAIT_CONTEXT = "--await-context"
+#: Exit code of a process whose task went away before handing it its context.
+ORPHANED = 70
 
 log = logging.getLogger("airflow_tfos.node")
 
@@ -68,7 +81,7 @@ def _watch_parent(parent_pid: int) -> None:
     """Exit if the Spark task that started this process goes away (backs up PR_SET_PDEATHSIG)."""
     while True:
         if os.getppid() != parent_pid:
-            os._exit(70)
+            os._exit(ORPHANED)
         time.sleep(1.0)
 
 
@@ -145,10 +158,7 @@ def _record_end(ctx, ok: bool) -> None:
 def _load_payload(node_dir: Path):
     try:
         with open(node_dir / PAYLOAD, "rb") as f:
-            main_fun, args = pickle.load(f)
-        with open(node_dir / CONTEXT, "rb") as f:
-            ctx = pickle.load(f)
-        return main_fun, args, ctx
+            return pickle.load(f)
     except (ModuleNotFoundError, AttributeError) as exc:
         raise ImportError(
             f"cannot load main_fun on this executor ({exc}). The module that defines main_fun must be "
@@ -158,7 +168,71 @@ def _load_payload(node_dir: Path):
         ) from exc
 
 
+def _load_context(node_dir: Path):
+    with open(node_dir / CONTEXT, "rb") as f:
+        return pickle.load(f)
+
+
+def _code_names(code: types.CodeType):
+    yield from code.co_names
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):
+            yield from _code_names(const)
+
+
+def uses_tensorflow(main_fun, _depth: int = 0) -> bool:
+    """Whether ``main_fun``'s code imports TensorFlow (looking through wrappers: ``functools.partial``, TFoS's
+    ``map_fun``, ``__wrapped__``)."""
+    if _depth > 4:
+        return False
+    code = getattr(main_fun, "__code__", None)
+    if code is not None and "tensorflow" in set(_code_names(code)):
+        return True
+    inner = (getattr(main_fun, name, None) for name in ("func", "map_fun", "__wrapped__"))
+    return any(uses_tensorflow(f, _depth + 1) for f in inner if f is not None and f is not main_fun)
+
+
+def _preload(main_fun) -> float | None:
+    """Import TensorFlow now if the program uses it; return when it was imported (None: it is not)."""
+    if "tensorflow" not in sys.modules and uses_tensorflow(main_fun):
+        try:
+            import tensorflow  # noqa: F401
+        except ImportError as exc:  # main_fun meets it again, and reports it as its own failure
+            log.warning("cannot import tensorflow ahead of main_fun: %s", exc)
+    return time.time() if "tensorflow" in sys.modules else None
+
+
+def _await_context(times: dict) -> bool:
+    """Wait for the task's message; set TF_CONFIG from it. False: the task went away."""
+    data = sys.stdin.buffer.read()
+    if not data:
+        return False
+    message = json.loads(data)
+    os.environ.pop("TF_CONFIG", None)
+    if message.get("tf_config"):
+        os.environ["TF_CONFIG"] = message["tf_config"]
+    times.update(message.get("times", {}))
+    return True
+
+
+def _record_launch(ctx, times: dict) -> None:
+    """Record this node's launch times (:mod:`airflow_tfos.runtime.launch_times`), best effort."""
+    from airflow_tfos.runtime import launch_times
+
+    record = {**_node_fields(ctx), **times}
+    try:
+        if directory := os.environ.get(launch_times.LAUNCH_TIMES_ENV):
+            launch_times.write_record(directory, record)
+        if ctx.run_dir:
+            from airflow_tfos.shared.rundir import RunDir
+
+            RunDir(ctx.run_dir).add_event("launch", **record)
+    except Exception as exc:  # statistics only: never fail a node for them
+        log.warning("cannot record the launch times: %s", exc)
+
+
 def main(argv: list[str]) -> int:
+    times = {"started": time.time()}
     node_dir = Path(argv[1])
     threading.Thread(target=_watch_parent, args=(os.getppid(),), daemon=True, name="parent-watch").start()
     logging.basicConfig(
@@ -166,9 +240,19 @@ def main(argv: list[str]) -> int:
         format="%(asctime)s %(levelname)s [%(name)s] %(message)s",
         stream=sys.stderr,
     )
+    awaits = AWAIT_CONTEXT in argv[2:]
     ctx = None
     try:
-        main_fun, args, ctx = _load_payload(node_dir)
+        main_fun, args = _load_payload(node_dir)
+        if awaits:
+            times["tf_imported"] = _preload(main_fun)
+            if not _await_context(times):
+                log.info("the task that started this node went away before handing over its context")
+                return ORPHANED
+        ctx = _load_context(node_dir)
+        times["main_started"] = time.time()
+        if awaits:
+            _record_launch(ctx, times)
         if isinstance(args, list):
             sys.argv = list(args)  # as TFoS did, for programs that parse sys.argv
         _record_feed(ctx)

@@ -1,8 +1,10 @@
 """The Spark side of one TF node: the body of one barrier task.
 
-Each task reserves a port on its executor's address, swaps ``host:port`` with the other tasks through
-``BarrierTaskContext.allGather``, builds TF_CONFIG and starts the node's own Python process
-(:mod:`airflow_tfos.runtime.child`). Training nodes are waited for; parameter servers and evaluators
+Each task first starts the node's own Python process (:mod:`airflow_tfos.runtime.child`), which loads
+the program and imports TensorFlow meanwhile; the task then reads its data, reserves a port on its
+executor's address, swaps ``host:port`` with the other tasks through ``BarrierTaskContext.allGather``,
+builds TF_CONFIG and hands it with the node's context to the waiting process. The process dies with the
+task, whenever the task ends. Training nodes are waited for; parameter servers and evaluators
 are kept until the training nodes are done (a second ``allGather``), then stopped. A node that fails
 raises with its role, index and traceback, which fails the barrier stage and so every other task,
 whose processes die with them.
@@ -20,6 +22,7 @@ import socket
 import sys
 import tempfile
 import threading
+import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -134,6 +137,33 @@ def _input_failure(role: NodeRole, host: str, exc: Exception) -> RuntimeError:
 
 
 def _run_node(job: NodeJob, task, role: NodeRole, host: str, node_dir: Path, partition: Iterable):
+    times = {"task_start": time.time()}
+    # Everything the node's process needs before its TF_CONFIG is known now: start it first, so that it
+    # imports TensorFlow and the program while this task reads its data and swaps ports with the others.
+    env = node_env(job, None)
+    env.update(gpu_env(assigned_gpus(task), job.gpus_per_node, role.label))
+    # A worker under parameter servers runs in its node directory, where the relative names in the graphs
+    # the chief traces find this worker's own files: its share of the fed rows, and its task index.
+    ps_worker = ps_coordinated(job.roles) and role.job_name == WORKER
+    proc = prestart_node_process(job, node_dir, env, f"TF node {role.label}", cwd=str(node_dir) if ps_worker else None)
+    try:
+        yield from _launch_node(job, task, role, host, node_dir, partition, proc, env, times)
+    finally:
+        proc.stop(job.kill_grace_secs)
+
+
+def _launch_node(
+    job: NodeJob,
+    task,
+    role: NodeRole,
+    host: str,
+    node_dir: Path,
+    partition: Iterable,
+    proc: ChildProcess,
+    env: dict[str, str],
+    times: dict[str, float],
+):
+    """The task's part after its node's process was started: data, port exchange, handover, wait."""
     from airflow_tfos.runtime.feed import spark_side
 
     info: dict = {"executor_id": role.executor_id}
@@ -148,7 +178,9 @@ def _run_node(job: NodeJob, task, role: NodeRole, host: str, node_dir: Path, par
     is_result = result_node(job.roles) == role
     tb_port = _free_port() if job.tensorboard and is_result else None
     info["endpoint"] = f"{host}:{port}"
+    times["barrier_start"] = time.time()
     infos = sorted(map(json.loads, task.allGather(json.dumps(info))), key=lambda i: i["executor_id"])
+    times["barrier_end"] = time.time()
     cluster_spec = build_cluster_spec(job.roles, [i["endpoint"] for i in infos])
     log.info("TF node %s on %s:%d, cluster %s", role.label, host, port, cluster_spec)
     shares, notes, mgr = {}, [], None
@@ -164,9 +196,6 @@ def _run_node(job: NodeJob, task, role: NodeRole, host: str, node_dir: Path, par
         sys.stderr.write("".join(f"airflow-tfos: {line}\n" for line in notes))
 
     tf_config = build_tf_config(cluster_spec, role) if job.set_tf_config else None
-    env = node_env(job, tf_config)
-    env.update(gpu_env(assigned_gpus(task), job.gpus_per_node, role.label))
-
     tb_url = f"http://{host}:{tb_port}" if tb_port else None
     ctx = NodeContext(
         executor_id=role.executor_id,
@@ -188,19 +217,14 @@ def _run_node(job: NodeJob, task, role: NodeRole, host: str, node_dir: Path, par
         mgr=mgr,
         warm_start=job.warm_start,
     )
-    # A worker under parameter servers runs in its node directory, where the relative names in the graphs
-    # the chief traces find this worker's own files: its share of the fed rows, and its task index.
-    ps_worker = ps_coordinated(job.roles) and role.job_name == WORKER
-    if ps_worker:
+    if ps_coordinated(job.roles) and role.job_name == WORKER:
         (node_dir / WORKER_INDEX_FILE).write_text(str(role.task_index))
-    proc = start_node_process(
-        job, node_dir, ctx, env, f"TF node {role.label}", cwd=str(node_dir) if ps_worker else None
-    )
-    tensorboard = _tensorboard(job, env, host, tb_port) if tb_port else None
-    if is_result:
-        _publish_cluster_info(job, cluster_spec, tb_url)
+    tb_env = {**env, "TF_CONFIG": tf_config} if tf_config else env
+    tensorboard = _tensorboard(job, tb_env, host, tb_port) if tb_port else None
     try:
-        proc.start()
+        if is_result:
+            _publish_cluster_info(job, cluster_spec, tb_url)
+        hand_over(proc, node_dir, ctx, tf_config, times, role, host)
         if role.executor_id in job.deciders:
             code = _wait_for(proc, mgr, role, host)
             if code != 0:
@@ -212,9 +236,48 @@ def _run_node(job: NodeJob, task, role: NodeRole, host: str, node_dir: Path, par
         if is_result and result_file.exists():
             yield role.executor_id, result_file.read_bytes(), "\n".join(notes)
     finally:
-        proc.stop(job.kill_grace_secs)
         if tensorboard is not None:
             tensorboard.stop(1.0)
+
+
+def prestart_node_process(
+    job: NodeJob, node_dir: Path, env: dict[str, str], name: str, cwd: str | None = None
+) -> ChildProcess:
+    """Start a node's process before its context is known: it loads the program and imports TensorFlow,
+    then waits for :func:`hand_over`. It dies with this process (and so with its Spark task)."""
+    (node_dir / child_files.PAYLOAD).write_bytes(job.payload)
+    argv = [
+        sys.executable,
+        "-m",
+        "airflow_tfos.runtime.child",
+        str(node_dir),
+        f"--run-id={job.run_id}",
+        child_files.AWAIT_CONTEXT,
+    ]
+    return ChildProcess(argv, env=env, name=name, cwd=cwd, takes_input=True).start()
+
+
+def hand_over(
+    proc: ChildProcess,
+    node_dir: Path,
+    ctx: NodeContext | None,
+    tf_config: str | None,
+    times: dict[str, float],
+    role: NodeRole,
+    host: str,
+) -> None:
+    """Give a pre-started node process its context and TF_CONFIG; raise its failure if it died waiting."""
+    from pyspark import cloudpickle
+
+    tmp = node_dir / (child_files.CONTEXT + ".tmp")
+    tmp.write_bytes(cloudpickle.dumps(ctx))
+    tmp.replace(node_dir / child_files.CONTEXT)
+    message = json.dumps({"tf_config": tf_config, "times": times}).encode()
+    if not proc.send(message):
+        code = proc.wait(30.0)
+        if code is None:
+            code = proc.stop(1.0)
+        raise RuntimeError(node_failure(role, host, node_dir, proc, code).encode())
 
 
 def start_node_process(

@@ -43,6 +43,8 @@ class ChildProcess:
     :param name: a label for the logs.
     :param tail_lines: how many of the last stderr lines to keep for error messages.
     :param cwd: the child's working directory (None: the parent's).
+    :param takes_input: give the child a pipe as stdin, for one message sent later (:meth:`send`); the
+        child reads it to its end, and reads an empty message if this process dies first.
     """
 
     def __init__(
@@ -53,8 +55,10 @@ class ChildProcess:
         name: str,
         tail_lines: int = 60,
         cwd: str | None = None,
+        takes_input: bool = False,
     ):
         self.argv = list(argv)
+        self.takes_input = takes_input
         self.env = dict(env)
         self.name = name
         self.cwd = cwd
@@ -71,7 +75,7 @@ class ChildProcess:
             self.argv,
             env=self.env,
             cwd=self.cwd,
-            stdin=subprocess.DEVNULL,
+            stdin=subprocess.PIPE if self.takes_input else subprocess.DEVNULL,
             stdout=None,
             stderr=subprocess.PIPE,
             start_new_session=True,
@@ -92,6 +96,16 @@ class ChildProcess:
                 sys.stderr.write(line)
             except (OSError, ValueError):
                 pass
+
+    def send(self, message: bytes) -> bool:
+        """Write ``message`` to the child's stdin and close it; False if the child is gone already."""
+        assert self._proc is not None and self._proc.stdin is not None, "start(takes_input=True) first"
+        try:
+            self._proc.stdin.write(message)
+            self._proc.stdin.close()
+        except OSError:  # BrokenPipeError: the child exited before reading
+            return False
+        return True
 
     def poll(self) -> int | None:
         assert self._proc is not None
@@ -128,6 +142,11 @@ class ChildProcess:
         # Whatever the child started (TensorBoard, data loaders) goes too, even if it exited itself.
         signal_group(pgid, signal.SIGKILL, leader_unreaped=self._proc.returncode is None)
         code = self._proc.wait()
+        if self._proc.stdin is not None and not self._proc.stdin.closed:
+            try:
+                self._proc.stdin.close()
+            except OSError:
+                pass
         if self._pump is not None:
             self._pump.join(timeout=5)
         return code

@@ -594,3 +594,20 @@ def export_two_output_model(args, ctx):
     if ctx.is_chief:
         tf.saved_model.save(module, args["export_dir"], signatures={"serving_default": module.serve})
     return args["export_dir"]
+
+
+def tf_cluster_view(args, ctx):
+    """Say whether TensorFlow was imported before main_fun, and the cluster TF's own resolver reads."""
+    import sys
+
+    preloaded = "tensorflow" in sys.modules
+    import tensorflow as tf
+
+    resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
+    return {
+        "tf_preloaded": preloaded,
+        "resolver_cluster": resolver.cluster_spec().as_dict(),
+        "resolver_task": [resolver.task_type, resolver.task_id],
+        "ctx_cluster": ctx.cluster_spec,
+        "ctx_task": [ctx.job_name, ctx.task_index],
+    }
