@@ -96,8 +96,6 @@ def test_tfos_manager_calls_name_the_replacement():
 
 
 def test_tfos_modules_without_counterpart_raise_naming_the_alternative():
-    with pytest.raises(NotImplementedError, match="pipeline is not available.*inference.predict"):
-        from airflow_tfos.runtime.compat import pipeline  # noqa: F401
     with pytest.raises(NotImplementedError, match="reservation is not available.*barrier"):
         from airflow_tfos.runtime.compat import reservation  # noqa: F401
 

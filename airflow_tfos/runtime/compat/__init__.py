@@ -8,17 +8,21 @@ A TFoS program runs after changing only its import::
 Modules of TFoS that have no counterpart here raise :class:`NotImplementedError` naming what to use.
 """
 
-from airflow_tfos.runtime.compat import TFCluster, TFManager, TFNode, TFParallel, TFSparkNode, compat, dfutil
+from airflow_tfos.runtime.compat import (
+    TFCluster,
+    TFManager,
+    TFNode,
+    TFParallel,
+    TFSparkNode,
+    compat,
+    dfutil,
+    pipeline,
+)
 from airflow_tfos.runtime.compat.TFCluster import InputMode
 
-__all__ = ["InputMode", "TFCluster", "TFManager", "TFNode", "TFParallel", "TFSparkNode", "compat", "dfutil"]
+__all__ = ["InputMode", "TFCluster", "TFManager", "TFNode", "TFParallel", "TFSparkNode", "compat", "dfutil", "pipeline"]
 
 _MISSING = {
-    "pipeline": (
-        "TFoS's Spark ML stages (TFEstimator, TFModel) are not available yet: train with TFCluster.run and "
-        "InputMode.SPARK (or airflow_tfos.runtime.run with a Feed), and score a DataFrame with "
-        "airflow_tfos.runtime.inference.predict"
-    ),
     "reservation": "TFoS's reservation server is not used: the nodes find each other in a Spark barrier stage",
     "gpu_info": (
         "GPUs come from Spark's resource scheduling (spark.task.resource.gpu.amount), handed to each node "
