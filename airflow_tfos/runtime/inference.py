@@ -112,15 +112,37 @@ def _model_inputs(fn, arrays: dict, features: Sequence[str]) -> dict:
     if len(spec) == 1:
         ((name, tensor),) = spec.items()
         value = arrays[features[0]] if len(features) == 1 else np.stack([arrays[f] for f in features], axis=1)
-        if tensor.shape.rank == 2 and getattr(value, "ndim", 0) == 1:
-            value = value.reshape(-1, 1)
-        return {name: as_tensor(value.astype(tensor.dtype.as_numpy_dtype, copy=False))}
+        return {name: as_tensor(_fit_shape(value, tensor, name).astype(tensor.dtype.as_numpy_dtype, copy=False))}
     missing = [name for name in spec if name not in arrays]
     if missing:
         raise FeedConfigError(
             f"the model takes inputs {sorted(spec)}; name feature columns after them (missing: {missing})"
         )
-    return {name: as_tensor(arrays[name].astype(t.dtype.as_numpy_dtype, copy=False)) for name, t in spec.items()}
+    return {
+        name: as_tensor(_fit_shape(arrays[name], t, name).astype(t.dtype.as_numpy_dtype, copy=False))
+        for name, t in spec.items()
+    }
+
+
+def _fit_shape(value, tensor, name: str):
+    """``value`` (one row per entry) in the shape of the model input ``tensor``: a flat column of 784 numbers
+    for a ``(None, 28, 28, 1)`` input is reshaped row by row, as TFoS's TFModel did; a count that does not
+    match is an error naming the input."""
+    import numpy as np
+
+    if not isinstance(value, np.ndarray) or tensor.shape.rank is None:
+        return value  # sparse values, or an input of any shape
+    if tensor.shape.rank == 2 and value.ndim == 1:
+        return value.reshape(-1, 1)
+    row = tensor.shape[1:]
+    if value.ndim == 1 or not row.is_fully_defined() or tuple(value.shape[1:]) == tuple(row.as_list()):
+        return value
+    if int(np.prod(value.shape[1:])) != row.num_elements():
+        raise FeedConfigError(
+            f"the model's input {name!r} takes rows of shape {tuple(row.as_list())} ({row.num_elements()} values), "
+            f"but the feature columns give {int(np.prod(value.shape[1:]))} values per row"
+        )
+    return value.reshape(-1, *row.as_list())
 
 
 def _sparse_inputs(fn, features: Sequence[str]) -> frozenset[str]:

@@ -14,6 +14,7 @@ from airflow_tfos.runtime.compat import TFCluster
 from airflow_tfos.runtime.compat.pipeline import Namespace, TFEstimator, TFModel
 from airflow_tfos.runtime.feed import FeedConfigError
 from tests.runtime.test_compat import load_migrated
+from tests.runtime.tfos_programs import mnist_data
 
 pytestmark = pytest.mark.integration
 
@@ -21,19 +22,11 @@ MNIST_PIPELINE = Path(__file__).parent / "tfos_programs" / "mnist_pipeline.py"
 ROWS = 400
 
 
-def banded_digits(rows: int, seed: int) -> list[tuple[list[int], int]]:
-    """MNIST-shaped rows: 784 pixels (0-255) and a label 0-9; label k lights pixel rows 4 + 2k and 5 + 2k."""
-    rng = np.random.default_rng(seed)
-    labels = rng.integers(0, 10, size=rows)
-    images = rng.integers(0, 60, size=(rows, 28, 28))
-    for image, label in zip(images, labels, strict=True):
-        image[4 + 2 * label : 6 + 2 * label, 2:26] = 255
-    return [(image.reshape(-1).tolist(), int(label)) for image, label in zip(images, labels, strict=True)]
-
-
 @pytest.fixture(scope="module")
 def digits(spark):
-    frame = spark.createDataFrame(banded_digits(ROWS, seed=5), ["pixels", "digit"]).repartition(2)
+    images, labels = mnist_data.generate(ROWS, seed=5)  # MNIST-shaped: 784 pixels 0-255, a label 0-9
+    rows = [(image.reshape(-1).tolist(), int(label)) for image, label in zip(images, labels, strict=True)]
+    frame = spark.createDataFrame(rows, ["pixels", "digit"]).repartition(2)
     return frame.cache()
 
 
@@ -121,3 +114,20 @@ def test_bad_input_fails_before_any_tf_process_naming_the_column_or_path(digits,
     with pytest.raises(ValueError, match="output mapping is empty: call setOutputMapping"):
         TFModel({}).setInputMapping({"image": "x"}).transform(images)
     assert time.monotonic() - started < 10
+
+
+def test_flat_rows_take_the_model_inputs_shape_and_a_count_that_does_not_fit_is_named():
+    import tensorflow as tf
+
+    from airflow_tfos.runtime.inference import _fit_shape
+
+    spec = tf.TensorSpec(shape=(None, 28, 28, 1), dtype=tf.float32)
+    flat = np.arange(2 * 784).reshape(2, 784)
+    shaped = _fit_shape(flat, spec, "conv2d_input")
+    assert shaped.shape == (2, 28, 28, 1) and shaped[1, 27, 27, 0] == flat[1, 783]
+    assert _fit_shape(np.zeros(3), tf.TensorSpec(shape=(None, 1)), "x").shape == (3, 1)
+    with pytest.raises(
+        FeedConfigError,
+        match=r"conv2d_input. takes rows of shape \(28, 28, 1\) \(784 values\), but the feature columns give 100",
+    ):
+        _fit_shape(np.zeros((2, 100)), spec, "conv2d_input")

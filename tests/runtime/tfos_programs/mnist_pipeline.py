@@ -20,8 +20,7 @@ def main_fun(args, ctx):
     def build_model():
         model = tf.keras.Sequential(
             [
-                tf.keras.layers.Reshape((28, 28, 1), input_shape=(784,)),
-                tf.keras.layers.Conv2D(4, 3, strides=2, activation="relu"),
+                tf.keras.layers.Conv2D(4, 3, strides=2, activation="relu", input_shape=(28, 28, 1)),
                 tf.keras.layers.Flatten(),
                 tf.keras.layers.Dense(10, activation="softmax"),
             ]
@@ -41,11 +40,14 @@ def main_fun(args, ctx):
             if len(batch) == 0:
                 return
             image, label = batch[0]
-            yield np.array(image, dtype=np.float32) / 255.0, np.array([label], dtype=np.float32)
+            yield np.array(image, dtype=np.float32).reshape(28, 28, 1) / 255.0, np.array([label], dtype=np.float32)
 
     ds = tf.data.Dataset.from_generator(
         rdd_generator,
-        output_signature=(tf.TensorSpec(shape=(784,), dtype=tf.float32), tf.TensorSpec(shape=(1,), dtype=tf.float32)),
+        output_signature=(
+            tf.TensorSpec(shape=(28, 28, 1), dtype=tf.float32),
+            tf.TensorSpec(shape=(1,), dtype=tf.float32),
+        ),
     ).batch(args.batch_size)
 
     with strategy.scope():
@@ -95,7 +97,7 @@ def inference(df, args):
 
     model = (
         pipeline.TFModel(args)
-        .setInputMapping({"image": "reshape_input"})
+        .setInputMapping({"image": "conv2d_input"})
         .setOutputMapping({"dense": "prediction"})
         .setSignatureDefKey("serving_default")
         .setExportDir(args.export_dir)
