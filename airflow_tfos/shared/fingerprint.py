@@ -111,7 +111,7 @@ def data_fingerprint(data: dict[str, Any], storage_of: Callable[[str], Storage] 
     path = str(data.get("path") or "")
     try:
         return files_fingerprint(path, storage_of(path))
-    except (OSError, ValueError) as exc:
+    except Exception as exc:  # no storage or connection for it, unreachable: the run goes on, the log says so
         return {"kind": "files", "path": path, "hash": None, "error": f"{type(exc).__name__}: {exc}"}
 
 
