@@ -204,6 +204,11 @@ class TrainingRun(ApplicationRun):
         self._fingerprint: dict[str, Any] | None = None
 
     @property
+    def computed_fingerprint(self) -> dict[str, Any] | None:
+        """The fingerprint if this try computed it already, else None (no listing is made for asking)."""
+        return self._fingerprint
+
+    @property
     def fingerprint(self) -> dict[str, Any]:
         """The fingerprint of this try's input and code (computed on first use)."""
         if self._fingerprint is None:

@@ -194,7 +194,8 @@ class _TFoSRunOperator(_TFoSApplicationOperator):
         """The data this task trained on, and the exported model with its spec hash, step and metrics."""
         from airflow_tfos.operators.lineage import run_operator_lineage
 
-        return run_operator_lineage(self, self._run.export_record if self._run else None)
+        run = self._run
+        return run_operator_lineage(self, run.export_record if run else None, run.computed_fingerprint if run else None)
 
 
 class TFoSTrainOperator(_TFoSRunOperator):
