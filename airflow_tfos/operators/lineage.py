@@ -21,7 +21,9 @@ that the TF nodes read themselves (``input_mode`` ``TENSORFLOW``) go through :mo
 where such a path is a local file.
 
 Facets: input data fed by Spark carries a ``schema`` facet with the feed's feature and label columns; an
-exported model carries ``tfosModel`` (format, spec hash, step, metrics of its ``_SUCCESS``); predictions
+exported model carries ``tfosModel`` (format, spec hash, input fingerprint, step, metrics of its
+``_SUCCESS``); once the run knows it, a training input carries ``tfosInputFingerprint`` (the hash of its
+listing, its files and bytes, the run's fingerprint: :mod:`airflow_tfos.shared.fingerprint`); predictions
 carry ``outputStatistics`` (rows written).
 """
 
@@ -41,6 +43,8 @@ log = logging.getLogger(__name__)
 
 #: Name of the facet describing a model (the OpenLineage convention: custom facets carry a producer prefix).
 MODEL_FACET = "tfosModel"
+#: Name of the facet describing what a training input was when the run started (its fingerprint).
+INPUT_FACET = "tfosInputFingerprint"
 #: Format named in the model facet of an export, and of the checkpoints a feed writes.
 SAVED_MODEL, CHECKPOINT = "tensorflow_saved_model", "tensorflow_checkpoint"
 #: Namespace of Spark tables when no metastore URI is configured.
@@ -192,21 +196,61 @@ def _model_facet_class() -> type:
         specHash: str | None = attr.field(default=None)  # OpenLineage fields are camelCase
         step: int | None = attr.field(default=None)
         metrics: dict[str, Any] = attr.field(factory=dict)
+        fingerprint: str | None = attr.field(default=None)
 
-        _additional_skip_redact = ["format", "specHash", "step", "metrics"]
+        _additional_skip_redact = ["format", "specHash", "step", "metrics", "fingerprint"]
 
     return TFoSModelDatasetFacet
 
 
+@functools.cache
+def _input_facet_class() -> type:
+    import attr
+    from airflow.providers.common.compat.openlineage.facet import DatasetFacet
+
+    @attr.define
+    class TFoSInputFingerprintDatasetFacet(DatasetFacet):
+        """What a training input was when its run started: its listing's hash, files and bytes."""
+
+        kind: str | None = attr.field(default=None)
+        hash: str | None = attr.field(default=None)
+        files: int | None = attr.field(default=None)
+        bytes: int | None = attr.field(default=None)
+        runFingerprint: str | None = attr.field(default=None)
+
+        _additional_skip_redact = ["kind", "hash", "files", "bytes", "runFingerprint"]
+
+    return TFoSInputFingerprintDatasetFacet
+
+
+def input_fingerprint_facet(found: dict[str, Any], run_fingerprint: str | None):
+    """The ``tfosInputFingerprint`` facet of one input's fingerprint (see :mod:`airflow_tfos.shared.fingerprint`)."""
+    return _input_facet_class()(
+        kind=found.get("kind"),
+        hash=found.get("hash"),
+        files=found.get("count"),
+        bytes=found.get("bytes"),
+        runFingerprint=run_fingerprint,
+    )
+
+
 def model_facet(
-    *, model_format: str = SAVED_MODEL, spec_hash: str | None = None, step: int | None = None, metrics=None
+    *,
+    model_format: str = SAVED_MODEL,
+    spec_hash: str | None = None,
+    step: int | None = None,
+    metrics=None,
+    fingerprint: str | None = None,
 ):
     """The ``tfosModel`` dataset facet."""
-    return _model_facet_class()(format=model_format, specHash=spec_hash, step=step, metrics=dict(metrics or {}))
+    return _model_facet_class()(
+        format=model_format, specHash=spec_hash, step=step, metrics=dict(metrics or {}), fingerprint=fingerprint
+    )
 
 
-def input_dataset(ident: tuple[str, str], *, columns: Iterable[str] = ()) -> Dataset:
-    """An input dataset; ``columns`` (the fed feature and label columns) become its ``schema`` facet."""
+def input_dataset(ident: tuple[str, str], *, columns: Iterable[str] = (), fingerprint=None) -> Dataset:
+    """An input dataset; ``columns`` (the fed feature and label columns) become its ``schema`` facet, and a
+    ``tfosInputFingerprint`` facet (``fingerprint``) is added when given."""
     from airflow.providers.common.compat.openlineage.facet import (
         Dataset,
         SchemaDatasetFacet,
@@ -215,6 +259,8 @@ def input_dataset(ident: tuple[str, str], *, columns: Iterable[str] = ()) -> Dat
 
     names = list(dict.fromkeys(c for c in columns if isinstance(c, str) and c))
     facets = {"schema": SchemaDatasetFacet(fields=[SchemaDatasetFacetFields(name=c) for c in names])} if names else {}
+    if fingerprint is not None:
+        facets[INPUT_FACET] = fingerprint
     return Dataset(namespace=ident[0], name=ident[1], facets=facets)
 
 
@@ -267,6 +313,7 @@ def training_lineage(
     warm_start: str | None,
     export_path: str | None,
     export: dict[str, Any] | None = None,
+    fingerprint: dict[str, Any] | None = None,
 ) -> OperatorLineage:
     """A training run's lineage: its data (and validation data, and the model it starts from) in, the export out.
 
@@ -277,14 +324,17 @@ def training_lineage(
     :param warm_start: the exported model the run starts from, if any.
     :param export_path: the run directory's ``export/`` (None: no output, e.g. before the run directory is known).
     :param export: the export's ``_SUCCESS`` record (spec hash, step, metrics), once it is there.
+    :param fingerprint: the run's fingerprint of its input and code, once computed (fingerprint.json).
     """
     by_spark = input_mode == "SPARK"
     columns = _columns(feed) if by_spark else []
     inputs = []
-    for item in (data, validation_data):
+    found = (fingerprint or {}).get("inputs") or {}
+    for name, item in (("data", data), ("validation_data", validation_data)):
         ident = data_id(item, namespaces, read_by_spark=by_spark)
         if ident is not None:
-            inputs.append(input_dataset(ident, columns=columns))
+            facet = input_fingerprint_facet(found[name], fingerprint.get("hash")) if name in found else None
+            inputs.append(input_dataset(ident, columns=columns, fingerprint=facet))
     if _usable(warm_start):
         inputs.append(input_dataset(_storage_id(warm_start, namespaces)))
     outputs = []
@@ -292,7 +342,10 @@ def training_lineage(
         model = None
         if export:
             model = model_facet(
-                spec_hash=export.get("spec_hash"), step=export.get("step"), metrics=export.get("metrics")
+                spec_hash=export.get("spec_hash"),
+                step=export.get("step"),
+                metrics=export.get("metrics"),
+                fingerprint=export.get("fingerprint"),
             )
         outputs.append(output_dataset(_storage_id(export_path, namespaces), model=model))
     return operator_lineage(inputs, outputs)
@@ -365,11 +418,14 @@ def operator_namespaces(operator: Any, backend: Callable[[], str]) -> Namespaces
     )
 
 
-def run_operator_lineage(operator: Any, export: dict[str, Any] | None) -> OperatorLineage:
+def run_operator_lineage(
+    operator: Any, export: dict[str, Any] | None, fingerprint: dict[str, Any] | None = None
+) -> OperatorLineage:
     """Lineage of ``TFoSTrainOperator`` / ``TFoSLaunchClusterOperator`` (the export once ``export`` is known).
 
     :param operator: the operator (after ``execute`` when the task is complete).
     :param export: the export's ``_SUCCESS`` record, if this task ended with one.
+    :param fingerprint: the fingerprint of the run's input and code, if this task computed it.
     """
     known = _usable(operator.run_dir)
     return training_lineage(
@@ -381,6 +437,7 @@ def run_operator_lineage(operator: Any, export: dict[str, Any] | None) -> Operat
         warm_start=operator.warm_start,
         export_path=operator.run_dir_contents.path("export") if known and (export or not operator.serve) else None,
         export=export,
+        fingerprint=fingerprint,
     )
 
 

@@ -99,7 +99,12 @@ class TFoSPublishModelOperator(BaseOperator):
             )
         registry = self.registry_hook.registry
         current = registry.current()
-        if current and current.get("version") == self.version and current.get("spec_hash") == export.get("spec_hash"):
+        if (
+            current
+            and current.get("version") == self.version
+            and current.get("spec_hash") == export.get("spec_hash")
+            and current.get("fingerprint") == export.get("fingerprint")
+        ):
             self.log.info("version %s is already in service: nothing to do", self.version)
             return self._result(True, "already in service", current, current, export)
         metrics = export.get("metrics") or {}
@@ -121,6 +126,7 @@ class TFoSPublishModelOperator(BaseOperator):
         record = {
             "source_run_dir": self.run_dir,
             "spec_hash": export.get("spec_hash"),
+            "fingerprint": export.get("fingerprint"),
             "step": export.get("step"),
             "metrics": metrics,
             "metric": self.metric,

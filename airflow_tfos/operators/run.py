@@ -13,7 +13,10 @@ XComs, and call these steps in order (``already_done``, ``reattach_or_submit``, 
 from __future__ import annotations
 
 import logging
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from airflow.sdk.exceptions import AirflowException
@@ -22,9 +25,11 @@ from airflow_tfos.hooks.local import ApplicationAlreadyRunningError
 from airflow_tfos.hooks.run_dir import progress_line
 from airflow_tfos.hooks.runs import pick_winner, run_tag
 from airflow_tfos.shared.events import SUBMIT, SUBMITTED
+from airflow_tfos.shared.fingerprint import changes, run_fingerprint, unseen
 from airflow_tfos.shared.lease import lease_timeout, take_lease, wait_for_lease
 from airflow_tfos.shared.rundir import REPORT_HTML, spec_digest, spec_hash
 from airflow_tfos.shared.spec import RunSpec, parse_spec
+from airflow_tfos.shared.storage import Storage, storage_for
 
 if TYPE_CHECKING:
     from airflow_tfos.hooks.state import AppState
@@ -98,6 +103,9 @@ class ApplicationRun:
         """What the task returns once the work is done (by ``app``, or found done)."""
         raise NotImplementedError
 
+    def before_submit(self) -> None:
+        """What is done in the run directory before the spec is written and an application submitted."""
+
     def finish(self, app: AppState) -> dict[str, Any]:
         """The result of an application that ended, or an error saying what failed."""
         raise NotImplementedError
@@ -150,6 +158,7 @@ class ApplicationRun:
                 current.get("spec_hash"),
                 self.digest,
             )
+        self.before_submit()
         rundir.write_spec(self.spec_json)
         rundir.clear_stop()  # a stop request left for an earlier application must not stop this one
         latest = rundir.latest_checkpoint() if self.spec.kind == "train" else None
@@ -187,24 +196,92 @@ class ApplicationRun:
 
 
 class TrainingRun(ApplicationRun):
-    """A training (or serving) request: done means an export of this spec in the run directory."""
+    """A training (or serving) request: done means an export of this spec, input and code in the run directory.
 
-    def __init__(self, **kwargs: Any) -> None:
+    The input and code are told by their fingerprint (:mod:`airflow_tfos.shared.fingerprint`), computed once
+    per try where the input is readable (here, through ``input_storage``). An export of this spec but of
+    another fingerprint is not the result: the run trains again from scratch, after its old export and
+    checkpoints are moved to ``previous/<time of the export>/`` (:meth:`before_submit`), so that no checkpoint
+    of other data or code is resumed.
+
+    :param input_storage: the storage that lists an input path (default: chosen by the path's scheme).
+    """
+
+    def __init__(self, *, input_storage: Callable[[str], Storage] | None = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
+        self.input_storage = input_storage or storage_for
         #: the export's ``_SUCCESS`` record, once the result holds an export of this spec (for lineage)
         self.export_record: dict[str, Any] | None = None
+        self._fingerprint: dict[str, Any] | None = None
+
+    @property
+    def computed_fingerprint(self) -> dict[str, Any] | None:
+        """The fingerprint if this try computed it already, else None (no listing is made for asking)."""
+        return self._fingerprint
+
+    @property
+    def fingerprint(self) -> dict[str, Any]:
+        """The fingerprint of this try's input and code (computed on first use)."""
+        if self._fingerprint is None:
+            found = run_fingerprint(self.spec_json, self.input_storage)
+            self.log.info(
+                "fingerprint %s of the input and code (%s) in %.2f s",
+                found["hash"],
+                ", ".join(f"{n}: {i.get('count', i.get('kind'))} files" for n, i in found["inputs"].items())
+                or "no input",
+                found["seconds"],
+            )
+            for what in unseen(found):
+                self.log.warning("a change of the input %s cannot be detected: a rerun will not see it", what)
+            self._fingerprint = found
+        return self._fingerprint
 
     def already_done(self) -> dict[str, Any] | None:
         done = self.run_dir_contents.export_success()
-        if done and done.get("spec_hash") == self.digest:
-            self.log.info(
-                "%s already holds an export of this spec (%s) at step %s: nothing to do",
+        if not done or done.get("spec_hash") != self.digest:
+            return None
+        learned_from = done.get("fingerprint")
+        if learned_from is not None and learned_from != self.fingerprint["hash"]:
+            self.log.warning(
+                "%s holds an export of this spec (%s), but of other input or code (fingerprint %s, now %s): "
+                "training again",
                 self.run_dir,
                 self.digest,
-                done.get("step"),
+                learned_from,
+                self.fingerprint["hash"],
             )
-            return self.result(None)
-        return None
+            return None
+        self.log.info(
+            "%s already holds an export of this spec (%s) and input (fingerprint %s) at step %s: nothing to do",
+            self.run_dir,
+            self.digest,
+            learned_from or "not recorded",
+            done.get("step"),
+        )
+        return self.result(None)
+
+    def before_submit(self) -> None:
+        """Write fingerprint.json; when the input or code changed since the last one, first move the old
+        export and checkpoints aside, saying what changed and where they are."""
+        rundir = self.run_dir_contents
+        current = self.fingerprint
+        previous = rundir.read_fingerprint()
+        changed = changes(previous, current)
+        if changed:
+            export = rundir.export_success()
+            since = (export or {}).get("time") or (previous or {}).get("time") or time.time()
+            label = datetime.fromtimestamp(since, tz=UTC).strftime("%Y%m%dT%H%M%SZ")
+            kept = rundir.set_aside(label)
+            what = "export" if export else "run"
+            self.log.warning(
+                "input or code changed since the %s of %s: %s. Training starts from scratch; the old export and "
+                "checkpoints are kept in %s",
+                what,
+                datetime.fromtimestamp(since, tz=UTC).strftime("%Y-%m-%d %H:%M:%S UTC"),
+                "; ".join(changed),
+                kept,
+            )
+        rundir.write_fingerprint(current)
 
     def result(self, app: AppState | None) -> dict[str, Any]:
         """Application id, run directory, spec hash, step, export path, metrics and the report's path."""
@@ -221,6 +298,7 @@ class TrainingRun(ApplicationRun):
             "export_path": rundir.path("export") if exported else None,
             "metrics": (done or {}).get("metrics", {}) if exported else {},
             "report": rundir.path(REPORT_HTML),
+            "fingerprint": (done or {}).get("fingerprint") if exported else None,
         }
         self.export_record = done if exported else None
         return self.outcome

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from airflow.sdk.exceptions import AirflowException
 
+from airflow_tfos.hooks.run_dir import RunDirHook
 from airflow_tfos.hooks.runs import RunConfigError
 from airflow_tfos.hooks.state import AppState
 from airflow_tfos.hooks.user_code import UserCodeError, import_path_of
@@ -40,6 +41,8 @@ from airflow_tfos.triggers.tfos import APP_ENDED, DONE, TFoSRunDirTrigger, watch
 if TYPE_CHECKING:
     from airflow.providers.openlineage.extractors import OperatorLineage
     from airflow.sdk import Context
+
+    from airflow_tfos.shared.storage import Storage
 
 #: Spec fields the operators take under another argument name (the others take the field's own name).
 SPEC_ARGUMENTS = {"timeout": "training_timeout", "serve_idle_secs": "idle_timeout"}
@@ -163,7 +166,11 @@ class _TFoSRunOperator(_TFoSApplicationOperator):
     # --- the run ---------------------------------------------------------------------------------------------
 
     def new_run(self, spec: RunSpec) -> TrainingRun:
-        return TrainingRun(**self.run_parts(spec))
+        return TrainingRun(**self.run_parts(spec), input_storage=self.input_storage)
+
+    def input_storage(self, uri: str) -> Storage:
+        """The storage that lists the input at ``uri`` for its fingerprint (HDFS: the ``webhdfs`` connection)."""
+        return RunDirHook(uri, webhdfs_conn_id=self.webhdfs_conn_id).storage
 
     def num_executors(self) -> int:
         """Executors the application needs: one per TF node."""
@@ -187,7 +194,8 @@ class _TFoSRunOperator(_TFoSApplicationOperator):
         """The data this task trained on, and the exported model with its spec hash, step and metrics."""
         from airflow_tfos.operators.lineage import run_operator_lineage
 
-        return run_operator_lineage(self, self._run.export_record if self._run else None)
+        run = self._run
+        return run_operator_lineage(self, run.export_record if run else None, run.computed_fingerprint if run else None)
 
 
 class TFoSTrainOperator(_TFoSRunOperator):

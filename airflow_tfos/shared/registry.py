@@ -5,18 +5,19 @@ Pure Python (no Airflow, no TensorFlow), on the same storages as run directories
 
     <registry>/current.json               the version in service: its path, metrics, source run
     <registry>/current.lock               held while a publisher decides and replaces current.json
-    <registry>/versions/<version>/<spec hash>/model/  a copy of the run's export (a SavedModel)
-    <registry>/versions/<version>/<spec hash>/_SUCCESS  the copy's record (written last)
+    <registry>/versions/<version>/<spec hash>[-<fingerprint>]/model/  a copy of the run's export (a SavedModel)
+    <registry>/versions/<version>/<spec hash>[-<fingerprint>]/_SUCCESS  the copy's record (written last)
     <registry>/decisions/<time>-<version>.json  every publish decision, published or not
 
-A copy is keyed by version and spec hash, written under a temporary name, renamed into place and never
-changed or deleted afterwards: re-publishing a version with another spec adds a copy beside the first,
-so the model in service is never deleted or replaced under a reader. ``current.json`` is replaced
-atomically, and only by a publisher holding ``current.lock`` (taken by an exclusive rename, which HDFS
-and local disks both refuse when the target exists) that reads ``current.json`` and decides again under
-it: two publishers (a nightly run and a backfill) cannot both go by the same old ``current.json``.
-Versions are named so that they sort in time (``20261121T000000``): a rerun of an old date never takes
-the place of a newer version in service.
+A copy is keyed by version, spec hash and the fingerprint of the input and code the model learned from (when
+its export records one: a retraining on rewritten input is a copy of its own), written under a temporary
+name, renamed into place and never changed or deleted afterwards: re-publishing a version with another spec
+or input adds a copy beside the first, so the model in service is never deleted or replaced under a reader.
+``current.json`` is replaced atomically, and only by a publisher holding ``current.lock`` (taken by an
+exclusive rename, which HDFS and local disks both refuse when the target exists) that reads ``current.json``
+and decides again under it: two publishers (a nightly run and a backfill) cannot both go by the same old
+``current.json``. Versions are named so that they sort in time (``20261121T000000``): a rerun of an old date
+never takes the place of a newer version in service.
 """
 
 from __future__ import annotations
@@ -141,17 +142,19 @@ class ModelRegistry:
         published = [d for d in self.decisions() if d.get("published") and str(d["version"]) < str(version)]
         published.sort(key=lambda d: (str(d["version"]), d.get("time") or 0))
         for decision in reversed(published):
-            record = self.version(decision["version"], decision.get("spec_hash"))
+            record = self.version(decision["version"], decision.get("spec_hash"), decision.get("fingerprint"))
             if record:
                 return record["model_path"]
         return None
 
-    def version(self, version: str, spec_hash: str | None = None) -> dict[str, Any] | None:
-        """The record of a copy of ``version`` (of ``spec_hash``; else the last one copied), or None when
-        there is no complete copy."""
+    def version(
+        self, version: str, spec_hash: str | None = None, fingerprint: str | None = None
+    ) -> dict[str, Any] | None:
+        """The record of a copy of ``version`` (of ``spec_hash`` and ``fingerprint``; else the last one copied),
+        or None when there is no complete copy."""
         if spec_hash is not None:
-            found = self._read(self.path(VERSIONS, version, _spec_key(spec_hash), SUCCESS))
-            legacy = None if found else self._read(self.path(VERSIONS, version, SUCCESS))
+            found = self._read(self.path(VERSIONS, version, _spec_key(spec_hash, fingerprint), SUCCESS))
+            legacy = None if found or fingerprint else self._read(self.path(VERSIONS, version, SUCCESS))
             return found or (legacy if legacy and legacy.get("spec_hash") == spec_hash else None)
         names = [n for n in self.storage.listdir(self.path(VERSIONS, version)) if n not in (MODEL, SUCCESS)]
         records = [r for r in (self._read(self.path(VERSIONS, version, n, SUCCESS)) for n in names if n[0] != ".") if r]
@@ -167,8 +170,8 @@ class ModelRegistry:
         A copy is never replaced: the same version with another spec hash is a copy of its own.
         """
         _check_version(version)
-        key = _spec_key(record.get("spec_hash"))
-        existing = self.version(version, record.get("spec_hash"))
+        key = _spec_key(record.get("spec_hash"), record.get("fingerprint"))
+        existing = self.version(version, record.get("spec_hash"), record.get("fingerprint"))
         if existing:
             log.info("version %s is already in the registry (spec %s)", version, existing.get("spec_hash"))
             return existing
@@ -187,7 +190,7 @@ class ModelRegistry:
             self.storage.rename(staging, final)
         except FileExistsError:  # another publisher copied the same version and spec first: keep theirs
             self.storage.delete(staging)
-            return self.version(version, record.get("spec_hash")) or full
+            return self.version(version, record.get("spec_hash"), record.get("fingerprint")) or full
         log.info("copied %s into %s in %.1f s", export_path, final, time.monotonic() - started)
         return full
 
@@ -239,7 +242,13 @@ class ModelRegistry:
         with self.lock():
             current = self.current()
             decision = judge(current)
-            self.record_decision(version, decision, model_path=added["model_path"], spec_hash=added.get("spec_hash"))
+            self.record_decision(
+                version,
+                decision,
+                model_path=added["model_path"],
+                spec_hash=added.get("spec_hash"),
+                fingerprint=added.get("fingerprint"),
+            )
             if decision.publish:
                 self.set_current(added)
                 return decision, added
@@ -266,9 +275,10 @@ class ModelRegistry:
         return [r for r in (self._read(self.path(DECISIONS, n)) for n in sorted(names)) if r]
 
 
-def _spec_key(spec_hash: str | None) -> str:
-    """The directory of a copy within its version: its spec hash (``unknown-spec`` when it has none)."""
-    key = str(spec_hash or "unknown-spec")
+def _spec_key(spec_hash: str | None, fingerprint: str | None = None) -> str:
+    """The directory of a copy within its version: its spec hash (``unknown-spec`` when it has none), and the
+    fingerprint of its input and code when the export records one."""
+    key = str(spec_hash or "unknown-spec") + (f"-{fingerprint}" if fingerprint else "")
     if key.startswith(".") or any(c in key for c in "/\\ \t\n"):
         raise RegistryError(f"spec hash {key!r} cannot name a directory: it should be the export's hex spec hash")
     return key

@@ -5,11 +5,13 @@ TensorFlow's own files, never pickles, and everything that a watcher may read is
 atomically, so a sensor never sees half of anything::
 
     <run_dir>/spec.json            what to train, with its hash
+    <run_dir>/fingerprint.json     the input's listing and the code's hash when the run was submitted
     <run_dir>/status.json          state, application id, attempt, step, heartbeat, error
     <run_dir>/checkpoints/         ckpt-<step>/ directories, and manifest.json naming the latest complete one
     <run_dir>/feeds/<id>.json      a feed request; <id>.done.json once it has been served
     <run_dir>/control/stop.json    a graceful stop request, for one application (or for those started before it)
-    <run_dir>/export/              the final SavedModel, with _SUCCESS (spec hash, step, metrics) inside
+    <run_dir>/export/              the final SavedModel, with _SUCCESS (spec hash, fingerprint, step, metrics)
+    <run_dir>/previous/<time>/     export/, checkpoints/ and fingerprint.json of an earlier input or code
     <run_dir>/events/              one JSON file per event, in time order
     <run_dir>/progress.json        the chief's training progress (step, epoch, loss, rate, ETA), kept current
     <run_dir>/report/              the training report: report.html and the PNGs it shows
@@ -34,6 +36,7 @@ from typing import Any
 
 from airflow_tfos.shared.errors import RunDirError as RunDirError
 from airflow_tfos.shared.events import APPLICATION
+from airflow_tfos.shared.fingerprint import FINGERPRINT
 from airflow_tfos.shared.spec import spec_digest as spec_digest
 from airflow_tfos.shared.spec import spec_hash as spec_hash
 from airflow_tfos.shared.spec import verified_spec_hash as verified_spec_hash
@@ -53,6 +56,7 @@ EVENTS = "events"
 PROGRESS = "progress.json"
 REPORT_DIR = "report"
 REPORT_HTML = "report/report.html"
+PREVIOUS = "previous"
 
 #: The run's states in status.json (not YARN's: see hooks/state.py), and those of a run that has ended.
 RUN_STATES = ("SUBMITTED", "STARTING", "RUNNING", "STOPPING", "SUCCEEDED", "FAILED", "STOPPED")
@@ -248,6 +252,30 @@ class RunDir:
     def read_spec(self) -> dict[str, Any] | None:
         return self._read_json(SPEC)
 
+    def write_fingerprint(self, fingerprint: dict[str, Any]) -> None:
+        """Replace fingerprint.json (written with the spec, before the application is submitted)."""
+        self._write_json(fingerprint, FINGERPRINT)
+
+    def read_fingerprint(self) -> dict[str, Any] | None:
+        return self._read_json(FINGERPRINT)
+
+    def set_aside(self, label: str) -> str | None:
+        """Move ``export/``, ``checkpoints/`` and fingerprint.json into ``previous/<label>/`` (a new name if
+        taken), so that a run of another input or code starts from scratch and the old model stays; return
+        where they went, or None when there was nothing to move."""
+        present = [name for name in (EXPORT, CHECKPOINTS, FINGERPRINT) if self.storage.exists(self.path(name))]
+        if not present:
+            return None
+        target = self.path(PREVIOUS, label)
+        for n in itertools.count(2):
+            if not self.storage.exists(target):
+                break
+            target = self.path(PREVIOUS, f"{label}-{n}")
+        self.storage.makedirs(target)
+        for name in present:
+            self.storage.rename(self.path(name), join(target, name))
+        return target
+
     def write_status(self, state: str, **fields: Any) -> dict[str, Any]:
         """Replace status.json: ``state`` plus the given fields, and the time as heartbeat."""
         if state not in RUN_STATES:
@@ -433,6 +461,9 @@ class RunDir:
         """Write ``_SUCCESS`` into a complete export, then swap it in as ``export/`` (:func:`replace_dir`);
         remove the staging and aside directories that earlier, interrupted publications left."""
         success = {"spec_hash": spec_hash, "step": int(step), "metrics": metrics, "time": time.time()}
+        fingerprint = (self.read_fingerprint() or {}).get("hash")
+        if fingerprint:  # the input and code this model learned from (written at submission)
+            success["fingerprint"] = fingerprint
         self.storage.write_bytes(join(staging, SUCCESS), _dumps(success))
         final = self.path(EXPORT)
         replace_dir(self.storage, staging, final)

@@ -19,6 +19,7 @@ from airflow_tfos.hooks.runs import run_tag
 from airflow_tfos.operators import TFoSFeedOperator, TFoSInferenceOperator, TFoSTrainOperator
 from airflow_tfos.operators.lineage import (
     CATALOG_NAMESPACE,
+    INPUT_FACET,
     MODEL_FACET,
     Namespaces,
     data_id,
@@ -154,6 +155,22 @@ def test_training_reports_its_data_with_the_fed_columns_and_the_export_with_spec
     assert model["specHash"] == result["spec_hash"] == op.request_hash()
     assert model["step"] == 40 and model["metrics"] == {"loss": 0.25, "accuracy": 0.97}
     assert model["_producer"] and model["_schemaURL"].startswith("https://")
+
+
+def test_the_input_and_the_model_carry_the_fingerprint_of_the_listing_the_run_started_from(tmp_path):
+    data = tmp_path / "data"
+    data.mkdir()
+    for name, size in (("part-0.parquet", 700), ("part-1.parquet", 300), ("_SUCCESS", 0)):
+        (data / name).write_bytes(b"p" * size)
+    op = train_op(tmp_path, data={"format": "parquet", "path": str(data)})
+    result = trained(op, tmp_path)
+    stored = RunDir(str(tmp_path / "run")).read_fingerprint()
+    lineage = op.get_openlineage_facets_on_complete(None)
+    facet = as_dict(lineage.inputs[0])["facets"][INPUT_FACET]
+    assert facet["files"] == 2 and facet["bytes"] == sum(p.stat().st_size for p in data.glob("part-*"))
+    assert facet["hash"] == stored["inputs"]["data"]["hash"] and facet["runFingerprint"] == stored["hash"]
+    model = as_dict(lineage.outputs[0])["facets"][MODEL_FACET]
+    assert model["fingerprint"] == result["fingerprint"] == stored["hash"]
 
 
 def test_hdfs_and_webhdfs_inputs_and_the_model_it_starts_from(tmp_path):

@@ -63,6 +63,23 @@ def test_rerun_of_a_published_version_changes_nothing(tmp_path):
     assert len(ModelRegistry(registry).decisions()) == 1
 
 
+def test_the_same_version_retrained_on_rewritten_input_is_a_copy_of_its_own_with_its_fingerprint(tmp_path):
+    registry = str(tmp_path / "registry")
+    run = RunDir(str(tmp_path / "d1"))
+    versions = []
+    for fingerprint in ("f1", "f2", "f2"):  # trained, input rewritten and retrained, published again
+        run.write_fingerprint({"hash": fingerprint})
+        exported_run(tmp_path, "d1", {"test_accuracy": 0.9})
+        versions.append(publish(run.uri, registry, "20261120T000000", tolerance=1.0))
+    first, retrained, again = versions
+    assert first["model_path"].endswith("20261120T000000/h-f1/model")
+    assert retrained["published"] and retrained["model_path"].endswith("20261120T000000/h-f2/model")
+    assert again["reason"] == "already in service" and again["model_path"] == retrained["model_path"]
+    current = ModelRegistry(registry).current()
+    assert current["fingerprint"] == "f2" == run.export_success()["fingerprint"]
+    assert [d["fingerprint"] for d in ModelRegistry(registry).decisions()] == ["f1", "f2"]
+
+
 def test_a_rerun_of_an_old_date_never_replaces_a_newer_model(tmp_path):
     registry = str(tmp_path / "registry")
     publish(exported_run(tmp_path, "d2", {"test_accuracy": 0.80}), registry, "20261121T000000")

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -77,7 +79,15 @@ with DAG("user_nightly", schedule=None, start_date=datetime(2026, 11, 1), catchu
         conf={"spark.ui.enabled": "false"},
         poll_interval=1.0,
     )
-    train >> score
+    publish = TFoSPublishModelOperator(
+        task_id="publish",
+        run_dir=os.environ["USER_RUN_DIR"],
+        registry=os.environ["USER_NIGHTLY_REGISTRY"],
+        metric="loss",
+        higher_is_better=False,
+        tolerance=1000.0,
+    )
+    train >> [score, publish]
 
 with DAG("user_sweep", schedule=None, start_date=datetime(2026, 11, 1), catchup=False):
     members = TFoSTrainOperator.partial(task_id="train", **TRAINING).expand(args=[{"epochs": 1}, {"epochs": 2}])
@@ -119,6 +129,7 @@ def user_airflow(tmp_path_factory):
             "USER_RUN_DIR": str(home / "tfos-runs" / "train"),
             "USER_PREDICTIONS": str(home / "predictions"),
             "USER_REGISTRY": str(home / "models" / "sweep"),
+            "USER_NIGHTLY_REGISTRY": str(home / "models" / "nightly"),
         }
     )
     done = subprocess.run(
@@ -160,9 +171,41 @@ def test_a_dag_with_its_module_beside_it_trains_reruns_as_a_no_op_and_trains_aga
 
     (dags / "my_training.py").write_text(TRAINING_MODULE.format(version=2))
     changed = dags_test(env)
-    assert changed.returncode == 0, (changed.stdout + changed.stderr)[-6000:]
+    out = changed.stdout + changed.stderr
+    assert changed.returncode == 0, out[-6000:]
     assert len(rundir.events("submit")) == 2  # the fixed code is a new request
-    assert rundir.export_success()["metrics"]["version"] == 2
+    assert rundir.events("submit")[-1]["resume_step"] == 0  # from scratch: no checkpoint of the old code
+    assert "code my_training: content hash" in out
+    coded = rundir.export_success()
+    assert coded["metrics"]["version"] == 2
+    registry = ModelRegistry(env["USER_NIGHTLY_REGISTRY"])
+    assert registry.current()["fingerprint"] == coded["fingerprint"]
+
+    # a backfill rewrites the input in place with other rows (twice as many): the cleared task trains again
+    shutil.rmtree(env["USER_DATA"])
+    write_linear_parquet(Path(env["USER_DATA"]), seed=12, parts=4, rows=300)
+    rewritten = dags_test(env)
+    out = rewritten.stdout + rewritten.stderr
+    assert rewritten.returncode == 0 and "state=failed" not in out, out[-6000:]
+    submits = rundir.events("submit")
+    assert len(submits) == 3 and submits[-1]["resume_step"] == 0
+    assert "input data (" in out and "1 files added, 0 removed, 3 changed" in out
+    kept = re.search(r"checkpoints are kept in (\S+)", out).group(1)
+    assert RunDir(kept).export_success() == coded  # the old model stays where the log says
+    export = rundir.export_success()
+    assert export["spec_hash"] == coded["spec_hash"] and export["fingerprint"] != coded["fingerprint"]
+    assert export["step"] > 1.5 * coded["step"]  # steps per epoch follow the rows fed: 1,200 now, 600 before
+    assert export["fingerprint"] == rundir.read_fingerprint()["hash"]
+    assert registry.current()["fingerprint"] == export["fingerprint"]  # the retrained model is published
+    assert (
+        registry.current()["model_path"]
+        != registry.version("20261120T000000", coded["spec_hash"], coded["fingerprint"])["model_path"]
+    )
+
+    unchanged = dags_test(env)
+    assert unchanged.returncode == 0, (unchanged.stdout + unchanged.stderr)[-6000:]
+    assert len(rundir.events("submit")) == 3  # same spec, input and code: nothing submitted
+    assert "already in service" in unchanged.stdout + unchanged.stderr
 
 
 def test_a_mapped_sweep_gives_each_member_its_own_run_directory_and_application_and_publishes_the_best(

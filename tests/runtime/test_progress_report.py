@@ -19,6 +19,7 @@ from airflow_tfos.runtime import progress as progress_mod
 from airflow_tfos.runtime import report
 from airflow_tfos.runtime.progress import ProgressTracker, epoch_position, percentile
 from airflow_tfos.runtime.report import cli as report_cli
+from airflow_tfos.shared.fingerprint import run_fingerprint
 from airflow_tfos.shared.rundir import RunDir
 from airflow_tfos.testing.webhdfs import WebHDFSEmulator
 from tests.conftest import REPO
@@ -159,9 +160,14 @@ def failed_run(rundir: RunDir) -> None:
 def test_the_report_of_a_failed_run_without_feed_or_export(tmp_path):
     rundir = RunDir(str(tmp_path))
     failed_run(rundir)
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "part-0.parquet").write_bytes(b"p" * 321)
+    rundir.write_fingerprint(run_fingerprint({"data": {"format": "parquet", "path": str(data)}}))
     path = report.write_report(rundir)
     assert path == f"{tmp_path}/report/report.html"
     page = (tmp_path / "report" / "report.html").read_text()
+    assert f"{rundir.read_fingerprint()['hash']} (data: 1 files, 321 bytes)" in page
     names = sorted(p.name for p in (tmp_path / "report").glob("*.png"))
     assert names == ["memory.png", "metrics.png", "step_times.png", "timeline.png"]  # no feed plot
     for name in names:

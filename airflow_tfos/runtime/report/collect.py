@@ -25,6 +25,8 @@ class RunRecord:
     checkpoints: list[dict[str, Any]]
     export: dict[str, Any] | None
     progress: dict[str, Any] | None
+    #: fingerprint.json: the input's listing and the code's hash when the run was submitted
+    fingerprint: dict[str, Any] | None = None
 
     def of(self, *kinds: str) -> list[dict[str, Any]]:
         return [e for e in self.events if e.get("kind") in kinds]
@@ -45,4 +47,5 @@ def collect(rundir: RunDir) -> RunRecord:
         checkpoints=rundir.checkpoint_history(),
         export=rundir.export_success(),
         progress=rundir.read_progress(),
+        fingerprint=rundir.read_fingerprint(),
     )

@@ -64,6 +64,21 @@ def _table(rows: list[tuple[str, Any]], head: tuple[str, ...] | None = None) -> 
     return "\n".join(out)
 
 
+def _fingerprint(found: dict[str, Any] | None) -> str | None:
+    """The fingerprint's hash, and each input's files and bytes (or why it is not fingerprinted)."""
+    if not found:
+        return None
+    parts = []
+    for name, item in (found.get("inputs") or {}).items():
+        if item.get("hash"):
+            parts.append(f"{name}: {item.get('count')} files, {item.get('bytes')} bytes")
+        else:
+            parts.append(f"{name}: not fingerprinted ({item.get('error') or item.get('note')})")
+    code = (found.get("code") or {}).get("hash")
+    parts += [f"code {code}"] if code else []
+    return f"{found.get('hash')} ({'; '.join(parts)})" if parts else str(found.get("hash"))
+
+
 def _data(data: dict[str, Any] | None) -> str:
     if not data:
         return ""
@@ -106,6 +121,7 @@ def summary_rows(record: RunRecord) -> list[tuple[str, Any]]:
         ("state", status.get("state", "unknown")),
         ("application(s)", ", ".join(apps)),
         ("spec hash", spec.get("spec_hash", status.get("spec_hash"))),
+        ("input fingerprint", _fingerprint(record.fingerprint)),
         ("train function", spec.get("train_fn")),
         ("args", spec.get("args")),
         ("nodes", nodes),

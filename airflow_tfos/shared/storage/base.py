@@ -11,7 +11,7 @@ import glob
 import os
 import shutil
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import BinaryIO, Protocol
 
 #: The mode of a run directory: its owner's alone.
@@ -25,10 +25,11 @@ def is_plain_name(name: object) -> bool:
 
 @dataclass(frozen=True)
 class FileInfo:
-    """A file and its size in bytes."""
+    """A file, its size in bytes and when it was last modified (seconds since the epoch; None: not known)."""
 
     path: str
     size: int
+    modified: float | None = field(default=None, compare=False)
 
 
 class Storage(Protocol):
@@ -86,7 +87,7 @@ class LocalStorage:
             matches = [n for n in names if os.path.isfile(n) and not os.path.basename(n).startswith((".", "_"))]
         else:
             matches = [m for m in glob.glob(path) if os.path.isfile(m)]
-        return [FileInfo(m, os.path.getsize(m)) for m in sorted(matches)]
+        return [FileInfo(m, (st := os.stat(m)).st_size, st.st_mtime) for m in sorted(matches)]
 
     def open(self, path: str, mode: str = "rb") -> BinaryIO:
         return open(self._strip(path), mode)

@@ -183,7 +183,8 @@ class WebHDFSStorage:
                 found.append((hpath, status))
         else:
             found = [(p, s) for p, s in self._glob(hpath) if s["type"] == "FILE"]
-        return sorted((FileInfo(prefix + p, int(s["length"])) for p, s in found), key=lambda f: f.path)
+        infos = (FileInfo(prefix + p, int(s["length"]), _modified(s)) for p, s in found)
+        return sorted(infos, key=lambda f: f.path)
 
     def _glob(self, hpath: str) -> list[tuple[str, dict[str, Any]]]:
         parts = [p for p in hpath.split("/") if p]
@@ -385,6 +386,12 @@ class _UploadOnClose(io.FileIO):
                 self._storage._publish(hpath, local_file=self._local)
         finally:
             os.remove(self._local)
+
+
+def _modified(status: dict[str, Any]) -> float | None:
+    """A FileStatus's ``modificationTime`` (milliseconds) in seconds, or None when it has none."""
+    millis = status.get("modificationTime")
+    return millis / 1000.0 if isinstance(millis, int | float) else None
 
 
 def _renamer(src: str, dst: str, options: str):

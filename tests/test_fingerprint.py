@@ -1,0 +1,164 @@
+"""Fingerprints of a run's input and code, and the rerun decision they drive (no Spark, no TF).
+
+The listings are checked against ``os.stat`` of the same files (an independent reading); the WebHDFS case
+runs through the protocol emulator, whose files lie on local disk.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from airflow_tfos.operators.run import TrainingRun
+from airflow_tfos.shared.fingerprint import changes, files_fingerprint, listing_hash, run_fingerprint
+from airflow_tfos.shared.rundir import RunDir
+from airflow_tfos.shared.spec import RunSpec
+from airflow_tfos.shared.storage import LocalStorage
+from airflow_tfos.shared.storage.webhdfs_client import WebHDFSStorage
+
+
+def write_input(folder: Path, sizes: dict[str, int]) -> None:
+    for name, size in sizes.items():
+        path = folder / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(b"r" * size)
+
+
+def by_stat(folder: Path, ms=round) -> dict[str, list[int]]:
+    """The listing, read with os.walk/os.stat (Spark's rule: no _ or . names); ``ms``: how seconds become
+    milliseconds (HDFS truncates)."""
+    found = {}
+    for root, dirs, names in os.walk(folder):
+        dirs[:] = [d for d in dirs if not d.startswith(("_", "."))]
+        for name in names:
+            if not name.startswith(("_", ".")):
+                st = os.stat(Path(root, name))
+                found[str(Path(root, name).relative_to(folder))] = [st.st_size, ms(st.st_mtime * 1000)]
+    return found
+
+
+class TestFilesFingerprint:
+    def test_lists_partitions_recursively_with_sizes_and_times_skipping_markers(self, tmp_path):
+        write_input(tmp_path, {"day=1/part-0.parquet": 10, "day=2/part-0.parquet": 20, "_SUCCESS": 0, ".x.crc": 3})
+        found = files_fingerprint(str(tmp_path), LocalStorage())
+        assert found["files"] == by_stat(tmp_path)
+        assert sorted(found["files"]) == ["day=1/part-0.parquet", "day=2/part-0.parquet"]
+        assert (found["count"], found["bytes"]) == (2, 30)
+        assert files_fingerprint(f"file://{tmp_path}", LocalStorage())["hash"] == found["hash"]
+
+    def test_the_same_listing_gives_the_same_hash_in_any_order(self):
+        entries = {f"part-{i}.parquet": [100 + i, 1_700_000_000_000 + i] for i in range(50)}
+        assert listing_hash(dict(reversed(list(entries.items())))) == listing_hash(entries)
+        assert listing_hash({**entries, "part-0.parquet": [101, 1_700_000_000_000]}) != listing_hash(entries)
+
+    @pytest.mark.parametrize("change", ["add", "remove", "rewrite_size", "rewrite_same_size"])
+    def test_every_kind_of_change_is_seen_and_named(self, tmp_path, change):
+        write_input(tmp_path, {"part-0.parquet": 1234, "part-1.parquet": 50})
+        before = run_fingerprint({"data": {"format": "parquet", "path": str(tmp_path)}})
+        again = run_fingerprint({"data": {"format": "parquet", "path": str(tmp_path)}})
+        assert again["hash"] == before["hash"] and changes(before, again) == []
+        if change == "add":
+            write_input(tmp_path, {"part-2.parquet": 7})
+            expected = "1 files added, 0 removed, 0 changed (e.g. part-2.parquet added)"
+        elif change == "remove":
+            (tmp_path / "part-1.parquet").unlink()
+            expected = "0 files added, 1 removed, 0 changed (e.g. part-1.parquet removed)"
+        elif change == "rewrite_size":
+            write_input(tmp_path, {"part-0.parquet": 1301})
+            expected = "0 files added, 0 removed, 1 changed (e.g. part-0.parquet size 1234 -> 1301)"
+        else:  # rewritten in place with as many bytes: only the time tells
+            stat = os.stat(tmp_path / "part-0.parquet")
+            os.utime(tmp_path / "part-0.parquet", ns=(stat.st_atime_ns, stat.st_mtime_ns + 5_000_000_000))
+            expected = "0 files added, 0 removed, 1 changed (e.g. part-0.parquet modified "
+        after = run_fingerprint({"data": {"format": "parquet", "path": str(tmp_path)}})
+        assert after["hash"] != before["hash"]
+        (line,) = changes(before, after)
+        assert line.startswith(f"input data ({tmp_path}): {expected}")
+
+    def test_a_code_change_is_named_and_a_table_is_said_to_go_unseen(self, tmp_path):
+        spec = {"data": {"format": "table", "table": "db.t"}, "code": {"packages": ["my_training"], "hash": "a1"}}
+        before = run_fingerprint(spec)
+        after = run_fingerprint({**spec, "code": {"packages": ["my_training"], "hash": "b2"}})
+        assert changes(before, after) == ["code my_training: content hash a1 -> b2"]
+        assert before["inputs"]["data"] == {
+            "kind": "table", "table": "db.t", "hash": None, "note": "tables are not fingerprinted"
+        }  # fmt: skip
+
+    def test_a_webhdfs_listing_matches_the_files_behind_the_emulator(self, emu):
+        storage = WebHDFSStorage(emu.config())
+        base = emu.uri("/data/day=1")
+        for name, size in (("part-0.parquet", 10), ("sub/part-1.parquet", 20), ("_SUCCESS", 0)):
+            storage.write_bytes(f"{base}/{name}", b"x" * size)
+        found = files_fingerprint(base, storage)
+        assert found["files"] == by_stat(Path(emu.local_path("/data/day=1")), ms=int)
+        storage.write_bytes(f"{base}/part-0.parquet", b"y" * 11)
+        assert files_fingerprint(base, storage)["files"]["part-0.parquet"][0] == 11
+
+    def test_a_thousand_files_on_webhdfs_are_fingerprinted_in_seconds(self, emu):
+        folder = Path(emu.local_path("/big"))
+        write_input(folder, {f"part-{i:05d}.parquet": 100 + i % 7 for i in range(1000)})
+        started = time.monotonic()
+        found = files_fingerprint(emu.uri("/big"), WebHDFSStorage(emu.config()))
+        seconds = time.monotonic() - started
+        assert found["count"] == 1000 and found["files"] == by_stat(folder, ms=int)
+        assert seconds < 20, f"fingerprinting 1,000 files on the WebHDFS emulator took {seconds:.2f} s"
+
+
+def exported(rundir: RunDir, spec_hash: str) -> None:
+    staging = rundir.export_staging()
+    Path(staging, "saved_model.pb").write_bytes(b"model")
+    rundir.publish_export(staging, spec_hash=spec_hash, step=20, metrics={"loss": 0.1})
+
+
+class TestRerunDecision:
+    def run(self, tmp_path: Path, data: Path) -> TrainingRun:
+        spec = RunSpec(
+            train_fn="my_training:main_fun",
+            num_nodes=2,
+            data={"format": "parquet", "path": str(data)},
+            feed={"features": ["x"], "label": "y", "batch_size": 30},
+            code={"packages": ["my_training"], "hash": "c0de"},
+        )
+        log = logging.getLogger("test_fingerprint")
+        rundir = RunDir(str(tmp_path / "run"))
+        return TrainingRun(run_dir=rundir.uri, spec=spec, hook=None, run_dir_contents=rundir, log=log)
+
+    def test_same_input_is_a_no_op_changed_input_trains_from_scratch_with_the_old_export_kept(self, tmp_path, caplog):
+        data = tmp_path / "data"
+        write_input(data, {"part-0.parquet": 1234, "part-1.parquet": 50})
+        first = self.run(tmp_path, data)
+        assert first.already_done() is None
+        first.before_submit()  # what a submission writes, then the driver's checkpoints and export
+        rundir = first.run_dir_contents
+        rundir.storage.makedirs(rundir.path("checkpoints", "ckpt-10"))
+        exported(rundir, first.digest)
+        assert rundir.export_success()["fingerprint"] == first.fingerprint["hash"]
+
+        assert self.run(tmp_path, data).already_done()["fingerprint"] == first.fingerprint["hash"]
+
+        write_input(data, {"part-0.parquet": 1301})
+        rerun = self.run(tmp_path, data)
+        with caplog.at_level(logging.INFO, logger="test_fingerprint"):
+            assert rerun.already_done() is None
+            rerun.before_submit()
+        moved = sorted(Path(tmp_path, "run", "previous").iterdir())
+        assert len(moved) == 1 and sorted(p.name for p in moved[0].iterdir()) == [
+            "checkpoints", "export", "fingerprint.json"
+        ]  # fmt: skip
+        assert not Path(tmp_path, "run", "export").exists() and rundir.latest_checkpoint() is None
+        assert rundir.read_fingerprint()["hash"] == rerun.fingerprint["hash"] != first.fingerprint["hash"]
+        text = caplog.text
+        assert "0 files added, 0 removed, 1 changed (e.g. part-0.parquet size 1234 -> 1301)" in text
+        assert f"kept in {moved[0]}" in text and "Training starts from scratch" in text
+
+    def test_an_export_without_a_recorded_fingerprint_stays_the_result(self, tmp_path):
+        data = tmp_path / "data"
+        write_input(data, {"part-0.parquet": 10})
+        run = self.run(tmp_path, data)
+        exported(run.run_dir_contents, run.digest)  # written before fingerprints existed
+        assert "fingerprint" not in run.run_dir_contents.export_success()
+        assert run.already_done() is not None
