@@ -18,7 +18,7 @@ class FakeBackend:
     """Applications in memory, with the TFoSHook interface; ``script`` says how a submitted one evolves."""
 
     #: the backend's name and this worker as a lease owner, as TFoSHook says them
-    backend = "yarn"
+    backend = "local"
     lease_owner = "fake-worker"
 
     def __init__(self) -> None:

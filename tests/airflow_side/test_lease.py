@@ -192,4 +192,8 @@ def test_the_operator_submits_once_the_other_workers_lease_lapses_and_then_holds
     result = op.execute(context)
     assert len(backend.submitted) == 1 and time.time() >= lapses
     lease = read_lease(rundir)
-    assert (lease.owner, lease.application_id, lease.backend) == ("fake-worker", result["application_id"], "yarn")
+    assert (lease.owner, lease.application_id, lease.backend) == (
+        "fake-worker",
+        result["application_id"],
+        FakeBackend.backend,
+    )
