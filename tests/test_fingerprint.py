@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from airflow_tfos.hooks.state import AppState
+from airflow_tfos.operators.inference import InferenceRun
 from airflow_tfos.operators.run import TrainingRun
 from airflow_tfos.shared.fingerprint import changes, files_fingerprint, listing_hash, run_fingerprint
 from airflow_tfos.shared.rundir import RunDir
@@ -162,3 +164,53 @@ class TestRerunDecision:
         exported(run.run_dir_contents, run.digest)  # written before fingerprints existed
         assert "fingerprint" not in run.run_dir_contents.export_success()
         assert run.already_done() is not None
+
+
+class TestInferenceRerun:
+    """Predictions are redone when their input or their model changed, even at the same paths."""
+
+    def run(self, tmp_path: Path, data: Path, model: Path) -> InferenceRun:
+        rundir = RunDir(str(tmp_path / "score-run"))
+        spec = RunSpec(
+            kind="inference",
+            num_nodes=1,
+            data={"format": "parquet", "path": str(data)},
+            inference={"model_path": str(model), "features": ["x"], "output_path": str(tmp_path / "out")},
+        )
+        log = logging.getLogger("test_fingerprint")
+        return InferenceRun(
+            run_dir=rundir.uri, spec=spec, hook=None, run_dir_contents=rundir, log=log,
+            output_path=str(tmp_path / "out"), output_storage=LocalStorage(),
+        )  # fmt: skip
+
+    def scored(self, run: InferenceRun) -> None:
+        """What a successful application leaves: the output's marker, then the operator's finish."""
+        Path(run.output_path).mkdir(exist_ok=True)
+        Path(run.marker).write_text("")
+        app = AppState(app_id="app-1", state="FINISHED", final_status="SUCCEEDED")
+        assert run.finish(app)["output_path"] == run.output_path
+
+    def test_a_model_retrained_into_the_same_path_is_scored_again_and_an_unchanged_one_is_not(self, tmp_path, caplog):
+        data, model = tmp_path / "data", tmp_path / "export"
+        write_input(data, {"part-0.parquet": 100})
+        write_input(model, {"saved_model.pb": 500, "variables/variables.index": 40})
+        first = self.run(tmp_path, data, model)
+        assert first.already_done() is None
+        self.scored(first)
+        assert first.run_dir_contents.read_fingerprint()["inputs"]["model"]["count"] == 2
+        assert self.run(tmp_path, data, model).already_done() is not None  # same input, same model
+
+        write_input(model, {"variables/variables.index": 44})  # retrained into the same export path
+        retrained = self.run(tmp_path, data, model)
+        with caplog.at_level(logging.INFO, logger="test_fingerprint"):
+            assert retrained.already_done() is None
+        assert "holds predictions of another input, model or code: input model (" in caplog.text
+        assert "variables/variables.index size 40 -> 44" in caplog.text
+
+        # a run that fails leaves the old fingerprint: the next try still sees the change
+        assert self.run(tmp_path, data, model).already_done() is None
+        self.scored(retrained)
+        assert self.run(tmp_path, data, model).already_done() is not None
+
+        write_input(data, {"part-1.parquet": 7})  # the input grew
+        assert self.run(tmp_path, data, model).already_done() is None

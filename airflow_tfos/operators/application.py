@@ -41,6 +41,7 @@ if TYPE_CHECKING:
     from airflow_tfos.hooks.tfos import TFoSHook
     from airflow_tfos.shared.rundir import RunDir
     from airflow_tfos.shared.spec import RunSpec
+    from airflow_tfos.shared.storage import Storage
 
 #: XCom key of the application id (besides the return value).
 APPLICATION_ID_KEY = "application_id"
@@ -154,7 +155,14 @@ class _TFoSApplicationOperator(ResumableJobMixin, BaseOperator):
             "hook": self.hook,
             "run_dir_contents": self.run_dir_contents,
             "log": self.log,
+            "input_storage": self.input_storage,
         }
+
+    def input_storage(self, uri: str) -> Storage:
+        """The storage that lists an input at ``uri`` for its fingerprint (HDFS: the ``webhdfs`` connection)."""
+        from airflow_tfos.hooks.run_dir import RunDirHook
+
+        return RunDirHook(uri, webhdfs_conn_id=self.webhdfs_conn_id).storage
 
     def user_functions(self) -> list[str]:
         """Import paths of the user's functions the application runs (whose package is shipped)."""

@@ -13,6 +13,7 @@ from airflow_tfos.hooks.runs import RunConfigError
 from airflow_tfos.links.tfos import SparkApplicationLink, TensorBoardLink, TrainingReportLink
 from airflow_tfos.operators.application import _TFoSApplicationOperator, shipped_code
 from airflow_tfos.operators.run import ApplicationRun
+from airflow_tfos.shared.fingerprint import changes, inference_fingerprint
 from airflow_tfos.shared.spec import RunSpec
 from airflow_tfos.shared.storage import join
 
@@ -27,7 +28,8 @@ SUCCESS_MARKER = "_SUCCESS"
 
 
 class InferenceRun(ApplicationRun):
-    """A batch inference request: done means the output's ``_SUCCESS`` marker.
+    """A batch inference request: done means the output's ``_SUCCESS`` marker, of predictions made from the
+    same input, model and code (:func:`~airflow_tfos.shared.fingerprint.inference_fingerprint`).
 
     :param output_path: where the predictions go.
     :param output_storage: the storage of ``output_path``'s scheme (not the run directory's).
@@ -39,11 +41,25 @@ class InferenceRun(ApplicationRun):
         self.output_storage = output_storage
         self.marker = join(output_path, SUCCESS_MARKER)
 
+    def measure_fingerprint(self) -> dict[str, Any]:
+        return inference_fingerprint(self.spec_json, self.input_storage)
+
     def already_done(self) -> dict[str, Any] | None:
-        if self.output_storage.exists(self.marker):
-            self.log.info("%s holds predictions already (%s): nothing to do", self.output_path, SUCCESS_MARKER)
-            return self.result(None)
-        return None
+        """The predictions are there, made from this input, model and code (``fingerprint.json`` of the run
+        directory, written when they were); predictions from other ones are made again."""
+        if not self.output_storage.exists(self.marker):
+            return None
+        made_from = self.run_dir_contents.read_fingerprint()
+        if made_from is not None and made_from.get("hash") != self.fingerprint["hash"]:
+            self.log.warning(
+                "%s holds predictions of another input, model or code: %s. Scoring again; the old predictions "
+                "stay until the new ones replace them",
+                self.output_path,
+                "; ".join(changes(made_from, self.fingerprint)),
+            )
+            return None
+        self.log.info("%s holds predictions already (%s): nothing to do", self.output_path, SUCCESS_MARKER)
+        return self.result(None)
 
     def result(self, app: AppState | None) -> dict[str, Any]:
         """Application id, run directory, output path and the number of rows scored."""
@@ -58,6 +74,8 @@ class InferenceRun(ApplicationRun):
 
     def finish(self, app: AppState) -> dict[str, Any]:
         if app.is_successful and self.output_storage.exists(self.marker):
+            # Recorded only now: a failed run leaves the old predictions with the fingerprint they were made from.
+            self.run_dir_contents.write_fingerprint(self.fingerprint)
             return self.result(app)
         status = self.run_dir_contents.read_status() or {}
         raise AirflowException(

@@ -74,10 +74,18 @@ class ApplicationRun:
     :param hook: the backend that submits, finds and kills applications.
     :param run_dir_contents: the run directory's contents (what :mod:`~airflow_tfos.shared.rundir` reads and writes).
     :param log: where the steps say what they do (the operator's task log).
+    :param input_storage: the storage that lists an input path for the fingerprint (default: by the path's scheme).
     """
 
     def __init__(
-        self, *, run_dir: str, spec: RunSpec, hook: TFoSHook, run_dir_contents: RunDir, log: logging.Logger
+        self,
+        *,
+        run_dir: str,
+        spec: RunSpec,
+        hook: TFoSHook,
+        run_dir_contents: RunDir,
+        log: logging.Logger,
+        input_storage: Callable[[str], Storage] | None = None,
     ) -> None:
         self.run_dir = run_dir
         self.spec = spec
@@ -88,12 +96,40 @@ class ApplicationRun:
         self.log = log
         #: the latest result a step returned (what the task returns)
         self.outcome: dict[str, Any] | None = None
+        self.input_storage = input_storage or storage_for
+        self._fingerprint: dict[str, Any] | None = None
 
     def check(self) -> None:
         """Raise :class:`~airflow_tfos.shared.spec.SpecError` naming the field unless the driver can run the spec."""
         parse_spec(self.spec_json)
 
     # --- what subclasses say -----------------------------------------------------------------------------
+
+    def measure_fingerprint(self) -> dict[str, Any]:
+        """The fingerprint of what this request reads and runs, as it is now (listings, not contents)."""
+        return run_fingerprint(self.spec_json, self.input_storage)
+
+    @property
+    def computed_fingerprint(self) -> dict[str, Any] | None:
+        """The fingerprint if this try computed it already, else None (no listing is made for asking)."""
+        return self._fingerprint
+
+    @property
+    def fingerprint(self) -> dict[str, Any]:
+        """The fingerprint of this try's input and code (computed on first use)."""
+        if self._fingerprint is None:
+            found = self.measure_fingerprint()
+            self.log.info(
+                "fingerprint %s of the input and code (%s) in %.2f s",
+                found["hash"],
+                ", ".join(f"{n}: {i.get('count', i.get('kind'))} files" for n, i in found["inputs"].items())
+                or "no input",
+                found["seconds"],
+            )
+            for what in unseen(found):
+                self.log.warning("a change of the input %s cannot be detected: a rerun will not see it", what)
+            self._fingerprint = found
+        return self._fingerprint
 
     def already_done(self) -> dict[str, Any] | None:
         """The result, if this request's work is there already (then nothing is submitted)."""
@@ -204,37 +240,12 @@ class TrainingRun(ApplicationRun):
     checkpoints are moved to ``previous/<time of the export>/`` (:meth:`before_submit`), so that no checkpoint
     of other data or code is resumed.
 
-    :param input_storage: the storage that lists an input path (default: chosen by the path's scheme).
     """
 
-    def __init__(self, *, input_storage: Callable[[str], Storage] | None = None, **kwargs: Any) -> None:
+    def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        self.input_storage = input_storage or storage_for
         #: the export's ``_SUCCESS`` record, once the result holds an export of this spec (for lineage)
         self.export_record: dict[str, Any] | None = None
-        self._fingerprint: dict[str, Any] | None = None
-
-    @property
-    def computed_fingerprint(self) -> dict[str, Any] | None:
-        """The fingerprint if this try computed it already, else None (no listing is made for asking)."""
-        return self._fingerprint
-
-    @property
-    def fingerprint(self) -> dict[str, Any]:
-        """The fingerprint of this try's input and code (computed on first use)."""
-        if self._fingerprint is None:
-            found = run_fingerprint(self.spec_json, self.input_storage)
-            self.log.info(
-                "fingerprint %s of the input and code (%s) in %.2f s",
-                found["hash"],
-                ", ".join(f"{n}: {i.get('count', i.get('kind'))} files" for n, i in found["inputs"].items())
-                or "no input",
-                found["seconds"],
-            )
-            for what in unseen(found):
-                self.log.warning("a change of the input %s cannot be detected: a rerun will not see it", what)
-            self._fingerprint = found
-        return self._fingerprint
 
     def already_done(self) -> dict[str, Any] | None:
         done = self.run_dir_contents.export_success()

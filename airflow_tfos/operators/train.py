@@ -27,7 +27,6 @@ from typing import TYPE_CHECKING, Any
 
 from airflow.sdk.exceptions import AirflowException
 
-from airflow_tfos.hooks.run_dir import RunDirHook
 from airflow_tfos.hooks.runs import RunConfigError
 from airflow_tfos.hooks.state import AppState
 from airflow_tfos.hooks.user_code import UserCodeError, import_path_of
@@ -42,7 +41,6 @@ if TYPE_CHECKING:
     from airflow.providers.openlineage.extractors import OperatorLineage
     from airflow.sdk import Context
 
-    from airflow_tfos.shared.storage import Storage
 
 #: Spec fields the operators take under another argument name (the others take the field's own name).
 SPEC_ARGUMENTS = {"timeout": "training_timeout", "serve_idle_secs": "idle_timeout"}
@@ -166,11 +164,7 @@ class _TFoSRunOperator(_TFoSApplicationOperator):
     # --- the run ---------------------------------------------------------------------------------------------
 
     def new_run(self, spec: RunSpec) -> TrainingRun:
-        return TrainingRun(**self.run_parts(spec), input_storage=self.input_storage)
-
-    def input_storage(self, uri: str) -> Storage:
-        """The storage that lists the input at ``uri`` for its fingerprint (HDFS: the ``webhdfs`` connection)."""
-        return RunDirHook(uri, webhdfs_conn_id=self.webhdfs_conn_id).storage
+        return TrainingRun(**self.run_parts(spec))
 
     def num_executors(self) -> int:
         """Executors the application needs: one per TF node."""

@@ -149,6 +149,19 @@ def run_fingerprint(
     }
 
 
+def inference_fingerprint(
+    spec: dict[str, Any], storage_of: Callable[[str], Storage] = storage_for, *, now: float | None = None
+) -> dict[str, Any]:
+    """:func:`run_fingerprint` of a batch inference spec, with its SavedModel among the inputs (``model``): a
+    model retrained into the same export path is another model."""
+    found = run_fingerprint(spec, storage_of, now=now)
+    model_path = (spec.get("inference") or {}).get("model_path")
+    if model_path:
+        found["inputs"]["model"] = data_fingerprint({"format": "files", "path": str(model_path)}, storage_of)
+        found["hash"] = combined_hash(found["inputs"], found["code"])
+    return found
+
+
 def _when(ms: Any) -> str:
     if not isinstance(ms, int | float):
         return "unknown"

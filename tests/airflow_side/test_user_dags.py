@@ -197,6 +197,9 @@ def test_a_dag_with_its_module_beside_it_trains_reruns_as_a_no_op_and_trains_aga
     assert export["step"] > 1.5 * coded["step"]  # steps per epoch follow the rows fed: 1,200 now, 600 before
     assert export["fingerprint"] == rundir.read_fingerprint()["hash"]
     assert registry.current()["fingerprint"] == export["fingerprint"]  # the retrained model is published
+    # scoring, at the same paths, sees the new rows and the new model: every new row scored by it once
+    assert "holds predictions of another input, model or code" in out
+    assert pq.read_table(env["USER_PREDICTIONS"]).num_rows == 1200
     assert (
         registry.current()["model_path"]
         != registry.version("20261120T000000", coded["spec_hash"], coded["fingerprint"])["model_path"]
@@ -206,6 +209,7 @@ def test_a_dag_with_its_module_beside_it_trains_reruns_as_a_no_op_and_trains_aga
     assert unchanged.returncode == 0, (unchanged.stdout + unchanged.stderr)[-6000:]
     assert len(rundir.events("submit")) == 3  # same spec, input and code: nothing submitted
     assert "already in service" in unchanged.stdout + unchanged.stderr
+    assert "holds predictions already" in unchanged.stdout + unchanged.stderr
 
 
 def test_a_mapped_sweep_gives_each_member_its_own_run_directory_and_application_and_publishes_the_best(
