@@ -137,6 +137,8 @@ class _TFoSRunOperator(_TFoSApplicationOperator):
             raise RunConfigError(f"{where}: {exc}") from None
         if not isinstance(self.num_nodes, int) or isinstance(self.num_nodes, bool) or self.num_nodes < 1:
             raise RunConfigError(f"{where}: num_nodes must be an integer >= 1, got {self.num_nodes!r}")
+        if not isinstance(self.num_ps, int) or isinstance(self.num_ps, bool) or self.num_ps < 0:
+            raise RunConfigError(f"{where}: num_ps must be an integer >= 0, got {self.num_ps!r}")
         if self.input_mode not in INPUT_MODES:
             raise RunConfigError(
                 f"{where}: input_mode must be one of {', '.join(INPUT_MODES)}, got {self.input_mode!r}"
