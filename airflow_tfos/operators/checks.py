@@ -11,15 +11,12 @@ settings) is checked here. No I/O.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from airflow_tfos.hooks.errors import TFoSConfigError
 from airflow_tfos.hooks.runs import RunConfigError, check_run_dir, templated
 from airflow_tfos.hooks.spark_conf import memory_mb
 from airflow_tfos.shared.spec import SpecError, parse_spec
-
-if TYPE_CHECKING:
-    from airflow_tfos.operators.application import _TFoSApplicationOperator
 
 #: Spark settings whose values are memory sizes (``512m``, ``2g``).
 MEMORY_SETTINGS = (
@@ -56,7 +53,7 @@ def check_memory(value: Any, name: str, task: str) -> None:
         ) from None
 
 
-def check_spec(op: _TFoSApplicationOperator, *, pending: Callable[[Any], bool] = rendered) -> None:
+def check_spec(op: Any, *, pending: Callable[[Any], bool] = rendered) -> None:
     """Raise :class:`RunConfigError` naming the task and the argument unless the spec the task asks for can be
     run: unknown keys of ``data``, ``validation_data``, ``feed``, the format, the import paths (spec.json's
     fields are the operators' arguments, so the spec's message names the argument)."""
@@ -67,8 +64,9 @@ def check_spec(op: _TFoSApplicationOperator, *, pending: Callable[[Any], bool] =
         raise RunConfigError(f"{where(op)}: {message}") from None
 
 
-def check_arguments(op: _TFoSApplicationOperator, *, pending: Callable[[Any], bool] = rendered) -> None:
-    """Check the arguments of ``op``, a training, launch or inference operator; raise :class:`RunConfigError`
+def check_arguments(op: Any, *, pending: Callable[[Any], bool] = rendered) -> None:
+    """Check the arguments of ``op``, a training, launch or inference operator (an
+    ``airflow_tfos.operators.application._TFoSApplicationOperator``); raise :class:`RunConfigError`
     (a ``ValueError``: a DAG import error at parse time) naming the task, the argument and what it may be.
 
     :param pending: whether a value is not rendered yet: :func:`~airflow_tfos.hooks.runs.templated` at parse
@@ -93,11 +91,11 @@ def check_arguments(op: _TFoSApplicationOperator, *, pending: Callable[[Any], bo
     check_spec(op, pending=pending)
 
 
-def check_at_parse_time(op: _TFoSApplicationOperator) -> None:
+def check_at_parse_time(op: Any) -> None:
     """:func:`check_arguments` at DAG parse time: values still holding Jinja wait for :func:`check_rendered`."""
     check_arguments(op, pending=templated)
 
 
-def check_rendered(op: _TFoSApplicationOperator) -> None:
+def check_rendered(op: Any) -> None:
     """:func:`check_arguments` after rendering, before anything is submitted: every value is checked."""
     check_arguments(op)
