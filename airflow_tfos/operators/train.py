@@ -264,6 +264,11 @@ class TFoSLaunchClusterOperator(_TFoSRunOperator):
         self.idle_timeout = idle_timeout
         super().__init__(**kwargs)
         self.ready_timeout = ready_timeout
+        where = f"TFoSLaunchClusterOperator {self.task_id!r}"
+        if not isinstance(ready_timeout, (int, float)) or ready_timeout <= 0:
+            raise RunConfigError(f"{where}: ready_timeout must be > 0 seconds, got {ready_timeout!r}")
+        if idle_timeout is not None and (not isinstance(idle_timeout, (int, float)) or idle_timeout <= 0):
+            raise RunConfigError(f"{where}: idle_timeout must be > 0 seconds or None, got {idle_timeout!r}")
 
     def wait(self, app: AppState) -> dict[str, Any]:
         """Wait until the application serves feeds (or defer); a launch that ended instead is finished."""

@@ -36,6 +36,10 @@ DATA_FORMATS = ("table", "parquet", "csv", "tfrecord", "function")
 KINDS = ("train", "inference")
 #: Which Keras the nodes use (``airflow_tfos.runtime.cluster.KERAS_MODES``).
 KERAS_MODES = ("auto", "tf_keras", "keras3")
+#: The coordinating node's job name (``airflow_tfos.runtime.cluster.plan_roles``).
+MASTER_NODES = ("chief", "master", None)
+#: How a feed evens out its nodes' steps (``airflow_tfos.runtime.feed.plan.BALANCE_MODES``).
+BALANCE_MODES = ("pad", "drop")
 _INFERENCE_FIELDS = {
     "model_path", "features", "output_path", "output_col", "output", "outputs", "signature", "batch_size",
 }  # fmt: skip
@@ -190,6 +194,12 @@ def parse_spec(raw: Any, *, pending: Callable[[Any], bool] = _never) -> RunSpec:
         raise SpecError(f"spec.json input_mode must be one of {', '.join(INPUT_MODES)}, got {spec.input_mode!r}")
     if spec.keras not in KERAS_MODES:
         raise SpecError(f"spec.json keras must be one of {', '.join(KERAS_MODES)}, got {spec.keras!r}")
+    if spec.master_node not in MASTER_NODES:
+        raise SpecError(f"spec.json master_node must be 'chief', 'master' or None, got {spec.master_node!r}")
+    if spec.max_attempts < 1:
+        raise SpecError(f"spec.json max_attempts must be at least 1, got {spec.max_attempts}")
+    if spec.gpus_per_node < 0:
+        raise SpecError(f"spec.json gpus_per_node must be 0 or more, got {spec.gpus_per_node}")
     for name in ("data", "validation_data"):
         if getattr(spec, name) is not None:
             check_data(getattr(spec, name), name, pending=pending)
@@ -258,6 +268,13 @@ def check_feed(feed: Any, *, pending: Callable[[Any], bool] = _never) -> None:
         value = feed.get(name)
         if isinstance(value, (list, tuple)) and not all(isinstance(column, str) for column in value):
             raise SpecError(f"spec.json feed field {name!r} must name columns (strings)")
+    for name in ("batch_size", "shuffle_window"):
+        value = feed.get(name)
+        if isinstance(value, int) and value < 1:
+            raise SpecError(f"spec.json feed field {name!r} must be at least 1, got {value}")
+    balance = feed.get("balance", "pad")
+    if not pending(balance) and balance not in BALANCE_MODES:
+        raise SpecError(f"spec.json feed field 'balance' must be 'pad' or 'drop', got {balance!r}")
 
 
 def split_import_path(path: str, name: str) -> tuple[str, str]:

@@ -107,6 +107,45 @@ class TestArguments:
         with raises(r"executor_cores must be an integer >= 1, got 0"):
             train_op(tmp_path, executor_cores=0)
 
+    @pytest.mark.parametrize(
+        ("arguments", "message"),
+        [
+            ({"master_node": "leader"}, r"master_node must be 'chief', 'master' or None, got 'leader'"),
+            ({"max_attempts": 0}, r"max_attempts must be at least 1, got 0"),
+            ({"gpus_per_node": -1}, r"gpus_per_node must be 0 or more, got -1"),
+            ({"feed": {**FEED, "batch_size": 0}}, r"feed field 'batch_size' must be at least 1, got 0"),
+            ({"feed": {**FEED, "shuffle_window": 0}}, r"feed field 'shuffle_window' must be at least 1, got 0"),
+            ({"feed": {**FEED, "balance": "even"}}, r"feed field 'balance' must be 'pad' or 'drop', got 'even'"),
+        ],
+    )
+    def test_what_the_cluster_would_refuse_is_refused_at_parse_time(self, tmp_path, arguments, message):
+        with raises(rf"TFoSTrainOperator 'train': {message}"):
+            train_op(tmp_path, **arguments)
+
+    def test_inference_batch_size_is_a_count(self, tmp_path):
+        with raises(r"TFoSInferenceOperator 'score': batch_size must be an integer >= 1, got 0"):
+            TFoSInferenceOperator(
+                task_id="score",
+                model_path="/m",
+                data={"format": "table", "table": "t"},
+                features=["x"],
+                output_path=str(tmp_path / "out"),
+                batch_size=0,
+            )
+
+    @pytest.mark.parametrize(
+        ("arguments", "message"),
+        [
+            ({"ready_timeout": 0}, r"ready_timeout must be > 0 seconds, got 0"),
+            ({"idle_timeout": -5}, r"idle_timeout must be > 0 seconds or None, got -5"),
+        ],
+    )
+    def test_launch_timeouts_are_positive(self, tmp_path, arguments, message):
+        with raises(rf"TFoSLaunchClusterOperator 'launch': {message}"):
+            TFoSLaunchClusterOperator(
+                task_id="launch", train_fn="pkg.mod:main", run_dir=str(tmp_path), ship_code=False, **arguments
+            )
+
     def test_the_launch_operator_runs_the_same_checks(self, tmp_path):
         with raises(r"TFoSLaunchClusterOperator 'train': feed has unknown field\(s\): lable"):
             TFoSLaunchClusterOperator(
@@ -255,3 +294,16 @@ def test_the_feed_operator_checks_its_rendered_data_before_requesting_the_feed(t
     with raises(r"TFoSFeedOperator 'feed': data.format must be one of .*got 'tfrecords' \(did you mean 'tfrecord'\?\)"):
         op.execute(make_context(task_id="feed"))
     assert RunDir(str(tmp_path)).pending_feeds() == []
+
+
+def test_the_spec_choices_are_the_runtimes():
+    """What the Airflow side checks at parse time is what the cluster accepts (the runtime's own lists; importing
+    them starts no Spark and no TF)."""
+    from airflow_tfos.runtime.cluster import CHIEF, KERAS_MODES, MASTER
+    from airflow_tfos.runtime.feed.plan import BALANCE_MODES, Feed
+    from airflow_tfos.shared import spec
+
+    assert spec.KERAS_MODES == KERAS_MODES
+    assert set(spec.MASTER_NODES) == {CHIEF, MASTER, None}
+    assert spec.BALANCE_MODES == BALANCE_MODES
+    assert FEED_KEYS.split(", ") == sorted(Feed.__dataclass_fields__)
