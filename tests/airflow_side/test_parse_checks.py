@@ -161,6 +161,22 @@ class TestTemplatedValues:
         with raises(r"feed has unknown field\(s\): batchsize"):
             train_op(tmp_path, feed={"features": "{{ params.cols }}", "batchsize": "{{ params.n }}"})
 
+    def test_an_xcom_argument_waits_for_rendering(self, tmp_path):
+        from datetime import datetime
+
+        from airflow.sdk import DAG, task
+
+        with DAG("xcom_data", start_date=datetime(2026, 1, 1), schedule=None):
+
+            @task
+            def today():
+                return {"format": "parquet", "path": "/d"}
+
+            op = train_op(tmp_path, data=today())
+            with raises(r"feed has unknown field\(s\): lable"):
+                train_op(tmp_path, task_id="typo", data=today(), feed={"features": ["x"], "lable": "y"})
+        assert "xcom_pull" in str(op.data)
+
     def test_a_wholly_templated_argument_waits_for_rendering(self, tmp_path):
         train_op(tmp_path, feed="{{ params.feed }}", conf="{{ params.conf }}")
 
