@@ -25,14 +25,14 @@ from airflow.sdk.configuration import conf
 from airflow.sdk.exceptions import AirflowException
 
 from airflow_tfos.hooks.run_dir import PollPacer, RunDirHook, RunWatch
-from airflow_tfos.hooks.runs import RunConfigError, check_run_dir, run_tag
+from airflow_tfos.hooks.runs import run_tag
 from airflow_tfos.hooks.state import LIVE_STATES, AppState
 from airflow_tfos.hooks.user_code import ShippedCode, UserCodeError, code_package, comma_list
 from airflow_tfos.links.tfos import REPORT_URL_KEY, RUN_DIR_KEY, TRACKING_URL_KEY, SparkApplicationLink
+from airflow_tfos.operators.checks import check_at_parse_time, check_rendered
 from airflow_tfos.operators.run import ApplicationRun, AppResources
 from airflow_tfos.operators.run_dirs import resolve_run_dir, templated
 from airflow_tfos.shared.rundir import REPORT_HTML, spec_hash
-from airflow_tfos.shared.spec import SpecError, parse_spec
 from airflow_tfos.triggers.tfos import DONE, TFoSApplicationTrigger, watch_arguments
 
 if TYPE_CHECKING:
@@ -180,18 +180,9 @@ class _TFoSApplicationOperator(ResumableJobMixin, BaseOperator):
 
     def check_parameters(self) -> None:
         """What every such operator checks at DAG parse time (no I/O), after its own: the run directory, the
-        poll interval and the spec (unless templated); errors name the argument."""
-        where = f"{type(self).__name__} {self.task_id!r}"
-        if self.run_dir is not None and not templated(self.run_dir):
-            check_run_dir(self.run_dir, f"{where}: run_dir")
-        if self.poll_interval <= 0:
-            raise RunConfigError(f"{where}: poll_interval must be > 0, got {self.poll_interval}")
-        spec = self.build_spec(code=False).to_json()
-        if not templated(spec):
-            try:
-                parse_spec(spec)
-            except SpecError as exc:
-                raise RunConfigError(f"{where}: {exc}") from None
+        resources and the spec, each value unless templated (checked after rendering, in :meth:`prepare`);
+        errors name the argument (see :mod:`airflow_tfos.operators.checks`)."""
+        check_at_parse_time(self)
 
     def execute(self, context: Context) -> Any:
         """Return the result at once if the run is done; else reattach or submit, then wait (or defer)."""
@@ -241,8 +232,10 @@ class _TFoSApplicationOperator(ResumableJobMixin, BaseOperator):
         return spec_hash(self.build_spec().to_json())
 
     def prepare(self, context: Context) -> dict[str, Any] | None:
-        """Resolve the run directory and check the spec; return the result if this request is done already."""
+        """Resolve the run directory, check the rendered arguments and the spec; return the result if this
+        request is done already."""
         self.run_dir = self.resolve_run_dir(context)
+        check_rendered(self)  # the templated arguments, now rendered: before anything is written or submitted
         context["ti"].xcom_push(key=RUN_DIR_KEY, value=self.run_dir)
         context["ti"].xcom_push(key=REPORT_URL_KEY, value=self.run_dir_contents.path(REPORT_HTML))
         run = self.run()

@@ -142,6 +142,8 @@ class TFoSInferenceOperator(_TFoSApplicationOperator):
             raise RunConfigError(f"{where}: give model_output (one output) or model_outputs (several), not both")
         if not isinstance(num_executors, int) or isinstance(num_executors, bool) or num_executors < 1:
             raise RunConfigError(f"{where}: num_executors must be an integer >= 1, got {num_executors!r}")
+        if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1:
+            raise RunConfigError(f"{where}: batch_size must be an integer >= 1, got {batch_size!r}")
         self.check_parameters()
 
     def build_spec(self, *, code: bool = True) -> RunSpec:

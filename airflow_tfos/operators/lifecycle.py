@@ -9,7 +9,7 @@ it after a grace period.
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
@@ -22,6 +22,7 @@ from airflow_tfos.hooks.run_dir import PollPacer, RunDirHook, RunWatch
 from airflow_tfos.hooks.runs import RunConfigError, check_run_dir, run_key, run_tag, safe_name
 from airflow_tfos.hooks.state import AppState
 from airflow_tfos.links.tfos import TRACKING_URL_KEY, SparkApplicationLink, TrainingReportLink
+from airflow_tfos.operators.checks import rendered
 from airflow_tfos.operators.run_dirs import resolve_run_dir, templated
 from airflow_tfos.sensors.tfos import application_failure
 from airflow_tfos.shared.spec import SpecError, check_data
@@ -144,12 +145,8 @@ class TFoSFeedOperator(_RunTaskOperator):
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
-        if data is not None and not templated(data):
-            try:
-                check_data(data, "data")
-            except SpecError as exc:
-                raise RunConfigError(f"TFoSFeedOperator {self.task_id!r}: {exc}") from None
         self.data = data
+        self.check_data(pending=templated)
         self.args = args
         self.feed_id = feed_id
         self.feed_timeout = feed_timeout
@@ -161,8 +158,19 @@ class TFoSFeedOperator(_RunTaskOperator):
         self._feed_result = self._feed(context)
         return self._feed_result
 
+    def check_data(self, *, pending: Callable[[Any], bool] = rendered) -> None:
+        """Raise :class:`RunConfigError` naming the task unless ``data`` can be read: at parse time (values still
+        holding Jinja are checked for their keys only) and after rendering."""
+        if self.data is None:
+            return
+        try:
+            check_data(self.data, "data", pending=pending)
+        except SpecError as exc:
+            raise RunConfigError(f"TFoSFeedOperator {self.task_id!r}: {str(exc).removeprefix('spec.json ')}") from None
+
     def _feed(self, context: Context) -> dict[str, Any]:
         self.resolve(context)
+        self.check_data()  # rendered now: before the feed is requested
         feed_id = self.feed_id or safe_name(
             f"{self.task_id}-{run_key(context['dag_run'].logical_date, context['dag_run'].run_id)}"
         )

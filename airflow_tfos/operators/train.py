@@ -135,6 +135,8 @@ class _TFoSRunOperator(_TFoSApplicationOperator):
             raise RunConfigError(f"{where}: {exc}") from None
         if not isinstance(self.num_nodes, int) or isinstance(self.num_nodes, bool) or self.num_nodes < 1:
             raise RunConfigError(f"{where}: num_nodes must be an integer >= 1, got {self.num_nodes!r}")
+        if not isinstance(self.num_ps, int) or isinstance(self.num_ps, bool) or self.num_ps < 0:
+            raise RunConfigError(f"{where}: num_ps must be an integer >= 0, got {self.num_ps!r}")
         if self.input_mode not in INPUT_MODES:
             raise RunConfigError(
                 f"{where}: input_mode must be one of {', '.join(INPUT_MODES)}, got {self.input_mode!r}"
@@ -256,6 +258,11 @@ class TFoSLaunchClusterOperator(_TFoSRunOperator):
         self.idle_timeout = idle_timeout
         super().__init__(**kwargs)
         self.ready_timeout = ready_timeout
+        where = f"TFoSLaunchClusterOperator {self.task_id!r}"
+        if not isinstance(ready_timeout, (int, float)) or ready_timeout <= 0:
+            raise RunConfigError(f"{where}: ready_timeout must be > 0 seconds, got {ready_timeout!r}")
+        if idle_timeout is not None and (not isinstance(idle_timeout, (int, float)) or idle_timeout <= 0):
+            raise RunConfigError(f"{where}: idle_timeout must be > 0 seconds or None, got {idle_timeout!r}")
 
     def wait(self, app: AppState) -> dict[str, Any]:
         """Wait until the application serves feeds (or defer); a launch that ended instead is finished."""

@@ -20,9 +20,11 @@ export records it, and the driver refuses a ``spec.json`` whose content no longe
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 import importlib
 import json
+from collections.abc import Callable, Iterable
 from dataclasses import MISSING, Field, dataclass, field, fields
 from typing import Any
 
@@ -32,6 +34,12 @@ INPUT_MODES = ("SPARK", "TENSORFLOW")
 DATA_FORMATS = ("table", "parquet", "csv", "tfrecord", "function")
 
 KINDS = ("train", "inference")
+#: Which Keras the nodes use (``airflow_tfos.runtime.cluster.KERAS_MODES``).
+KERAS_MODES = ("auto", "tf_keras", "keras3")
+#: The coordinating node's job name (``airflow_tfos.runtime.cluster.plan_roles``).
+MASTER_NODES = ("chief", "master", None)
+#: How a feed evens out its nodes' steps (``airflow_tfos.runtime.feed.plan.BALANCE_MODES``).
+BALANCE_MODES = ("pad", "drop")
 _INFERENCE_FIELDS = {
     "model_path", "features", "output_path", "output_col", "output", "outputs", "signature", "batch_size",
 }  # fmt: skip
@@ -130,17 +138,40 @@ _FIELDS = {f.name: f.metadata["json"] for f in fields(RunSpec)}
 _REQUIRED = tuple(f.name for f in fields(RunSpec) if f.default is MISSING and f.default_factory is MISSING)
 
 
-def parse_spec(raw: Any) -> RunSpec:
-    """Check ``raw`` (the parsed JSON) and return it as a :class:`RunSpec`."""
+def _never(value: Any) -> bool:
+    return False
+
+
+def unknown_keys(given: Iterable[str], known: Iterable[str], what: str) -> None:
+    """Raise :class:`SpecError` unless every key of ``given`` is ``known``; it names ``what`` (``spec.json feed``),
+    each unknown key with the closest known one (a likely typo), and every known key."""
+    known = sorted(known)
+    unknown = sorted(set(given) - set(known))
+    if not unknown:
+        return
+    named = []
+    for key in unknown:
+        close = difflib.get_close_matches(str(key), known, n=1)
+        named.append(f"{key} (did you mean {close[0]!r}?)" if close else str(key))
+    raise SpecError(f"{what} has unknown field(s): {', '.join(named)}; known: {', '.join(known)}")
+
+
+def parse_spec(raw: Any, *, pending: Callable[[Any], bool] = _never) -> RunSpec:
+    """Check ``raw`` (the parsed JSON) and return it as a :class:`RunSpec`.
+
+    Every key is checked; a value for which ``pending`` is true (an operator's argument not rendered yet, see
+    ``airflow_tfos.hooks.runs.templated``) is checked only for its key, and again once rendered. Keys are never
+    retired: a spec.json written by an earlier version holds only keys that are still known, so it is still read.
+    """
     if not isinstance(raw, dict):
         raise SpecError(f"spec.json must hold a JSON object, not {type(raw).__name__}")
-    unknown = sorted(set(raw) - set(_FIELDS))
-    if unknown:
-        raise SpecError(f"unknown field(s) in spec.json: {', '.join(unknown)} (known: {', '.join(sorted(_FIELDS))})")
+    unknown_keys(raw, _FIELDS, "spec.json")
     missing = [name for name in _REQUIRED if name not in raw]
     if missing:
         raise SpecError(f"spec.json lacks required field(s): {', '.join(missing)}")
     for name, value in raw.items():
+        if pending(value):
+            continue
         expected = _FIELDS[name]
         if isinstance(value, bool) and expected is int:
             raise SpecError(f"spec.json field {name!r} must be an integer, not a boolean")
@@ -150,66 +181,86 @@ def parse_spec(raw: Any) -> RunSpec:
     if spec.kind not in KINDS:
         raise SpecError(f"spec.json kind must be one of {', '.join(KINDS)}, got {spec.kind!r}")
     if spec.kind == "inference":
-        _check_inference(spec)
+        _check_inference(spec, pending)
         return spec
     if not spec.train_fn:
         raise SpecError("spec.json lacks required field(s): train_fn")
     split_import_path(spec.train_fn, "train_fn")
     if spec.num_nodes < 1:
         raise SpecError(f"spec.json num_nodes must be at least 1, got {spec.num_nodes}")
+    if spec.num_ps < 0:
+        raise SpecError(f"spec.json num_ps must be 0 or more, got {spec.num_ps}")
     if spec.input_mode not in INPUT_MODES:
         raise SpecError(f"spec.json input_mode must be one of {', '.join(INPUT_MODES)}, got {spec.input_mode!r}")
+    if spec.keras not in KERAS_MODES:
+        raise SpecError(f"spec.json keras must be one of {', '.join(KERAS_MODES)}, got {spec.keras!r}")
+    if spec.master_node not in MASTER_NODES:
+        raise SpecError(f"spec.json master_node must be 'chief', 'master' or None, got {spec.master_node!r}")
+    if spec.max_attempts < 1:
+        raise SpecError(f"spec.json max_attempts must be at least 1, got {spec.max_attempts}")
+    if spec.gpus_per_node < 0:
+        raise SpecError(f"spec.json gpus_per_node must be 0 or more, got {spec.gpus_per_node}")
     for name in ("data", "validation_data"):
         if getattr(spec, name) is not None:
-            check_data(getattr(spec, name), name)
+            check_data(getattr(spec, name), name, pending=pending)
     if spec.input_mode == "SPARK" and spec.data is not None and not spec.feed:
         raise SpecError("spec.json input_mode SPARK with data needs 'feed' (features, label, batch_size)")
     if spec.feed is not None:
-        check_feed(spec.feed)
+        check_feed(spec.feed, pending=pending)
     if spec.validation_data is not None and spec.input_mode != "SPARK":
         raise SpecError("spec.json validation_data is fed by Spark: use input_mode SPARK")
     return spec
 
 
-def _check_inference(spec: RunSpec) -> None:
+def _check_inference(spec: RunSpec, pending: Callable[[Any], bool]) -> None:
     if spec.data is None or spec.inference is None:
         raise SpecError(
             "spec.json kind inference needs 'data' (what to score) and 'inference' (model_path, features, ...)"
         )
-    check_data(spec.data, "data")
-    unknown = sorted(set(spec.inference) - _INFERENCE_FIELDS)
-    if unknown:
-        raise SpecError(f"spec.json inference has unknown field(s): {', '.join(unknown)}")
+    check_data(spec.data, "data", pending=pending)
+    if pending(spec.inference):
+        return
+    unknown_keys(spec.inference, _INFERENCE_FIELDS, "spec.json inference")
     for name in ("model_path", "features", "output_path"):
         if not spec.inference.get(name):
             raise SpecError(f"spec.json inference needs {name!r}")
 
 
-def check_data(data: dict, name: str) -> None:
-    """Raise :class:`SpecError` naming the field unless ``data`` describes an input the driver can read."""
-    unknown = sorted(set(data) - _DATA_FIELDS)
-    if unknown:
-        raise SpecError(f"spec.json {name} has unknown field(s): {', '.join(unknown)}")
+def check_data(data: Any, name: str, *, pending: Callable[[Any], bool] = _never) -> None:
+    """Raise :class:`SpecError` naming the field unless ``data`` describes an input the driver can read; values
+    for which ``pending`` is true (not rendered yet) are left to the check after rendering."""
+    if not isinstance(data, dict):
+        if pending(data):
+            return
+        raise SpecError(f"spec.json {name} must be a mapping such as {{'format': 'parquet', 'path': ...}}")
+    unknown_keys(data, _DATA_FIELDS, f"spec.json {name}")
     fmt = data.get("format")
+    if pending(fmt):
+        return
     if fmt not in DATA_FORMATS:
-        raise SpecError(f"spec.json {name}.format must be one of {', '.join(DATA_FORMATS)}, got {fmt!r}")
+        close = difflib.get_close_matches(str(fmt), DATA_FORMATS, n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        raise SpecError(f"spec.json {name}.format must be one of {', '.join(DATA_FORMATS)}, got {fmt!r}{hint}")
     needs = {"table": "table", "function": "function"}.get(fmt, "path")
     if not data.get(needs):
         raise SpecError(f"spec.json {name} with format {fmt!r} needs {needs!r}")
-    if fmt == "function":
+    if fmt == "function" and not pending(data["function"]):
         split_import_path(data["function"], f"{name}.function")
 
 
-def check_feed(feed: dict) -> None:
-    """Raise :class:`SpecError` naming the field unless ``feed`` has only known fields of the right types."""
-    unknown = sorted(set(feed) - set(_FEED_FIELDS))
-    if unknown:
-        raise SpecError(
-            f"spec.json feed has unknown field(s): {', '.join(unknown)} (known: {', '.join(sorted(_FEED_FIELDS))})"
-        )
+def check_feed(feed: Any, *, pending: Callable[[Any], bool] = _never) -> None:
+    """Raise :class:`SpecError` naming the field unless ``feed`` has only known fields of the right types; values
+    for which ``pending`` is true (not rendered yet) are left to the check after rendering."""
+    if not isinstance(feed, dict):
+        if pending(feed):
+            return
+        raise SpecError("spec.json feed must be a mapping such as {'features': [...], 'label': ..., 'batch_size': 64}")
+    unknown_keys(feed, _FEED_FIELDS, "spec.json feed")
     if "features" not in feed:
         raise SpecError("spec.json feed needs 'features' (the feature column or columns)")
     for name, value in feed.items():
+        if pending(value):
+            continue
         expected = _FEED_FIELDS[name]
         if (isinstance(value, bool) and expected is int) or not isinstance(value, expected):
             raise SpecError(f"spec.json feed field {name!r} has the wrong type {type(value).__name__}")
@@ -217,13 +268,22 @@ def check_feed(feed: dict) -> None:
         value = feed.get(name)
         if isinstance(value, (list, tuple)) and not all(isinstance(column, str) for column in value):
             raise SpecError(f"spec.json feed field {name!r} must name columns (strings)")
+    for name in ("batch_size", "shuffle_window"):
+        value = feed.get(name)
+        if isinstance(value, int) and value < 1:
+            raise SpecError(f"spec.json feed field {name!r} must be at least 1, got {value}")
+    balance = feed.get("balance", "pad")
+    if not pending(balance) and balance not in BALANCE_MODES:
+        raise SpecError(f"spec.json feed field 'balance' must be 'pad' or 'drop', got {balance!r}")
 
 
 def split_import_path(path: str, name: str) -> tuple[str, str]:
     """Split ``package.module:function``; raise naming the field when it is not of that form."""
     module, sep, attr = path.partition(":")
     if not sep or not module or not attr or not all(p.isidentifier() for p in [*module.split("."), *attr.split(".")]):
-        raise SpecError(f"spec.json {name} must look like 'package.module:function', got {path!r}")
+        dotted = path.rpartition(".")
+        hint = f" (did you mean {dotted[0] + ':' + dotted[2]!r}?)" if not sep and all(dotted) else ""
+        raise SpecError(f"spec.json {name} must look like 'package.module:function', got {path!r}{hint}")
     return module, attr
 
 

@@ -1,0 +1,101 @@
+"""Checks of the arguments of the operators that start Spark applications, run twice with the same function:
+when the DAG file is parsed (every argument but those still holding Jinja), and after rendering, before
+anything is submitted. A DAG file with a typo then fails to import, naming the task and the argument, instead
+of failing inside the Spark application at night.
+
+What the spec says (``train_fn``, ``data``, ``feed``, ...) is checked by the spec's own
+:func:`~airflow_tfos.shared.spec.parse_spec`; what only the submission uses (memory sizes, cores, Spark
+settings) is checked here. No I/O.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from airflow_tfos.hooks.errors import TFoSConfigError
+from airflow_tfos.hooks.runs import RunConfigError, check_run_dir, templated
+from airflow_tfos.hooks.spark_conf import memory_mb
+from airflow_tfos.shared.spec import SpecError, parse_spec
+
+#: Spark settings whose values are memory sizes (``512m``, ``2g``).
+MEMORY_SETTINGS = (
+    "spark.driver.memory",
+    "spark.driver.memoryOverhead",
+    "spark.executor.memory",
+    "spark.executor.memoryOverhead",
+)
+
+
+def rendered(value: Any) -> bool:
+    """What :func:`check_arguments` is given after rendering: nothing is left to render."""
+    return False
+
+
+def where(op: Any) -> str:
+    """How an error names the task: its operator and task id."""
+    return f"{type(op).__name__} {op.task_id!r}"
+
+
+def is_count(value: Any, least: int) -> bool:
+    """Whether ``value`` is an integer (not a boolean) of at least ``least``."""
+    return isinstance(value, int) and not isinstance(value, bool) and value >= least
+
+
+def check_memory(value: Any, name: str, task: str) -> None:
+    """Raise :class:`RunConfigError` naming ``name`` unless ``value`` is a Spark memory size (``512m``, ``2g``)."""
+    try:
+        if isinstance(value, bool) or memory_mb(value) <= 0:
+            raise TFoSConfigError(f"{value!r} is not a positive memory size")
+    except TFoSConfigError:
+        raise RunConfigError(
+            f"{task}: {name} must be a Spark memory size such as 512m or 2g (MiB when no unit), got {value!r}"
+        ) from None
+
+
+def check_spec(op: Any, *, pending: Callable[[Any], bool] = rendered) -> None:
+    """Raise :class:`RunConfigError` naming the task and the argument unless the spec the task asks for can be
+    run: unknown keys of ``data``, ``validation_data``, ``feed``, the format, the import paths (spec.json's
+    fields are the operators' arguments, so the spec's message names the argument)."""
+    try:
+        parse_spec(op.build_spec(code=False).to_json(), pending=pending)
+    except SpecError as exc:
+        message = str(exc).removeprefix("spec.json ")
+        raise RunConfigError(f"{where(op)}: {message}") from None
+
+
+def check_arguments(op: Any, *, pending: Callable[[Any], bool] = rendered) -> None:
+    """Check the arguments of ``op``, a training, launch or inference operator (an
+    ``airflow_tfos.operators.application._TFoSApplicationOperator``); raise :class:`RunConfigError`
+    (a ``ValueError``: a DAG import error at parse time) naming the task, the argument and what it may be.
+
+    :param pending: whether a value is not rendered yet: :func:`~airflow_tfos.hooks.runs.templated` at parse
+        time, when such a value is checked only for its keys; the default after rendering, when all is checked.
+    """
+    task = where(op)
+    if op.run_dir is not None and not pending(op.run_dir):
+        check_run_dir(op.run_dir, f"{task}: run_dir")
+    if not isinstance(op.poll_interval, (int, float)) or op.poll_interval <= 0:
+        raise RunConfigError(f"{task}: poll_interval must be > 0, got {op.poll_interval!r}")
+    if not is_count(op.executor_cores, 1):
+        raise RunConfigError(f"{task}: executor_cores must be an integer >= 1, got {op.executor_cores!r}")
+    check_memory(op.executor_memory, "executor_memory", task)
+    if op.tf_memory_mb is not None and not is_count(op.tf_memory_mb, 1):
+        raise RunConfigError(f"{task}: tf_memory_mb must be an integer >= 1 (MiB) or None, got {op.tf_memory_mb!r}")
+    if not pending(op.conf):
+        if not isinstance(op.conf, dict):
+            raise RunConfigError(f"{task}: conf must be a mapping of Spark settings, got {type(op.conf).__name__}")
+        for name in MEMORY_SETTINGS:
+            if name in op.conf and not pending(op.conf[name]):
+                check_memory(op.conf[name], f"conf[{name!r}]", task)
+    check_spec(op, pending=pending)
+
+
+def check_at_parse_time(op: Any) -> None:
+    """:func:`check_arguments` at DAG parse time: values still holding Jinja wait for :func:`check_rendered`."""
+    check_arguments(op, pending=templated)
+
+
+def check_rendered(op: Any) -> None:
+    """:func:`check_arguments` after rendering, before anything is submitted: every value is checked."""
+    check_arguments(op)
