@@ -13,6 +13,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from airflow.sdk.exceptions import AirflowFailException
+
 from airflow_tfos.hooks.errors import TFoSConfigError
 from airflow_tfos.hooks.runs import RunConfigError, check_run_dir, templated
 from airflow_tfos.hooks.spark_conf import memory_mb
@@ -96,6 +98,14 @@ def check_at_parse_time(op: Any) -> None:
     check_arguments(op, pending=templated)
 
 
+class RenderedArgumentError(RunConfigError, AirflowFailException):
+    """A rendered argument cannot be used: the task fails without retries, as a retry renders the same value."""
+
+
 def check_rendered(op: Any) -> None:
-    """:func:`check_arguments` after rendering, before anything is submitted: every value is checked."""
-    check_arguments(op)
+    """:func:`check_arguments` after rendering, before anything is submitted: every value is checked; an error
+    is a :class:`RenderedArgumentError` (no retry)."""
+    try:
+        check_arguments(op)
+    except RunConfigError as exc:
+        raise RenderedArgumentError(str(exc)) from exc
