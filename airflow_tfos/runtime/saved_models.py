@@ -21,6 +21,7 @@ import posixpath
 import shutil
 import tempfile
 
+from airflow_tfos.shared.fingerprint import files_fingerprint
 from airflow_tfos.shared.storage import LocalStorage, Storage, storage_for
 from airflow_tfos.shared.storage.webhdfs_config import HDFS_SCHEMES, WEBHDFS_ENV, config_for_uri
 
@@ -54,18 +55,9 @@ def storage_of(uri: str, webhdfs_config: str | None = None) -> Storage:
     return storage_for(uri)
 
 
-def list_tree(storage: Storage, path: str, rel: str = "") -> list[tuple[str, int]]:
-    """``(relative path, size)`` of every file under ``path`` (not those named ``.*``/``_*``), sorted."""
-    here = posixpath.join(path, rel) if rel else path
-    sizes = {posixpath.basename(f.path): f.size for f in storage.list(here)}
-    found = []
-    for name in storage.listdir(here):
-        child = posixpath.join(rel, name) if rel else name
-        if name in sizes:
-            found.append((child, sizes[name]))
-        elif not name.startswith((".", "_")):
-            found.extend(list_tree(storage, path, child))
-    return sorted(found)
+def list_tree(storage: Storage, path: str) -> list[tuple[str, int]]:
+    """``(relative path, size)`` of every file under ``path``, sorted: the listing of the input fingerprint."""
+    return sorted((rel, size) for rel, (size, _) in files_fingerprint(path, storage).get("files", {}).items())
 
 
 def version_of(storage: Storage, path: str) -> str:
