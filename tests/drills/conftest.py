@@ -1,4 +1,5 @@
-"""Fixtures of the failure drills: training data, and one real Airflow stack per test module."""
+"""Fixtures of the tests on a real Airflow stack: training data, and one stack per test session, shared by
+every test module in this folder."""
 
 from __future__ import annotations
 
@@ -15,17 +16,17 @@ from tests.drills.stack import AirflowStack
 DAGS = Path(__file__).parent / "dags"
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def drill_data(tmp_path_factory) -> str:
     """600 rows of y = 3 x0 - 2 x1 + 1 as Parquet files: 10 steps per epoch for 2 nodes at batch 30."""
     return write_linear_parquet(tmp_path_factory.mktemp("drill-data") / "linear", seed=11)
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def stack(tmp_path_factory, drill_data):
     """api-server, scheduler, dag-processor and triggerer (LocalExecutor, SQLite) with the drill DAGs.
 
-    Stopped at the end of the module, and with it every Spark application its tasks left running.
+    Stopped at the end of the session, and with it every Spark application its tasks left running.
     """
     root = tmp_path_factory.mktemp("drill-stack")
     home = root / "airflow"
