@@ -16,7 +16,14 @@ import pytest
 from airflow_tfos.hooks.state import AppState
 from airflow_tfos.operators.inference import InferenceRun
 from airflow_tfos.operators.run import TrainingRun
-from airflow_tfos.shared.fingerprint import changes, files_fingerprint, listing_hash, run_fingerprint
+from airflow_tfos.shared.fingerprint import (
+    changes,
+    files_fingerprint,
+    listing_hash,
+    pending_tables,
+    run_fingerprint,
+    unseen,
+)
 from airflow_tfos.shared.rundir import RunDir
 from airflow_tfos.shared.spec import RunSpec
 from airflow_tfos.shared.storage import LocalStorage
@@ -81,14 +88,16 @@ class TestFilesFingerprint:
         (line,) = changes(before, after)
         assert line.startswith(f"input data ({tmp_path}): {expected}")
 
-    def test_a_code_change_is_named_and_a_table_is_said_to_go_unseen(self, tmp_path):
+    def test_a_code_change_is_named_and_a_table_is_left_to_the_driver(self, tmp_path):
         spec = {"data": {"format": "table", "table": "db.t"}, "code": {"packages": ["my_training"], "hash": "a1"}}
         before = run_fingerprint(spec)
         after = run_fingerprint({**spec, "code": {"packages": ["my_training"], "hash": "b2"}})
         assert changes(before, after) == ["code my_training: content hash a1 -> b2"]
         assert before["inputs"]["data"] == {
-            "kind": "table", "table": "db.t", "hash": None, "note": "tables are not fingerprinted"
+            "kind": "table", "table": "db.t", "hash": None, "resolver": "driver",
+            "note": "fingerprinted by the Spark driver",
         }  # fmt: skip
+        assert pending_tables(before) == ["data"] and list(unseen(before)) == []
 
     def test_a_webhdfs_listing_matches_the_files_behind_the_emulator(self, emu):
         storage = WebHDFSStorage(emu.config())

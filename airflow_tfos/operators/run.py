@@ -25,7 +25,7 @@ from airflow_tfos.hooks.local import ApplicationAlreadyRunningError
 from airflow_tfos.hooks.run_dir import progress_line
 from airflow_tfos.hooks.runs import pick_winner, run_tag
 from airflow_tfos.shared.events import SUBMIT, SUBMITTED
-from airflow_tfos.shared.fingerprint import changes, run_fingerprint, unseen
+from airflow_tfos.shared.fingerprint import carry_tables, changes, pending_tables, run_fingerprint, unseen
 from airflow_tfos.shared.lease import lease_timeout, take_lease, wait_for_lease
 from airflow_tfos.shared.rundir import REPORT_HTML, spec_digest, spec_hash
 from airflow_tfos.shared.spec import RunSpec, parse_spec
@@ -252,6 +252,16 @@ class TrainingRun(ApplicationRun):
         if not done or done.get("spec_hash") != self.digest:
             return None
         learned_from = done.get("fingerprint")
+        tables = pending_tables(self.fingerprint)
+        if tables:
+            self.log.info(
+                "%s holds an export of this spec (%s); whether the table input (%s) changed since is seen by the "
+                "Spark driver: submitting an application, which trains only if it did",
+                self.run_dir,
+                self.digest,
+                ", ".join(self.fingerprint["inputs"][name]["table"] for name in tables),
+            )
+            return None
         if learned_from is not None and learned_from != self.fingerprint["hash"]:
             self.log.warning(
                 "%s holds an export of this spec (%s), but of other input or code (fingerprint %s, now %s): "
@@ -275,8 +285,8 @@ class TrainingRun(ApplicationRun):
         """Write fingerprint.json; when the input or code changed since the last one, first move the old
         export and checkpoints aside, saying what changed and where they are."""
         rundir = self.run_dir_contents
-        current = self.fingerprint
         previous = rundir.read_fingerprint()
+        current = carry_tables(previous, self.fingerprint)  # tables: as the last driver saw them, until it looks
         changed = changes(previous, current)
         if changed:
             export = rundir.export_success()
@@ -312,6 +322,10 @@ class TrainingRun(ApplicationRun):
             "fingerprint": (done or {}).get("fingerprint") if exported else None,
         }
         self.export_record = done if exported else None
+        if pending_tables(self._fingerprint):  # the driver fingerprinted the tables: lineage carries its listing
+            resolved = rundir.read_fingerprint()
+            if resolved and not pending_tables(resolved):
+                self._fingerprint = resolved
         return self.outcome
 
     def finish(self, app: AppState) -> dict[str, Any]:

@@ -34,6 +34,7 @@ from airflow_tfos.runtime.feed.plan import FeedConfigError
 from airflow_tfos.runtime.heartbeat import DriverWatch
 from airflow_tfos.runtime.launcher import TFClusterRun
 from airflow_tfos.runtime.spec import RunSpec, SpecError, import_callable, parse_spec
+from airflow_tfos.runtime.table_fingerprint import already_trained, has_table_inputs, resolve_tables
 from airflow_tfos.shared import events
 from airflow_tfos.shared.rundir import RunDir, RunDirError, verified_spec_hash
 from airflow_tfos.shared.spec import check_data
@@ -258,7 +259,8 @@ def run_driver(
         if expected_spec_hash is None:
             log.warning("spec.json (spec %s) was not verified: no --spec-hash was given", digest)
         done = rundir.export_success()
-        if done and done.get("spec_hash") == digest:
+        tables = spec.kind == "train" and has_table_inputs(rundir)  # their content is checked once Spark runs
+        if done and done.get("spec_hash") == digest and not tables:
             log.info("already exported for spec %s at step %s: nothing to do", digest, done.get("step"))
             return EXIT_OK
         train_fn = import_callable(spec.train_fn, "train_fn") if spec.kind == "train" else None
@@ -280,6 +282,20 @@ def run_driver(
     _record(rundir, events.APPLICATION, application_id=app_id, spec_hash=digest, spark_version=spark.version)
     code = EXIT_FAILED
     try:
+        if tables:
+            try:
+                done = already_trained(rundir, digest, resolve_tables(spark, rundir))
+            except Exception as exc:  # the table is missing or unreadable: the spec names what to change
+                code = _fail(rundir, f"cannot fingerprint the table input: {str(exc).splitlines()[0]}", EXIT_BAD_INPUT)
+                return code
+            if done:
+                log.info(
+                    "already exported for spec %s and this table content at step %s: nothing to do",
+                    digest,
+                    done.get("step"),
+                )
+                code = EXIT_OK
+                return code
         code = _run_application(spark, spec, rundir, train_fn, digest, heartbeat_secs)
         return code
     finally:
