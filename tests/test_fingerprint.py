@@ -19,6 +19,7 @@ from airflow_tfos.operators.run import TrainingRun
 from airflow_tfos.shared.fingerprint import (
     changes,
     files_fingerprint,
+    inference_fingerprint,
     listing_hash,
     pending_tables,
     run_fingerprint,
@@ -98,6 +99,8 @@ class TestFilesFingerprint:
             "note": "fingerprinted by the Spark driver",
         }  # fmt: skip
         assert pending_tables(before) == ["data"] and list(unseen(before)) == []
+        scoring = inference_fingerprint({**spec, "inference": {"model_path": str(tmp_path)}})
+        assert list(unseen(scoring)) == ["data (tables are not fingerprinted)"]  # no driver decides there
 
     def test_a_webhdfs_listing_matches_the_files_behind_the_emulator(self, emu):
         storage = WebHDFSStorage(emu.config())

@@ -202,6 +202,9 @@ def inference_fingerprint(
     """:func:`run_fingerprint` of a batch inference spec, with its SavedModel among the inputs (``model``): a
     model retrained into the same export path is another model."""
     found = run_fingerprint(spec, storage_of, now=now)
+    for name in pending_tables(found):  # no driver decides for predictions: the log says a change goes unseen
+        table = found["inputs"][name]["table"]
+        found["inputs"][name] = {"kind": "table", "table": table, "hash": None, "note": "tables are not fingerprinted"}
     model_path = (spec.get("inference") or {}).get("model_path")
     if model_path:
         found["inputs"]["model"] = data_fingerprint({"format": "files", "path": str(model_path)}, storage_of)
@@ -276,5 +279,5 @@ def unseen(fingerprint: dict[str, Any]) -> Iterable[str]:
     """Inputs whose changes this fingerprint cannot see (a listing that failed), with why; a function input is
     covered by the code, a table by the Spark driver."""
     for name, found in (fingerprint.get("inputs") or {}).items():
-        if found.get("hash") is None and found.get("kind") not in ("function", "table"):
+        if found.get("hash") is None and found.get("kind") != "function" and found.get("resolver") != "driver":
             yield f"{name} ({found.get('error') or found.get('note')})"
