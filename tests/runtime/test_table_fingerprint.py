@@ -18,7 +18,7 @@ import pytest
 
 from airflow_tfos.operators.run import TrainingRun
 from airflow_tfos.runtime.table_fingerprint import already_trained, resolve_tables
-from airflow_tfos.shared.fingerprint import FINGERPRINT
+from airflow_tfos.shared.fingerprint import FINGERPRINT, with_inputs
 from airflow_tfos.shared.rundir import RunDir
 from airflow_tfos.shared.spec import RunSpec
 from tests.conftest import REPO
@@ -133,7 +133,7 @@ def test_the_operator_carries_the_drivers_table_listing_and_never_takes_it_as_ch
     rundir = run.run_dir_contents
     listing = {"kind": "table", "table": "db.t", "resolver": "driver", "hash": "abc", "count": 1, "bytes": 3}
     if previous:
-        rundir.write_fingerprint({**run.fingerprint, "inputs": {"data": listing}, "hash": "h-resolved"})
+        rundir.write_fingerprint(with_inputs(run.fingerprint, {"data": listing}))  # as a driver wrote it
     run.before_submit()
     written = rundir.read_fingerprint()
     assert written["inputs"]["data"] == (listing if previous else run.fingerprint["inputs"]["data"])
