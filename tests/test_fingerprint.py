@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from airflow_tfos.hooks.runs import run_tag
 from airflow_tfos.hooks.state import AppState
 from airflow_tfos.operators.inference import InferenceRun
 from airflow_tfos.operators.run import TrainingRun
@@ -29,6 +30,7 @@ from airflow_tfos.shared.rundir import RunDir
 from airflow_tfos.shared.spec import RunSpec
 from airflow_tfos.shared.storage import LocalStorage
 from airflow_tfos.shared.storage.webhdfs_client import WebHDFSStorage
+from tests.airflow_side.fakes import FakeBackend
 
 
 def write_input(folder: Path, sizes: dict[str, int]) -> None:
@@ -168,6 +170,25 @@ class TestRerunDecision:
         text = caplog.text
         assert "0 files added, 0 removed, 1 changed (e.g. part-0.parquet size 1234 -> 1301)" in text
         assert f"kept in {moved[0]}" in text and "Training starts from scratch" in text
+
+    def test_a_live_application_of_changed_input_is_killed_not_reattached(self, tmp_path, caplog):
+        data = tmp_path / "data"
+        write_input(data, {"part-0.parquet": 100})
+        backend = FakeBackend()
+        first = self.run(tmp_path, data)
+        first.hook = backend
+        first.before_submit()
+        first.run_dir_contents.write_spec(first.spec_json)
+        live = backend.add("app-live", "RUNNING", tags=[run_tag(first.run_dir)])
+        assert first.live_on_spec() == [live]  # same spec, input and code: reattached to
+
+        write_input(data, {"part-0.parquet": 101})  # rewritten while the application trains
+        rerun = self.run(tmp_path, data)
+        rerun.hook = backend
+        with caplog.at_level(logging.WARNING, logger="test_fingerprint"):
+            assert rerun.live_on_spec() == []
+        assert backend.killed == ["app-live"]
+        assert "part-0.parquet size 100 -> 101" in caplog.text and "killing it" in caplog.text
 
     def test_an_export_without_a_recorded_fingerprint_stays_the_result(self, tmp_path):
         data = tmp_path / "data"

@@ -281,6 +281,25 @@ class TrainingRun(ApplicationRun):
         )
         return self.result(None)
 
+    def works_on_spec(self, app: AppState) -> bool:
+        """Also: the live ``app`` learns from this input and code (fingerprint.json, written when it was
+        submitted); one started before the input was rewritten or the code edited is killed, and the new
+        submission moves its checkpoints aside."""
+        if not super().works_on_spec(app):
+            return False
+        previous = self.run_dir_contents.read_fingerprint()
+        changed = changes(previous, carry_tables(previous, self.fingerprint))
+        if not changed:
+            return True
+        self.log.warning(
+            "application %s works on this spec but on input or code that changed since it was submitted (%s): "
+            "killing it (a new one trains from scratch)",
+            app.app_id,
+            "; ".join(changed),
+        )
+        self.hook.kill(app.app_id)
+        return False
+
     def before_submit(self) -> None:
         """Write fingerprint.json; when the input or code changed since the last one, first move the old
         export and checkpoints aside, saying what changed and where they are."""
