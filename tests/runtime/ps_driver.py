@@ -35,6 +35,36 @@ def id_frame(spark):
     )
 
 
+#: Rows and vector size of the ``mixed`` scenario's table.
+MIXED_ROWS, MIXED_SIZE = 300, 5
+
+
+def mixed_row(i: int) -> tuple:
+    """Row ``i`` of the ``mixed`` table: ``(id, string, ragged array, vector)``, the vector as
+    ``(dense values)`` or ``(indices, values)``: dense, sparse with two entries, empty sparse, in turn."""
+    vector = [float(i % 7)] * MIXED_SIZE if i % 3 == 0 else ([i % 4, 4], [i / 10, -1.0]) if i % 3 == 1 else ([], [])
+    return i, "ab" * (i % 5), [i / 2] * (i % 3), vector
+
+
+def mixed_frame(spark):
+    from pyspark.ml.linalg import Vectors, VectorUDT
+    from pyspark.sql import types as T
+
+    schema = T.StructType(
+        [
+            T.StructField("id", T.LongType()),
+            T.StructField("s", T.StringType()),
+            T.StructField("r", T.ArrayType(T.DoubleType())),
+            T.StructField("v", VectorUDT()),
+        ]
+    )
+    rows = []
+    for i, text, ragged, vector in map(mixed_row, range(MIXED_ROWS)):
+        v = Vectors.dense(vector) if isinstance(vector, list) else Vectors.sparse(MIXED_SIZE, *vector)
+        rows.append((i, text, ragged, v))
+    return spark.createDataFrame(rows, schema).repartition(3)
+
+
 def write_id_files(directory: Path) -> str:
     """Write FILE_ROWS TFRecord files of ids (as text, one per record) into ``directory``; return a glob."""
     import tensorflow as tf
@@ -87,6 +117,10 @@ def run_scenario(sc, spark, num_nodes: int, run_dir: str, scenario: str) -> dict
         pattern = write_id_files(Path(run_dir) / "data")
         args = {"pattern": pattern, "batch_size": FILE_BATCH, "max_id": 3 * sum(FILE_ROWS), "epochs": 2}
         tf_run = TFClusterRun(sc, ps_programs.ps_count_file_ids, args, **kwargs)
+    elif scenario == "mixed":
+        feed = Feed(features=["s", "r", "v"], label="id", ragged=["r"], batch_size=BATCH, shuffle=False)
+        args = {"size": MIXED_SIZE, "rows": MIXED_ROWS}
+        tf_run = TFClusterRun(sc, ps_programs.ps_mixed_types, args, data=mixed_frame(spark), feed=feed, **kwargs)
     elif scenario == "keras_files":
         args = {"pattern": write_linear_files(Path(run_dir) / "data"), "epochs": 12}
         tf_run = TFClusterRun(sc, ps_programs.ps_keras_fit_files, args, **kwargs)

@@ -279,3 +279,53 @@ def ps_recoverable(args, ctx):
         progress.write_text(json.dumps({"step": done, "attempt": ctx.attempt}))
         time.sleep(args.get("sleep", 0.2))
     return {"step": int(step.numpy()), "attempt": ctx.attempt, "returned_at": time.time()}
+
+
+def ps_mixed_types(args, ctx):
+    """Strings, ragged arrays and sparse vectors under parameter servers: each step, on a worker, reduces its
+    batch's rows (a string's length, a ragged row's sum, a sparse row's dot product with 1..size) into
+    variables on the parameter server, indexed by the row's id; the chief returns them for one epoch."""
+    import tensorflow as tf
+
+    if ctx.job_name in ("ps", "worker"):
+        _serve(ctx)
+        return None
+    strategy, coordinator = _coordinator()
+    size, rows = args["size"], args["rows"]
+    with strategy.scope():
+        seen = tf.Variable(tf.zeros([rows], tf.int32))
+        lengths = tf.Variable(tf.zeros([rows], tf.int32))
+        sums = tf.Variable(tf.zeros([rows], tf.float32))
+        dots = tf.Variable(tf.zeros([rows], tf.float32))
+    weights = tf.range(1, size + 1, dtype=tf.float32)[:, None]
+    per_worker = coordinator.create_per_worker_dataset(ctx.epoch_dataset_fn)
+
+    @tf.function
+    def step(iterator):
+        batch = iterator.get_next_as_optional()  # a worker whose share is done yields nothing
+
+        def reduce():
+            x, ids = batch.get_value()
+            where = tf.expand_dims(tf.cast(ids, tf.int32), 1)
+            seen.scatter_nd_update(where, tf.ones_like(where[:, 0]))
+            lengths.scatter_nd_update(where, tf.strings.length(x["s"]))
+            sums.scatter_nd_update(where, tf.reduce_sum(x["r"], axis=1))
+            dots.scatter_nd_update(where, tf.sparse.sparse_dense_matmul(x["v"], weights)[:, 0])
+            return tf.constant(1)
+
+        return tf.cond(batch.has_value(), reduce, lambda: tf.constant(0))
+
+    iterator = iter(per_worker)
+    batches = 0
+    while batches < ctx.steps_per_epoch:
+        results = [coordinator.schedule(step, args=(iterator,)) for _ in range(ctx.steps_per_epoch - batches)]
+        coordinator.join()
+        batches += sum(int(result.fetch()) for result in results)
+    found = seen.numpy().astype(bool)
+    return {
+        "ids": [int(i) for i in found.nonzero()[0]],
+        "lengths": lengths.numpy()[found].tolist(),
+        "sums": sums.numpy()[found].tolist(),
+        "dots": dots.numpy()[found].tolist(),
+        "returned_at": time.time(),
+    }

@@ -18,7 +18,7 @@ import pytest
 from airflow_tfos.shared.rundir import RunDir
 from tests.conftest import REPO
 from tests.runtime.helpers import read_records
-from tests.runtime.ps_driver import BATCH, FILE_BATCH, FILE_ROWS, ID_ROWS
+from tests.runtime.ps_driver import BATCH, FILE_BATCH, FILE_ROWS, ID_ROWS, MIXED_ROWS, MIXED_SIZE, mixed_row
 
 pytestmark = pytest.mark.integration
 
@@ -52,7 +52,7 @@ def _drive(num_nodes: int, run_dir, scenarios: list[str]) -> dict:
 @pytest.fixture(scope="module")
 def two_workers(tmp_path_factory):
     # the ids fed from Spark and the run that feeds nothing are counted on three workers
-    scenarios = ["count_file_ids", "keras", "keras_files"]
+    scenarios = ["count_file_ids", "keras", "keras_files", "mixed"]
     return _drive(4, tmp_path_factory.mktemp("ps-2-workers"), scenarios)
 
 
@@ -82,6 +82,19 @@ def _check_ids_counted(run: dict, workers: int) -> None:
         assert set(record["batches_by_pid"].values()) == {steps // workers}
     for i in range(workers):
         assert "airflow-tfos-" in nodes[f"worker:{i}"]["cwd"]  # the worker ran in its node directory
+
+
+def test_strings_ragged_arrays_and_sparse_vectors_reach_the_workers_steps_under_parameter_servers(two_workers):
+    result = two_workers["results"]["mixed"]
+    assert result["ids"] == list(range(MIXED_ROWS))  # every row, its values reduced on a worker
+    for i, length, total, dot in zip(result["ids"], result["lengths"], result["sums"], result["dots"], strict=True):
+        _, text, ragged, vector = mixed_row(i)  # worked out here, independently of the feed
+        dense = vector if isinstance(vector, list) else [0.0] * MIXED_SIZE
+        for index, value in zip(*(() if isinstance(vector, list) else vector), strict=True):
+            dense[index] = value
+        assert length == len(text.encode())
+        assert total == pytest.approx(sum(ragged), rel=1e-6)
+        assert dot == pytest.approx(sum((k + 1) * v for k, v in enumerate(dense)), rel=1e-6)
 
 
 def test_three_workers_train_every_fed_id_once_per_epoch_from_their_own_processes(three_workers):

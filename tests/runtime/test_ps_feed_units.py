@@ -13,7 +13,7 @@ import pytest
 
 from airflow_tfos.runtime.cluster import plan_roles
 from airflow_tfos.runtime.context import NodeContext
-from airflow_tfos.runtime.feed.native import record_columns, write_records
+from airflow_tfos.runtime.feed.native import NativeShares, record_columns, write_records
 from airflow_tfos.runtime.feed.plan import Feed, FeedConfigError
 from airflow_tfos.runtime.feed.spark_side import feed_order, plan_shares, write_native_shares
 from airflow_tfos.runtime.feed.spill import SpillWriter
@@ -222,3 +222,75 @@ print(json.dumps(out))
     assert sorted(i for batch in out["w1"] for i in batch) == list(range(40, 90))
     assert out["steps"] == [7, 7] and out["total"] == 14  # 55 and 50 rows in batches of 8
     assert out["w0-repeat"] == 3 * 55 and out["w1-repeat"] == 3 * 50  # one pass after another
+
+
+def test_strings_ragged_arrays_and_sparse_vectors_ride_in_records_read_by_tensorflow(tmp_path):
+    """Columns of varying size under parameter servers: base64 record lines, decoded in TF's own ops into the
+    tensors the Python feed gives (``tf.string``, ``tf.RaggedTensor``, ``tf.SparseTensor``), row by row."""
+    n = 12
+    words = [("w" * (i % 4)).encode() + bytes([200 + i]) for i in range(n)]  # binary-safe, some short
+    ragged = [[float(i)] * (i % 3) for i in range(n)]  # lengths 0, 1, 2
+    vectors = [  # a dense row, a sparse row with two entries, an empty sparse row, in turn (size 5)
+        (1, 5, None, [float(i)] * 5) if i % 3 == 0 else (0, 5, [i % 4, 4], [i + 0.5, -1.0]) if i % 3 == 1
+        else (0, 5, [], [])
+        for i in range(n)
+    ]  # fmt: skip
+    vector_type = pa.struct(
+        [
+            ("type", pa.int8()),
+            ("size", pa.int32()),
+            ("indices", pa.list_(pa.int32())),
+            ("values", pa.list_(pa.float64())),
+        ]
+    )
+    batch = pa.record_batch(
+        {
+            "s": pa.array(words, type=pa.binary()),
+            "r": pa.array(ragged, type=pa.list_(pa.float64())),
+            "v": pa.array(
+                [dict(zip(("type", "size", "indices", "values"), v, strict=True)) for v in vectors], vector_type
+            ),
+            "f": pa.array(np.arange(n, dtype="float64") / 4),
+            "y": pa.array(np.arange(n, dtype="int64")),
+        }
+    )
+    feed = Feed(features=["s", "r", "v", "f"], label="y", ragged=["r"], batch_size=4, shuffle=False)
+    dtypes = {"s": "|O", "r": "<f8", "v": "<f8", "f": "<f8", "y": "<i8"}
+    columns = record_columns(feed, dtypes, {"v": 5}, sparse={"v"})
+    assert [(c.kind, c.dtype, c.width) for c in columns] == [
+        ("bytes", "|O", 0), ("ragged", "<f4", 0), ("sparse", "<f4", 5), ("fixed", "<f4", 0), ("fixed", "<i8", 0)
+    ]  # fmt: skip
+    native = NativeShares("train", columns, rows_per_epoch=n, steps_per_worker=n // 4, num_workers=1, feed=feed)
+    assert native.varying
+    rows, size = write_records([batch], columns, str(tmp_path / native.file_name))
+    assert rows == n and size == (tmp_path / native.file_name).stat().st_size
+    (tmp_path / "native.pickle").write_bytes(pickle.dumps(native))
+    script = f"""
+import json, pickle
+import tensorflow as tf
+native = pickle.load(open({str(tmp_path / "native.pickle")!r}, "rb"))
+out = []
+for x, y in native.dataset_fn(repeat=False)(None):
+    assert isinstance(x["r"], tf.RaggedTensor) and isinstance(x["v"], tf.SparseTensor), (type(x["r"]), type(x["v"]))
+    assert x["s"].dtype == tf.string and x["r"].dtype == tf.float32 and x["v"].dtype == tf.float32
+    dense = tf.sparse.to_dense(x["v"]).numpy().tolist()
+    out.append({{"s": [v.hex() for v in x["s"].numpy()], "r": x["r"].to_list(), "v": dense,
+                "f": x["f"].numpy().tolist(), "y": y.numpy().tolist()}})
+print("BATCHES " + json.dumps(out))
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    lines = [line for line in done.stdout.splitlines() if line.startswith("BATCHES ")]
+    assert lines, done.stderr[-3000:]
+    batches = json.loads(lines[0][len("BATCHES ") :])
+    assert len(batches) == n // 4
+    seen = {key: [v for b in batches for v in b[key]] for key in ("s", "r", "v", "f", "y")}
+    dense = []
+    for kind, size, indices, values in vectors:  # computed here, independently of the feed's own code
+        row = [0.0] * size
+        for position, value in zip(indices if kind == 0 else range(size), values, strict=True):
+            row[position] = value
+        dense.append(row)
+    assert seen["y"] == list(range(n))
+    assert seen["s"] == [w.hex() for w in words]
+    assert seen["r"] == ragged and seen["v"] == dense
+    assert seen["f"] == [i / 4 for i in range(n)]

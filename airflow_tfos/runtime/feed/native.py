@@ -13,17 +13,26 @@ Fixed-width records rather than TFRecord: rows of numbers have a fixed size once
 are known (the feed checks that they are), so a record needs no framing, no checksum and no parsing
 (``tf.io.decode_raw`` on a slice of a batch of records); and rather than the tf.data service, which
 would need a dispatcher and would move batches between hosts.
+
+Columns of varying size (strings and binary, ragged arrays, sparse vectors) make records of varying size.
+Then each record is a line of web-safe base64 (read by ``tf.data.TextLineDataset``, decoded by
+``tf.io.decode_base64``, both in C++ on the worker), holding the fixed-width columns as above, then one
+int32 byte count per varying part, then the parts: a string's bytes, a ragged row's elements, a sparse
+row's indices (int64) then values. A batch's parts are cut with ``tf.strings.substr`` at per-row offsets
+and become ``tf.string``, ``tf.RaggedTensor`` and ``tf.SparseTensor`` values, as the Python feed makes them.
 """
 
 from __future__ import annotations
 
+import base64
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
-from airflow_tfos.runtime.feed.plan import Feed, FeedConfigError
+from airflow_tfos.runtime.feed.columns import Rows
+from airflow_tfos.runtime.feed.plan import Feed
 
 #: Name of each split's record file, relative to the worker's working directory.
 RECORD_FILES = {"train": "airflow-tfos-train.rec", "validation": "airflow-tfos-validation.rec"}
@@ -32,37 +41,54 @@ RECORD_FILES = {"train": "airflow-tfos-train.rec", "validation": "airflow-tfos-v
 WORKER_INDEX_FILE = "airflow-tfos-worker-index"
 
 
+#: How a column sits in a record: ``fixed`` width, ``bytes`` (strings, binary), ``ragged`` (arrays of
+#: varying length), ``sparse`` (Spark ML vectors with sparse rows: indices, then values).
+RECORD_KINDS = ("fixed", "bytes", "ragged", "sparse")
+
+
 @dataclass(frozen=True)
 class RecordColumn:
-    """One fed column in a record: its NumPy type (little-endian) and element count (0: a scalar)."""
+    """One fed column in a record: its NumPy type (little-endian; of the elements for ``ragged`` and
+    ``sparse``), element count (0: a scalar; ``sparse``: the vector's size) and kind (:data:`RECORD_KINDS`)."""
 
     name: str
     dtype: str
     width: int = 0
+    kind: str = "fixed"
 
     @property
     def nbytes(self) -> int:
-        return np.dtype(self.dtype).itemsize * max(self.width, 1)
+        """Bytes in the record's fixed part (a varying column has none there)."""
+        return np.dtype(self.dtype).itemsize * max(self.width, 1) if self.kind == "fixed" else 0
+
+    @property
+    def parts(self) -> int:
+        """Varying parts it adds to a record (a sparse row: its indices, then its values)."""
+        return {"fixed": 0, "bytes": 1, "ragged": 1, "sparse": 2}[self.kind]
 
 
 def record_columns(
     feed: Feed, dtypes: dict[str, str], widths: dict[str, int], sparse=frozenset()
 ) -> tuple[RecordColumn, ...]:
-    """The record layout of the fed columns: spilled types, floating-point features cast as the feed says.
-    Columns of varying size (strings, ragged arrays, sparse vectors) have none: they are refused."""
+    """The record layout of the fed columns: spilled types, floating-point features cast as the feed says;
+    strings, ragged arrays and sparse vectors as varying parts."""
     columns = []
     for name in feed.columns:
         kind = np.dtype(dtypes[name])
-        if kind.kind == "O" or name in feed.ragged or name in sparse:
-            what = "strings" if kind.kind == "O" else "a ragged array" if name in feed.ragged else "sparse vectors"
-            raise FeedConfigError(
-                f"column {name!r} holds {what}, which the parameter-server feed cannot carry (its records have a "
-                "fixed size): use MultiWorkerMirroredStrategy, or make the column fixed-width in Spark (or with "
-                "Feed(pad=...) / Feed(densify=...))"
-            )
+        layout = (
+            "bytes"
+            if kind.kind == "O"
+            else "ragged"
+            if name in feed.ragged
+            else "sparse"
+            if name in sparse
+            else "fixed"
+        )
         if feed.cast_floats and kind.kind == "f" and name in feed.features:
             kind = np.dtype(feed.cast_floats)
-        columns.append(RecordColumn(name, kind.newbyteorder("<").str, int(widths.get(name, 0))))
+        width = int(widths.get(name, 0)) if layout in ("fixed", "sparse") else 0
+        dtype = "|O" if layout == "bytes" else kind.newbyteorder("<").str
+        columns.append(RecordColumn(name, dtype, width, layout))
     return tuple(columns)
 
 
@@ -92,7 +118,13 @@ class NativeShares:
 
     @property
     def record_bytes(self) -> int:
+        """Bytes of a record's fixed part (all of it, unless :attr:`varying`)."""
         return sum(c.nbytes for c in self.columns)
+
+    @property
+    def varying(self) -> bool:
+        """Whether records vary in size (then they are base64 lines)."""
+        return any(c.kind != "fixed" for c in self.columns)
 
     @property
     def steps_per_epoch(self) -> int:
@@ -115,7 +147,10 @@ class NativeShares:
         import tensorflow as tf
 
         feed = self.feed
-        records = tf.data.FixedLengthRecordDataset(self.file_name, self.record_bytes, buffer_size=1 << 20)
+        if self.varying:
+            records = tf.data.TextLineDataset(self.file_name, buffer_size=1 << 20)
+        else:
+            records = tf.data.FixedLengthRecordDataset(self.file_name, self.record_bytes, buffer_size=1 << 20)
         if feed.shuffle:
             records = records.shuffle(feed.shuffle_window, seed=feed.seed, reshuffle_each_iteration=True)
         # A worker short of rows repeats its own (balance "pad"); one with more stops early ("drop").
@@ -132,32 +167,111 @@ class NativeShares:
         """Turn a batch of records into ``(features, label)`` tensors shaped as ``ctx.dataset()``'s."""
         import tensorflow as tf
 
+        if self.varying:
+            records = tf.io.decode_base64(records)
         values = {}
         offset = 0
         for column in self.columns:
+            if column.kind != "fixed":
+                continue
             raw = tf.strings.substr(records, offset, column.nbytes)
             decoded = tf.io.decode_raw(raw, tf.as_dtype(np.dtype(column.dtype)), little_endian=True)
             shape = [self.feed.batch_size, column.width] if column.width else [self.feed.batch_size]
             values[column.name] = tf.reshape(decoded, shape)  # whole batches only: the shape is static
             offset += column.nbytes
+        if self.varying:
+            values.update(self._decode_parts(records, offset))
         return self.feed.arrange(values)
+
+    def _decode_parts(self, records, offset: int) -> dict:
+        """The varying columns of a batch of records whose fixed part ends at ``offset``."""
+        import tensorflow as tf
+
+        count = sum(c.parts for c in self.columns)
+        lengths = tf.reshape(
+            tf.io.decode_raw(tf.strings.substr(records, offset, 4 * count), tf.int32, little_endian=True),
+            [self.feed.batch_size, count],
+        )
+        starts = offset + 4 * count + tf.math.cumsum(lengths, axis=1, exclusive=True)
+        rows = self.feed.batch_size
+        values, part = {}, 0
+
+        def flat(index: int, dtype):
+            cut = tf.strings.substr(records, starts[:, index], lengths[:, index])
+            decoded = tf.io.decode_raw(tf.strings.reduce_join(cut), dtype, little_endian=True)
+            counts = tf.cast(lengths[:, index] // dtype.size, tf.int64)
+            return tf.reshape(decoded, [-1]), counts
+
+        for column in self.columns:
+            if column.kind == "bytes":
+                values[column.name] = tf.strings.substr(records, starts[:, part], lengths[:, part])
+            elif column.kind == "ragged":
+                elements, counts = flat(part, tf.as_dtype(np.dtype(column.dtype)))
+                values[column.name] = tf.RaggedTensor.from_row_lengths(elements, counts, validate=False)
+            elif column.kind == "sparse":
+                indices, counts = flat(part, tf.int64)
+                elements, _ = flat(part + 1, tf.as_dtype(np.dtype(column.dtype)))
+                row_ids = tf.repeat(tf.range(rows, dtype=tf.int64), counts)
+                values[column.name] = tf.SparseTensor(
+                    tf.stack([row_ids, indices], axis=1), elements, [rows, column.width]
+                )
+            part += column.parts
+        return values
 
 
 def write_records(batches, columns: Sequence[RecordColumn], path: str) -> tuple[int, int]:
-    """Write Arrow record batches as fixed-width records to ``path``; return (rows, bytes) written."""
+    """Write Arrow record batches as records to ``path`` (fixed-width, or base64 lines when a column varies);
+    return (rows, bytes) written."""
     from airflow_tfos.runtime.feed.columns import to_numpy
 
-    layout = np.dtype([(c.name, c.dtype, (c.width,)) if c.width else (c.name, c.dtype) for c in columns])
+    fixed = [c for c in columns if c.kind == "fixed"]
+    count = sum(c.parts for c in columns)
+    layout = np.dtype(
+        [(c.name, c.dtype, (c.width,)) if c.width else (c.name, c.dtype) for c in fixed]
+        + ([("__lengths", "<i4", (count,))] if count else [])
+    )
     widths = {c.name: c.width for c in columns if c.width}
-    rows = 0
+    sparse = frozenset(c.name for c in columns if c.kind == "sparse")
+    rows = size = 0
     tmp = f"{path}.tmp"
     with open(tmp, "wb") as out:
         for batch in batches:
-            arrays = to_numpy(batch, [c.name for c in columns], widths)
+            arrays = to_numpy(batch, [c.name for c in columns], widths, sparse)
             block = np.empty(batch.num_rows, dtype=layout)
-            for name, array in arrays.items():
-                block[name] = array
-            out.write(block.tobytes())
+            for column in fixed:
+                block[column.name] = arrays[column.name]
+            data = _varying_records(block, arrays, columns) if count and batch.num_rows else block.tobytes()
+            out.write(data)
             rows += batch.num_rows
+            size += len(data)
     os.replace(tmp, path)
-    return rows, rows * layout.itemsize
+    return rows, size
+
+
+def _row_parts(value, dtype: str) -> list[bytes]:
+    """Each row's bytes of one varying column: strings as they are; a ragged row's elements; a sparse row's
+    indices (int64) or values, in ``dtype``."""
+    if isinstance(value, np.ndarray):  # strings and binary (objects)
+        return [v if isinstance(v, bytes) else str(v).encode() for v in value]
+    flat = np.ascontiguousarray(value.values, dtype=np.dtype(dtype)).tobytes()
+    size = np.dtype(dtype).itemsize
+    return [flat[a * size : b * size] for a, b in zip(value.splits[:-1], value.splits[1:], strict=True)]
+
+
+def _varying_records(block: np.ndarray, arrays: dict, columns: Sequence[RecordColumn]) -> bytes:
+    """The batch's records as base64 lines: fixed part, part byte counts, then the parts."""
+    parts: list[list[bytes]] = []
+    for column in columns:
+        value = arrays[column.name]
+        if column.kind == "sparse":
+            parts.append(_row_parts(Rows(value.indices, value.splits), "<i8"))
+        if column.kind != "fixed":
+            parts.append(_row_parts(value, column.dtype))
+    block["__lengths"] = np.array([[len(p) for p in row] for row in zip(*parts, strict=True)], dtype="<i4")
+    fixed = block.tobytes()
+    step = block.dtype.itemsize
+    lines = [
+        base64.urlsafe_b64encode(fixed[i * step : (i + 1) * step] + b"".join(row)) + b"\n"
+        for i, row in enumerate(zip(*parts, strict=True))
+    ]
+    return b"".join(lines)
