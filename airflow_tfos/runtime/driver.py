@@ -310,6 +310,7 @@ def run_driver(
             seconds=round(time.monotonic() - started, 1),
         )
         if spec.kind == "train":
+            fold_events_safely(rundir)
             write_report_safely(rundir)
 
 
@@ -383,6 +384,14 @@ def _read_state(rundir: RunDir) -> str | None:
         return (rundir.read_status() or {}).get("state")
     except RunDirError:
         return None
+
+
+def fold_events_safely(rundir: RunDir) -> None:
+    """Fold what is left of the run's event files into a batch file (the report reads a few files)."""
+    try:
+        rundir.compact_events()
+    except Exception as exc:  # the events stay where they are, readable as they are
+        log.warning("cannot fold the event files of %s: %s", rundir.uri, exc)
 
 
 def write_report_safely(rundir: RunDir) -> str | None:

@@ -3,7 +3,8 @@
 While the TF cluster runs, a daemon thread writes the run's state, the latest checkpoint step and the
 chief's progress into ``status.json`` every few seconds (and outlives an outage of the storage), and looks
 for a stop request meant for this application: then it stops the cluster after the next checkpoint, or
-after the spec's ``stop_grace_secs``.
+after the spec's ``stop_grace_secs``. Every minute it also folds the run's event files into a batch file
+once there are a few hundred of them.
 """
 
 from __future__ import annotations
@@ -22,6 +23,9 @@ log = logging.getLogger("airflow_tfos.driver")
 
 #: When this driver process started: an unnamed stop request written before it was meant for an older one.
 _STARTED = time.time()
+#: How often the driver folds event files into a batch file while it runs, and from how many files on.
+FOLD_EVERY_SECS = 60.0
+FOLD_MIN_FILES = 200
 
 
 class DriverWatch(threading.Thread):
@@ -38,6 +42,7 @@ class DriverWatch(threading.Thread):
         self._stop_seen: tuple[float, int] | None = None
         #: set when a serving driver stopped itself after ``serve_idle_secs`` without a feed request
         self.idle = False
+        self._folded_at = time.monotonic()
 
     def attach(self, tf_run: TFClusterRun) -> None:
         """Watch this TF cluster (stop requests cancel it; its progress goes into status.json)."""
@@ -82,6 +87,21 @@ class DriverWatch(threading.Thread):
             if outage is not None:
                 log.info("status.json is updated again after %.0f s", time.monotonic() - outage)
                 outage = None
+            self.fold_events()
+
+    def fold_events(self, min_files: int = FOLD_MIN_FILES) -> None:
+        """Now and then, fold the run's event files into a batch file (readers then open a few files, not
+        thousands: :mod:`~airflow_tfos.shared.event_log`); a failure only waits for the next time."""
+        if time.monotonic() - self._folded_at < FOLD_EVERY_SECS:
+            return
+        self._folded_at = time.monotonic()
+        try:
+            folded = self.rundir.compact_events(min_files)
+        except Exception as exc:
+            log.warning("cannot fold the event files of %s: %s", self.rundir.uri, exc)
+            return
+        if folded:
+            log.info("folded %d event files into a batch file", folded)
 
     def beat(self) -> None:
         step = self.step()

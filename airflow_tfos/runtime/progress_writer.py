@@ -58,11 +58,14 @@ class ProgressWriter:
                 events, self._events = self._events, []
                 progress, self._progress = self._progress, None
                 self._busy = True
-            for kind, fields in events:
-                try:
-                    self.rundir.add_event(kind, **fields)
-                except Exception as exc:  # best effort: progress must never stop training
-                    log.warning("cannot record %s event in %s: %s", kind, self.rundir.uri, exc)
+            try:  # several at hand (a slow file system, an epoch end): one batch file, one request
+                if len(events) > 1:
+                    self.rundir.add_events(events)
+                elif events:
+                    self.rundir.add_event(events[0][0], **events[0][1])
+            except Exception as exc:  # best effort: progress must never stop training
+                kinds = ", ".join(sorted({kind for kind, _ in events}))
+                log.warning("cannot record %d events (%s) in %s: %s", len(events), kinds, self.rundir.uri, exc)
             if progress is not None:
                 try:
                     self.rundir.write_progress(progress)

@@ -34,6 +34,7 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
+from airflow_tfos.shared import event_log
 from airflow_tfos.shared.errors import RunDirError as RunDirError
 from airflow_tfos.shared.events import APPLICATION
 from airflow_tfos.shared.fingerprint import FINGERPRINT
@@ -66,7 +67,6 @@ RUN_TERMINAL_STATES = frozenset({"SUCCEEDED", "FAILED", "STOPPED"})
 STAGING_PREFIX = ".staging-"
 ASIDE_PREFIX = ".replaced-"
 
-_EVENT_SEQ = itertools.count()
 _FEED_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
 _CHECKPOINT_NAME = re.compile(r"^ckpt-[0-9]{1,19}$")
 
@@ -144,11 +144,6 @@ def stop_applies(request: dict[str, Any], application_ids: set[str] | frozenset[
 
 def _dumps(value: Any) -> bytes:
     return json.dumps(value, indent=1, sort_keys=True).encode()
-
-
-def _event_name(kind: str) -> str:
-    """An event kind as it appears at the end of its file name."""
-    return re.sub(r"[^A-Za-z0-9_-]", "_", kind)
 
 
 def _feed_request(feed_id: str, raw: bytes) -> dict[str, Any] | None:
@@ -487,15 +482,31 @@ class RunDir:
 
     def add_event(self, kind: str, **fields: Any) -> dict[str, Any]:
         """Record what happened (attempt, worker lost, restore, checkpoint...), one file per event."""
-        now = time.time()
-        event = {**fields, "kind": kind, "time": now}
-        name = f"{time.time_ns():020d}-{next(_EVENT_SEQ):06d}-{_event_name(kind)}.json"
-        self._write_json(event, EVENTS, name)
+        event = {**fields, "kind": kind, "time": time.time()}
+        try:
+            event_log.write_one(self.storage, self.path(EVENTS), event)
+        except OSError as exc:
+            raise RunDirError(f"cannot write an event into {self.path(EVENTS)}: {exc}") from exc
         return event
 
+    def add_events(self, events: list[tuple[str, dict[str, Any]]]) -> list[dict[str, Any]]:
+        """Record several events (``(kind, fields)`` pairs) at once, as one batch file."""
+        now = time.time()
+        recorded = [{**fields, "kind": kind, "time": fields.get("time", now)} for kind, fields in events]
+        try:
+            event_log.write_batch(self.storage, self.path(EVENTS), recorded)
+        except OSError as exc:
+            raise RunDirError(f"cannot write events into {self.path(EVENTS)}: {exc}") from exc
+        return recorded
+
     def events(self, kind: str | None = None) -> list[dict[str, Any]]:
-        """Events in the order they were recorded; of one ``kind`` only if given (read by file name first)."""
-        suffix = f"-{_event_name(kind)}.json" if kind is not None else ".json"
-        names = [n for n in self.storage.listdir(self.path(EVENTS)) if n.endswith(suffix)]
-        found = [self._read_json(EVENTS, n) for n in sorted(names)]
-        return [e for e in found if e and (kind is None or e["kind"] == kind)]
+        """Events in the order they were recorded; of one ``kind`` only if given (see
+        :mod:`~airflow_tfos.shared.event_log`: event files and the batch files they were folded into)."""
+        return event_log.read(self.storage, self.path(EVENTS), kind)
+
+    def compact_events(self, min_files: int = 1) -> int:
+        """Fold the event files into one batch file if there are ``min_files`` or more; return how many."""
+        try:
+            return event_log.compact(self.storage, self.path(EVENTS), min_files)
+        except OSError as exc:
+            raise RunDirError(f"cannot fold the events of {self.uri}: {exc}") from exc
