@@ -7,6 +7,7 @@ a training step; a failed write only logs a warning); the node process calls :fu
 
 from __future__ import annotations
 
+import collections
 import logging
 import threading
 import time
@@ -64,8 +65,9 @@ class ProgressWriter:
                 elif events:
                     self.rundir.add_event(events[0][0], **events[0][1])
             except Exception as exc:  # best effort: progress must never stop training
-                kinds = ", ".join(sorted({kind for kind, _ in events}))
-                log.warning("cannot record %d events (%s) in %s: %s", len(events), kinds, self.rundir.uri, exc)
+                counts = collections.Counter(kind for kind, _ in events)
+                what = ", ".join(f"{n} {kind} events" if n > 1 else f"{kind} event" for kind, n in counts.items())
+                log.warning("cannot record %s in %s: %s", what, self.rundir.uri, exc)
             if progress is not None:
                 try:
                     self.rundir.write_progress(progress)

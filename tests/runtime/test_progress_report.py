@@ -116,7 +116,8 @@ def test_a_failing_progress_write_only_warns(tmp_path, caplog):
         tracker.epoch_end({"loss": 0.5})
         tracker.finish()
     assert any("cannot write progress" in r.getMessage() for r in caplog.records)
-    assert any("cannot record metrics event" in r.getMessage() for r in caplog.records)
+    recorded = [r.getMessage() for r in caplog.records if r.getMessage().startswith("cannot record ")]
+    assert any(" metrics event" in m for m in recorded)  # named even when written with others in one batch
 
 
 def test_progress_line_shows_epochs_and_examples():
