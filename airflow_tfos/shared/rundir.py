@@ -12,7 +12,7 @@ atomically, so a sensor never sees half of anything::
     <run_dir>/control/stop.json    a graceful stop request, for one application (or for those started before it)
     <run_dir>/export/              the final SavedModel, with _SUCCESS (spec hash, fingerprint, step, metrics)
     <run_dir>/previous/<time>/     export/, checkpoints/ and fingerprint.json of an earlier input or code
-    <run_dir>/events/              one JSON file per event, in time order
+    <run_dir>/events/              one JSON file per event, and batch files of folded ones (shared.event_log)
     <run_dir>/progress.json        the chief's training progress (step, epoch, loss, rate, ETA), kept current
     <run_dir>/report/              the training report: report.html and the PNGs it shows
     <run_dir>/lease.json           who started the application writing here (airflow_tfos.shared.lease)
