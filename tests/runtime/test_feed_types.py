@@ -206,17 +206,18 @@ def test_batches_carry_sample_weights_and_a_dict_of_labels(tmp_path):
     assert y["y2"].tolist() == (y["y1"] + n).tolist() == (x + n).astype(int).tolist()
 
 
-def test_the_parameter_server_feed_refuses_columns_of_varying_size_and_takes_vectors():
+def test_the_parameter_server_record_layout_of_every_column_kind():
     feed = Feed(["v", "t", "r"], label="y", ragged="r")
     dtypes = {"v": "<f8", "t": "|O", "r": "<i8", "y": "<f8"}
-    with pytest.raises(FeedConfigError, match="column 't' holds strings.*MultiWorkerMirroredStrategy"):
-        record_columns(feed, dtypes, {"v": 3})
-    with pytest.raises(FeedConfigError, match="column 'v' holds sparse vectors.*densify"):
-        record_columns(Feed("v", label="y"), dtypes, {"v": 3}, sparse={"v"})
-    with pytest.raises(FeedConfigError, match="column 'r' holds a ragged array"):
-        record_columns(Feed("r", label="y", ragged="r"), dtypes, {})
+    columns = record_columns(feed, dtypes, {"v": 3}, sparse={"v"})
+    assert [(c.name, c.kind, c.dtype, c.width, c.parts) for c in columns] == [
+        ("v", "sparse", "<f4", 3, 2), ("t", "bytes", "|O", 0, 1),
+        ("r", "ragged", "<i8", 0, 1), ("y", "fixed", "<f8", 0, 0),
+    ]  # fmt: skip
+    assert sum(c.nbytes for c in columns) == 8  # only the label is in the fixed part
     columns = record_columns(Feed("v", label="y", weight="w"), {**dtypes, "w": "<f8"}, {"v": 3})
     assert [(c.name, c.dtype, c.width) for c in columns] == [("v", "<f4", 3), ("y", "<f8", 0), ("w", "<f8", 0)]
+    assert all(c.kind == "fixed" for c in columns)
     assert tuple(VECTOR.field(i).name for i in range(4)) == VECTOR_FIELDS
 
 
