@@ -611,15 +611,3 @@ def tf_cluster_view(args, ctx):
         "ctx_cluster": ctx.cluster_spec,
         "ctx_task": [ctx.job_name, ctx.task_index],
     }
-
-
-def serve_until_stopped(args, ctx):
-    """Start this node's TF server (MultiWorkerMirroredStrategy), say so with its pid and port, then wait for
-    ``args["stop_file"]`` (at most 120 s): a cluster whose sockets a test can look at."""
-    import tensorflow as tf
-
-    tf.distribute.MultiWorkerMirroredStrategy()
-    _write(ctx, "serving", {"pid": os.getpid(), "port": ctx.port, "host": ctx.host, "tb": ctx.tensorboard_url})
-    deadline = time.time() + 120
-    while time.time() < deadline and not os.path.exists(args["stop_file"]):
-        time.sleep(0.2)

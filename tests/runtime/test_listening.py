@@ -1,25 +1,21 @@
 """What a running cluster listens on, checked against the list in docs/network.md.
 
-A 2-node cluster with TensorBoard on the session's local cluster: every listening socket of the TF node
-processes, of the Spark tasks that started them, and of their children is looked up with psutil and must be
-one that the documentation lists, on the address it says.
+:func:`assert_listens_as_documented` looks up, with psutil, every listening socket of a live run's TF node
+processes, of the Spark tasks that started them and of all their children, and fails on any socket the page
+does not list, or on one bound to another address than it says. It runs inside the 2-node TensorBoard test
+(tests/runtime/test_remote_tensorboard.py), while that cluster serves.
 """
 
 from __future__ import annotations
 
 import time
-import urllib.request
 from pathlib import Path
 
 import psutil
-import pytest
 
-from airflow_tfos.runtime import TFClusterRun
 from tests.conftest import REPO
-from tests.runtime import programs
-from tests.runtime.helpers import assert_no_node_processes, node_processes, read_records
+from tests.runtime.helpers import node_processes
 
-pytestmark = pytest.mark.integration
 ALL_INTERFACES = ("0.0.0.0", "::")
 
 
@@ -29,57 +25,41 @@ def listening(process: psutil.Process) -> list[tuple[str, int]]:
     )
 
 
-def answers(url: str) -> bool:
-    try:
-        with urllib.request.urlopen(url, timeout=2):
-            return True
-    except OSError:
-        return False
+def assert_listens_as_documented(run_id: str, tf_ports: list[int], tensorboard_url: str | None) -> None:
+    """Each node process listens on one of ``tf_ports`` (every interface: TF binds no host), TensorBoard on
+    the executor's address, its data server on loopback; nothing else listens."""
+    nodes = node_processes(run_id)
+    assert len(nodes) == len(tf_ports)
+    deadline = time.monotonic() + 60  # a node starts its server once its program builds the strategy
+    while time.monotonic() < deadline and not all(listening(node) for node in nodes):
+        time.sleep(0.25)
+    node_ports = []
+    for node in nodes:
+        sockets = listening(node)
+        assert len(sockets) == 1 and sockets[0][0] in ALL_INTERFACES, (node.pid, sockets)
+        node_ports.append(sockets[0][1])
+    assert sorted(node_ports) == sorted(tf_ports)
+    tasks = {node.parent() for node in nodes}  # the Spark (barrier) tasks' Python workers
+    others = {p.pid: p for t in tasks for p in [t, *t.children(recursive=True)] if p.pid not in {n.pid for n in nodes}}
+    tb = None
+    if tensorboard_url:
+        host, port = tensorboard_url.removeprefix("http://").rsplit(":", 1)
+        tb = (host, int(port))
+    found, unexpected = set(), []
+    for process in others.values():
+        command = process.cmdline()
+        for address in listening(process):
+            if address == tb:
+                found.add(address)
+            elif address[0] == "127.0.0.1" and "tensorboard_data_server" in command[0]:
+                continue  # TensorBoard's own data server, loopback only
+            else:
+                unexpected.append((command[:3], *address))
+    assert unexpected == [], f"sockets docs/network.md does not list: {unexpected}"
+    assert found == ({tb} if tb else set())
 
 
-def test_nodes_listen_only_on_their_tf_port_and_tensorboard_on_the_executor_address(sc, tmp_path):
-    stop = tmp_path / "stop"
-    tf_run = TFClusterRun(
-        sc, programs.serve_until_stopped, {"stop_file": str(stop)}, num_nodes=2, run_dir=str(tmp_path), tensorboard=True
-    ).start()
-    try:
-        deadline = time.monotonic() + 90
-        while time.monotonic() < deadline and len(read_records(str(tmp_path), "serving")) < 2:
-            time.sleep(0.25)
-        serving = read_records(str(tmp_path), "serving")
-        assert set(serving) == {"chief:0", "worker:0"}
-        tb_url = serving["chief:0"]["tb"]
-        assert tb_url
-        while time.monotonic() < deadline and not answers(tb_url):  # TensorBoard binds once it has started
-            time.sleep(0.25)
-        nodes = {p.pid: p for p in node_processes(tf_run.run_id)}
-        assert set(nodes) == {record["pid"] for record in serving.values()}
-        seen, unexpected = {}, []
-        tasks = {node.parent() for node in nodes.values()}  # the Spark (barrier) tasks' Python workers
-        for process in [*nodes.values(), *tasks, *(c for t in tasks for c in t.children(recursive=True))]:
-            if process.pid not in seen:
-                seen[process.pid] = listening(process)
-        tb_host, tb_port = tb_url.removeprefix("http://").rsplit(":", 1)
-        for record in serving.values():  # TF's gRPC server: its port, on every interface (TF binds no host)
-            assert [port for _, port in seen.pop(record["pid"])] == [record["port"]]
-            assert all(ip in ALL_INTERFACES for ip, _ in listening(nodes[record["pid"]]))
-        for pid, sockets in seen.items():
-            command = psutil.Process(pid).cmdline()
-            for ip, port in sockets:
-                if (ip, port) == (tb_host, int(tb_port)):  # TensorBoard, on the executor's address
-                    continue
-                if ip == "127.0.0.1" and "tensorboard_data_server" in command[0]:  # TensorBoard's own, loopback
-                    continue
-                unexpected.append((command[:3], ip, port))
-        assert (tb_host, int(tb_port)) in [s for sockets in seen.values() for s in sockets]
-        assert unexpected == [], f"sockets docs/network.md does not list: {unexpected}"
-    finally:
-        stop.touch()
-        tf_run.wait(120)
-        assert_no_node_processes(tf_run.run_id)
-
-
-def test_the_network_page_lists_what_the_test_above_finds():
+def test_the_network_page_lists_what_the_check_looks_for():
     page = (REPO / "docs" / "network.md").read_text()
     needles = (
         "TF gRPC",
@@ -93,4 +73,4 @@ def test_the_network_page_lists_what_the_test_above_finds():
     for needle in needles:
         assert needle in page, needle
     assert "docs/network.md" in (REPO / "README.md").read_text()
-    assert Path(__file__).name in page  # the page names the test that checks it
+    assert Path(__file__).name in page  # the page names the check

@@ -15,6 +15,7 @@ import pytest
 from airflow_tfos.runtime.compat import TFCluster
 from airflow_tfos.runtime.tensorboard import LogDirMirror, tensorboard_argv
 from airflow_tfos.shared.storage import storage_for
+from tests.runtime.test_listening import assert_listens_as_documented
 
 log = logging.getLogger(__name__)
 
@@ -54,6 +55,9 @@ def test_the_mirror_appends_what_an_event_file_grew_by_and_rewrites_a_replaced_o
 
 
 def wait_for_training(args, ctx):
+    import tensorflow as tf
+
+    tf.distribute.MultiWorkerMirroredStrategy()  # each node's TF server listens, as while training
     deadline = time.time() + 120
     while time.time() < deadline and not Path(args["stop_file"]).exists():
         time.sleep(0.2)
@@ -109,6 +113,8 @@ def test_tensorboard_url_serves_a_log_dir_on_hdfs_as_it_grows(sc, emu, tmp_path)
         seen = scalars(url, "train", "loss")
         assert seen == [(s, pytest.approx(1.0 / (s + 1))) for s in range(3)]
         shown_after = time.monotonic() - started
+        ports = [node["port"] for node in cluster.cluster_info]
+        assert_listens_as_documented(cluster.cluster_id, ports, url)  # docs/network.md's list
 
         write_losses(writer, range(3, 6))  # the same event file grows
         storage_for(log_dir).put_dir(str(local), log_dir)
