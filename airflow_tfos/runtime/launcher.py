@@ -302,10 +302,9 @@ class TFClusterRun:
             return None
         rundir = RunDir(self.run_dir)
 
-        def read() -> list[dict[str, Any] | None]:
-            record = rundir.read_progress()
-            mine = record and record.get("run_id") == self.run_id and record.get("attempt", 0) == attempt
-            return [record] if mine else []
+        def read() -> list[dict[str, Any]]:
+            records = rundir.node_progress()
+            return [r for r in records if r.get("run_id") == self.run_id and r.get("attempt", 0) == attempt]
 
         def on_stall(report: StallReport) -> None:
             self._stall = report

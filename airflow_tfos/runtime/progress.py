@@ -65,6 +65,8 @@ log = logging.getLogger(__name__)
 
 #: Default seconds between two writes of progress.json.
 PROGRESS_INTERVAL_SECS = 3.0
+#: Seconds between writes of a node's ``nodes/<node>.json`` while it trains (read by the stall watchdog).
+NODE_INTERVAL_SECS = 1.0
 #: About how many ``step_metrics`` points a run records when its total steps are known.
 HISTORY_POINTS = 100
 #: Seconds between ``step_metrics`` points when the total steps are unknown.
@@ -159,6 +161,7 @@ class ProgressTracker:
         self._last_point: tuple[float, int] | None = None
         self._last_epoch_step: int | None = None
         self._phase = "starting"  # "training" from the first step on, "finished" after finish()
+        self._last_node_write = 0.0
         _TRACKERS.add(self)
 
     # --- what the caller reports --------------------------------------------------------------------
@@ -208,6 +211,8 @@ class ProgressTracker:
         self._rate.append((now, self._step))
         while len(self._rate) > 2 and now - self._rate[0][0] > RATE_WINDOW_SECS:
             self._rate.popleft()
+        if self._writer is not None and now - self._last_node_write >= NODE_INTERVAL_SECS:
+            self._write_node(now)
         if not self.is_chief or self._writer is None:
             return
         if self._point_due(now):
@@ -244,6 +249,8 @@ class ProgressTracker:
         if logs:
             self._logs = {**self._logs, **numeric_logs(logs)}
         self._phase = "finished"
+        if self._writer is not None:
+            self._write_node(time.monotonic())
         if self._window:
             self._record_step_times(epoch_position(self._step, self.steps_per_epoch)[0])
         if self._writer is None:
@@ -260,14 +267,31 @@ class ProgressTracker:
         phase: ``"checkpointing"``, ``"exporting"``, ``"restoring"``, ``"evaluating"``, ``"waiting_for_data"``.
         """
         before, self._phase = self._phase, name
-        if self.is_chief and self._writer is not None:
-            self._write_progress(time.monotonic())
+        self._phase_changed()
         try:
             yield self
         finally:
             self._phase = before
-            if self.is_chief and self._writer is not None:
-                self._write_progress(time.monotonic())
+            self._phase_changed()
+
+    def _phase_changed(self) -> None:
+        if self._writer is None:
+            return
+        self._write_node(time.monotonic())
+        if self.is_chief:
+            self._write_progress(time.monotonic())
+
+    def _write_node(self, now: float) -> None:
+        self._last_node_write = now
+        record = {
+            "worker": self.worker,
+            "step": self._step if self._phase != "starting" else None,
+            "phase": self._phase,
+            "attempt": getattr(self.ctx, "attempt", 0),
+            "run_id": os.environ.get("AIRFLOW_TFOS_RUN_ID"),
+            "time": time.time(),
+        }
+        self._writer.node_progress(self.worker, record)
 
     def flush(self, timeout: float = 30.0) -> bool:
         """Wait until everything recorded so far is written."""

@@ -1,7 +1,8 @@
 """The progress watchdog: a run whose training nodes stop advancing their global step is failed and retried.
 
-Nodes report their global step and what they are doing (their *phase*) through
-:class:`~airflow_tfos.runtime.progress.ProgressTracker`; :class:`StallWatchdog` judges those reports with no
+Every training node reports its global step and what it is doing (its *phase*) through
+:class:`~airflow_tfos.runtime.progress.ProgressTracker` (e.g. ``progress_callback``), into the run
+directory's ``nodes/<node>.json``; :class:`StallWatchdog` judges those reports with no
 I/O of its own (a clock is passed in, so it is tested without waiting), and :class:`StallMonitor` is the
 driver's thread that feeds it from the run directory and, on a stall, hands a :class:`StallReport` to the
 run (which cancels the barrier stage and starts a fresh TF cluster from the latest checkpoint).

@@ -178,3 +178,23 @@ def test_the_monitor_calls_back_once_with_the_report():
     monitor.join(5)
     assert [(n.node, n.step) for n in fired[0].nodes] == [("chief:0", 5)]
     assert len(fired) == 1
+
+
+def test_every_node_writes_its_step_and_phase_for_the_driver(tmp_path, monkeypatch):
+    from airflow_tfos.shared.rundir import RunDir
+
+    monkeypatch.setenv("AIRFLOW_TFOS_RUN_ID", "r1")
+
+    class Worker(_Ctx):
+        job_name, is_chief, run_dir = "worker", False, str(tmp_path)
+
+    tracker = ProgressTracker(Worker())
+    tracker.begin(0)
+    tracker.step(step=4)
+    tracker.flush()
+    [record] = RunDir(str(tmp_path)).node_progress()
+    assert (record["worker"], record["step"], record["phase"], record["run_id"]) == ("worker:0", 4, "training", "r1")
+    with node_phase("exporting"):
+        tracker.flush()
+        assert RunDir(str(tmp_path)).node_progress()[0]["phase"] == "exporting"
+    assert not (tmp_path / "progress.json").exists()  # only the chief writes progress.json
