@@ -91,7 +91,8 @@ class StallWatchdog:
         if seen is None:
             self.nodes[node] = _Node(step, phase, now)
             return
-        if phase in QUIET_PHASES or seen.phase in QUIET_PHASES:
+        was_quiet = seen.phase in QUIET_PHASES
+        if phase in QUIET_PHASES or was_quiet:
             seen.advanced = now  # a quiet phase is not a stall, and the clock starts again when it ends
         elif step is not None and (seen.step is None or step > seen.step):
             if seen.step is not None:
@@ -101,6 +102,11 @@ class StallWatchdog:
             seen.advanced = now  # restored to an older checkpoint: a new start, not a stall
         seen.step = step if step is not None else seen.step
         seen.phase = phase
+        if phase in QUIET_PHASES or was_quiet:
+            # The others wait on this node (a checkpoint is a collective): their steps do not count as slow,
+            # and their time without a step starts again when it is done.
+            for other in self.nodes.values():
+                other.advanced = now
 
     def _step_took(self, secs: float) -> None:
         self.longest_step = max(self.longest_step, secs)

@@ -81,6 +81,20 @@ def test_one_node_checkpointing_holds_off_all():
     assert dog.check() is None
 
 
+def test_a_step_that_waited_on_a_checkpointing_peer_is_not_slow():
+    clock = Clock()
+    dog = StallWatchdog(5, clock)
+    dog.observe("chief:0", 10)
+    dog.observe("worker:0", 10)
+    dog.observe("chief:0", 10, "checkpointing")
+    clock.now += 12  # worker:0 waits in step 11's all-reduce while the chief saves
+    dog.observe("chief:0", 10)
+    dog.observe("worker:0", 11)
+    assert not dog.disabled
+    clock.now += 5
+    assert dog.check() is not None
+
+
 def test_nodes_before_their_first_step_are_not_judged():
     clock = Clock()
     dog = StallWatchdog(5, clock)
