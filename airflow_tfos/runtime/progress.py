@@ -65,8 +65,9 @@ log = logging.getLogger(__name__)
 
 #: Default seconds between two writes of progress.json.
 PROGRESS_INTERVAL_SECS = 3.0
-#: Seconds between writes of a node's ``nodes/<node>.json`` while it trains (read by the stall watchdog).
-NODE_INTERVAL_SECS = 1.0
+#: Seconds between writes of a node's ``nodes/<node>.json`` while it trains (read by the stall watchdog; its
+#: writer thread keeps only the newest record).
+NODE_INTERVAL_SECS = 0.2
 #: About how many ``step_metrics`` points a run records when its total steps are known.
 HISTORY_POINTS = 100
 #: Seconds between ``step_metrics`` points when the total steps are unknown.
