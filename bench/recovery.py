@@ -8,7 +8,7 @@ step 22 or later, and prints the seconds from the kill until the new TF cluster'
 steps trained again, and the final step.
 
 ``--target tf-freeze`` freezes worker 0's TF process with SIGSTOP instead, in the ``stall`` scenario (stall
-watchdog of 4 s; one checkpoint save of 8 s before the freeze), and also prints when the watchdog fired.
+watchdog of 4 s; one checkpoint save of 6 s before the freeze), and also prints when the watchdog fired.
 Target: training resumes within 60 s of the freeze, at most one checkpoint interval redone.
 """
 

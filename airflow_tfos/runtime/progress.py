@@ -197,7 +197,7 @@ class ProgressTracker:
             self.begin(0 if step is None else max(0, int(step) - 1))
             self._last_call = None  # without begin(), the first step's time is unknown
         self._step = self._step + 1 if step is None else int(step)
-        if self._phase == "starting":
+        if self._phase in ("starting", "waiting_for_data"):
             self._phase = "training"
         if step_secs is None and self._last_call is not None:
             step_secs = now - self._last_call
@@ -239,6 +239,11 @@ class ProgressTracker:
         if values:
             self._logs = {**self._logs, **values}
         self._record_step_times(epoch)
+        if self._phase == "training":
+            # Until the next epoch's first step: a new epoch's input may take seconds to start (not a stall).
+            self._phase = "waiting_for_data"
+            if self._writer is not None:
+                self._write_node(time.monotonic())
         if self.is_chief and self._writer is not None:
             self._event("metrics", {**self._with_logs(values or self._logs), "epoch": epoch})
             self._write_progress(time.monotonic())

@@ -345,11 +345,7 @@ def recoverable_training(args, ctx):
             tmp.replace(progress)
             time.sleep(args.get("sleep", 0.2))
 
-    callbacks = [Progress()] if record_progress else []
-    if args.get("track"):  # steps and phases reported for the stall watchdog
-        from airflow_tfos.runtime.progress import progress_callback
-
-        callbacks.append(progress_callback(ctx))
+    callbacks = [Progress()] if record_progress else []  # fit_resumable adds progress_callback itself
     slow_at, slow_secs = args.get("slow_save_at"), args.get("slow_save_secs", 0)
     if slow_at and ctx.is_chief and ctx.attempt == 0:  # one save made slower than stall_timeout
         save = checkpointer._save

@@ -173,6 +173,10 @@ def test_the_tracker_reports_its_phases():
     with node_phase("checkpointing"):
         assert tracker.snapshot()["phase"] == "checkpointing"
     assert tracker.snapshot()["phase"] == "training"
+    tracker.epoch_end(step=1)
+    assert tracker.snapshot()["phase"] == "waiting_for_data"  # the next epoch's input is starting
+    tracker.step()
+    assert tracker.snapshot()["phase"] == "training"
     tracker.finish()
     assert tracker.snapshot()["phase"] == "finished"
 
