@@ -99,6 +99,7 @@ class _TFoSRunOperator(_TFoSApplicationOperator):
         max_attempts: int = 3,
         training_timeout: float | None = None,
         stop_grace_secs: float = 120.0,
+        stall_timeout: float | None = 600.0,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -121,6 +122,7 @@ class _TFoSRunOperator(_TFoSApplicationOperator):
         self.max_attempts = max_attempts
         self.training_timeout = training_timeout
         self.stop_grace_secs = stop_grace_secs
+        self.stall_timeout = stall_timeout
         self._check_parameters()
 
     # --- checks at DAG parse time (no I/O) ---------------------------------------------------------------
@@ -141,6 +143,9 @@ class _TFoSRunOperator(_TFoSApplicationOperator):
             raise RunConfigError(
                 f"{where}: input_mode must be one of {', '.join(INPUT_MODES)}, got {self.input_mode!r}"
             )
+        timeout = self.stall_timeout
+        if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout <= 0):
+            raise RunConfigError(f"{where}: stall_timeout must be positive seconds or None, got {timeout!r}")
         self.check_parameters()
 
     def build_spec(self, *, code: bool = True) -> RunSpec:
@@ -221,6 +226,9 @@ class TFoSTrainOperator(_TFoSRunOperator):
     :param training_timeout: seconds one TF cluster attempt may run.
     :param env: environment variables for the TF node processes (templated).
     :param stop_grace_secs: how long a stop request waits for the next checkpoint.
+    :param stall_timeout: seconds without the training's global step advancing before the TF cluster attempt
+        is failed (naming the stalled nodes) and retried from the latest checkpoint; not while a checkpoint
+        is saved, a model exported or restored, or the feed's first batch awaited. None: no watchdog.
     :param spark_conn_id: the ``spark`` connection (``yarn`` master: YARN; else the local backend).
     :param yarn_conn_id: the ``yarn`` connection (YARN backend).
     :param webhdfs_conn_id: the ``webhdfs`` connection for HDFS run directories.

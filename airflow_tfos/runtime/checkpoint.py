@@ -46,6 +46,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from airflow_tfos.runtime.errors import WarmStartError as WarmStartError
+from airflow_tfos.runtime.progress import node_phase
 from airflow_tfos.shared.rundir import EXPORT, SUCCESS, RunDir
 from airflow_tfos.shared.storage import Storage, join, storage_for
 
@@ -125,6 +126,10 @@ class RunCheckpointer:
         """
         if self.restored_step is not None:
             return self.restored_step
+        with node_phase("restoring"):
+            return self._restore()
+
+    def _restore(self) -> int:
         if self.ctx.is_chief:
             dropped = self.rundir.discard_staging()
             if dropped:
@@ -187,6 +192,10 @@ class RunCheckpointer:
         step = self.step
         if step == self.last_saved:
             return
+        with node_phase("checkpointing"):
+            self._save(step, epoch)
+
+    def _save(self, step: int, epoch: int | None) -> None:
         started = time.monotonic()
         if self.ctx.is_chief:
             staging = self.rundir.checkpoint_staging(step)
@@ -309,6 +318,11 @@ def export_model(ctx, model, *, metrics: dict[str, Any] | None = None, step: int
         raise ValueError("export_model writes to the run directory: pass run_dir= to run()")
     if step is None:
         step = int(model.optimizer.iterations.numpy()) if getattr(model, "optimizer", None) is not None else 0
+    with node_phase("exporting"):
+        return _export(ctx, rundir, model, metrics, step)
+
+
+def _export(ctx, rundir: RunDir, model, metrics: dict[str, Any] | None, step: int) -> str | None:
     if not ctx.is_chief:
         scratch = tempfile.mkdtemp(prefix="airflow-tfos-export-")
         try:

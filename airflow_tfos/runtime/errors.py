@@ -28,6 +28,7 @@ __all__ = [
     "ReportError",
     "RunCancelledError",
     "RunTimeoutError",
+    "StallError",
     "TFoSRuntimeError",
     "WarmStartError",
     "decode_node_failure",
@@ -56,6 +57,11 @@ class ReportError(TFoSError, RuntimeError):
 
 class RunTimeoutError(TFoSRuntimeError, TimeoutError):
     """The run did not finish within its ``timeout``; its Spark stage was cancelled."""
+
+
+class StallError(TFoSRuntimeError):
+    """No training node advanced its global step for ``stall_timeout`` seconds; the message names the
+    stalled nodes and the last step each reached (a fresh TF cluster is tried while attempts are left)."""
 
 
 class RunCancelledError(TFoSRuntimeError):

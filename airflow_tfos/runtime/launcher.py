@@ -27,12 +27,14 @@ from airflow_tfos.runtime.errors import (
     NodeFailedError,
     RunCancelledError,
     RunTimeoutError,
+    StallError,
     TFoSRuntimeError,
     decode_node_failure,
 )
 from airflow_tfos.runtime.feed.plan import Feed, FeedConfigError
 from airflow_tfos.runtime.feed.rows import RowFeed
 from airflow_tfos.runtime.node import NodeJob, run_node
+from airflow_tfos.runtime.watchdog import StallMonitor, StallReport
 from airflow_tfos.shared import events
 from airflow_tfos.shared.rundir import RunDir, RunDirError
 from airflow_tfos.shared.spec import RunSpec
@@ -79,6 +81,14 @@ class TFClusterRun:
         (:mod:`airflow_tfos.runtime.checkpoint`). An error in the program itself is not retried.
     :param warm_start: an exported model (SavedModel directory, or a run directory with ``export/``)
         to start from when the run has no checkpoint yet; the nodes find it as ``ctx.warm_start``.
+    :param stall_timeout: seconds without the training advancing its global step (as reported through
+        :class:`~airflow_tfos.runtime.progress.ProgressTracker`, e.g. ``progress_callback``) after which the
+        attempt counts as stalled: its stage is cancelled, and a fresh TF cluster resumes from the latest
+        checkpoint (:mod:`airflow_tfos.runtime.watchdog`). It holds off while a node saves a checkpoint,
+        exports, restores, evaluates or waits for its first batch, and is off once a step took longer than
+        it. Needs ``run_dir``. None: no watchdog.
+        On a stall, Spark cancels the stage's tasks, and each task ends its node process (with its process
+        group); a frozen executor JVM is not reached this way: Spark replaces it once its heartbeat times out.
     """
 
     def __init__(
@@ -106,6 +116,7 @@ class TFClusterRun:
         row_feed: RowFeed | None = None,
         max_attempts: int = 3,
         warm_start: str | None = None,
+        stall_timeout: float | None = 600.0,
     ):
         if not callable(main_fun):
             raise TypeError(f"main_fun must be callable, got {type(main_fun).__name__}")
@@ -132,6 +143,10 @@ class TFClusterRun:
             raise ClusterConfigError(f"max_attempts must be at least 1, got {max_attempts}")
         self.max_attempts = max_attempts
         self.warm_start = warm_start or None
+        if stall_timeout is not None and stall_timeout <= 0:
+            raise ClusterConfigError(f"stall_timeout must be positive seconds or None, got {stall_timeout!r}")
+        self.stall_timeout = stall_timeout
+        self._stall: StallReport | None = None
         self.data, self.feed, self.validation_data, self.row_feed = data, feed, validation_data, row_feed
         _check_data_args(data, feed, validation_data, row_feed)
         self.run_id = uuid.uuid4().hex[:12]
@@ -182,6 +197,7 @@ class TFClusterRun:
             validation_data=validation_data,
             max_attempts=spec.max_attempts,
             warm_start=spec.warm_start,
+            stall_timeout=spec.stall_timeout,
         )
         run.spec = spec
         return run
@@ -248,11 +264,14 @@ class TFClusterRun:
         self.sc.setJobGroup(self.job_group, f"airflow-tfos TF cluster {self.run_id}", interruptOnCancel=True)
         for attempt in range(self.max_attempts):
             self._event(events.ATTEMPT, attempt=attempt)
+            monitor = self._watch(attempt)
             try:
                 self._outcome = self._stage(dataclasses.replace(job, attempt=attempt))
                 return
             except BaseException as exc:  # re-raised on the caller's thread by wait()
-                self._error = exc
+                self._error = StallError(self._stall.message()) if self._stall is not None else exc
+                self._stall = None
+                exc = self._error
                 last = attempt + 1 >= self.max_attempts
                 if self._cancelled or not _retryable(exc):
                     return
@@ -273,6 +292,33 @@ class TFClusterRun:
                     self.max_attempts,
                 )
                 self._error = None
+            finally:
+                if monitor is not None:
+                    monitor.stop()
+
+    def _watch(self, attempt: int) -> StallMonitor | None:
+        """Start the stall watchdog over this attempt's progress reports (None without stall_timeout)."""
+        if self.stall_timeout is None or not self.run_dir:
+            return None
+        rundir = RunDir(self.run_dir)
+
+        def read() -> list[dict[str, Any]]:
+            records = rundir.node_progress()
+            return [r for r in records if r.get("run_id") == self.run_id and r.get("attempt", 0) == attempt]
+
+        def on_stall(report: StallReport) -> None:
+            self._stall = report
+            self._event(
+                events.STALL,
+                attempt=attempt,
+                timeout=report.timeout,
+                nodes=[{"node": n.node, "step": n.step, "secs": round(n.secs, 1)} for n in report.nodes],
+            )
+            self.sc.cancelJobGroup(self.job_group)  # Spark kills the tasks; their node processes die with them
+
+        monitor = StallMonitor(read, self.stall_timeout, on_stall)
+        monitor.start()
+        return monitor
 
     def _event(self, kind: str, **fields: Any) -> None:
         if not self.run_dir:
@@ -357,7 +403,7 @@ class TFClusterRun:
         return None
 
     def _translate(self, error: BaseException) -> BaseException:
-        if isinstance(error, FeedConfigError):
+        if isinstance(error, (FeedConfigError, StallError)):
             return error
         failure = decode_node_failure(error)
         if failure is not None and failure.kind == "input":
@@ -383,6 +429,8 @@ class TFClusterRun:
 
 def _retryable(error: BaseException) -> bool:
     """Whether a fresh TF cluster may get past ``error``: infrastructure, not the program or its input."""
+    if isinstance(error, StallError):
+        return True
     if isinstance(error, (FeedConfigError, ClusterConfigError, KeyboardInterrupt)):
         return False
     failure = decode_node_failure(error)

@@ -48,10 +48,13 @@ and a custom training loop::
 from __future__ import annotations
 
 import collections
+import contextlib
 import logging
 import math
 import os
 import time
+import weakref
+from collections.abc import Iterator
 from typing import Any
 
 from airflow_tfos.runtime.progress_writer import ProgressWriter
@@ -62,6 +65,9 @@ log = logging.getLogger(__name__)
 
 #: Default seconds between two writes of progress.json.
 PROGRESS_INTERVAL_SECS = 3.0
+#: Seconds between writes of a node's ``nodes/<node>.json`` while it trains (read by the stall watchdog; its
+#: writer thread keeps only the newest record).
+NODE_INTERVAL_SECS = 0.2
 #: About how many ``step_metrics`` points a run records when its total steps are known.
 HISTORY_POINTS = 100
 #: Seconds between ``step_metrics`` points when the total steps are unknown.
@@ -155,6 +161,9 @@ class ProgressTracker:
         self._last_write = 0.0
         self._last_point: tuple[float, int] | None = None
         self._last_epoch_step: int | None = None
+        self._phase = "starting"  # "training" from the first step on, "finished" after finish()
+        self._last_node_write = 0.0
+        _TRACKERS.add(self)
 
     # --- what the caller reports --------------------------------------------------------------------
 
@@ -167,6 +176,7 @@ class ProgressTracker:
     def begin(self, step: int = 0) -> None:
         """Training (re)starts at global ``step`` (after a restore); the step rate is measured afresh."""
         self._step = int(step)
+        self._phase = "starting"
         if self._started_wall is None:
             self._started_wall = time.time()
         self._last_call = time.monotonic()
@@ -187,6 +197,8 @@ class ProgressTracker:
             self.begin(0 if step is None else max(0, int(step) - 1))
             self._last_call = None  # without begin(), the first step's time is unknown
         self._step = self._step + 1 if step is None else int(step)
+        if self._phase in ("starting", "waiting_for_data"):
+            self._phase = "training"
         if step_secs is None and self._last_call is not None:
             step_secs = now - self._last_call
         self._last_call = now
@@ -200,6 +212,8 @@ class ProgressTracker:
         self._rate.append((now, self._step))
         while len(self._rate) > 2 and now - self._rate[0][0] > RATE_WINDOW_SECS:
             self._rate.popleft()
+        if self._writer is not None and now - self._last_node_write >= NODE_INTERVAL_SECS:
+            self._write_node(now)
         if not self.is_chief or self._writer is None:
             return
         if self._point_due(now):
@@ -225,6 +239,11 @@ class ProgressTracker:
         if values:
             self._logs = {**self._logs, **values}
         self._record_step_times(epoch)
+        if self._phase == "training":
+            # Until the next epoch's first step: a new epoch's input may take seconds to start (not a stall).
+            self._phase = "waiting_for_data"
+            if self._writer is not None:
+                self._write_node(time.monotonic())
         if self.is_chief and self._writer is not None:
             self._event("metrics", {**self._with_logs(values or self._logs), "epoch": epoch})
             self._write_progress(time.monotonic())
@@ -235,6 +254,9 @@ class ProgressTracker:
             self._step = int(step)
         if logs:
             self._logs = {**self._logs, **numeric_logs(logs)}
+        self._phase = "finished"
+        if self._writer is not None:
+            self._write_node(time.monotonic())
         if self._window:
             self._record_step_times(epoch_position(self._step, self.steps_per_epoch)[0])
         if self._writer is None:
@@ -242,6 +264,40 @@ class ProgressTracker:
         if self.is_chief:
             self._write_progress(time.monotonic())
         self.flush()
+
+    @contextlib.contextmanager
+    def phase(self, name: str):
+        """Report that this node is in phase ``name`` while the block runs (chief: written at once).
+
+        The stall watchdog (:mod:`airflow_tfos.runtime.watchdog`) does not fire while a node is in a quiet
+        phase: ``"checkpointing"``, ``"exporting"``, ``"restoring"``, ``"evaluating"``, ``"waiting_for_data"``.
+        """
+        before, self._phase = self._phase, name
+        self._phase_changed()
+        try:
+            yield self
+        finally:
+            self._phase = before
+            self._phase_changed()
+
+    def _phase_changed(self) -> None:
+        if self._writer is None:
+            return
+        self._write_node(time.monotonic())
+        if self.is_chief:
+            self._write_progress(time.monotonic())
+
+    def _write_node(self, now: float) -> None:
+        self._last_node_write = now
+        record = {
+            "worker": self.worker,
+            "step": self._step if self._phase != "starting" else None,
+            "phase": self._phase,
+            "attempt": getattr(self.ctx, "attempt", 0),
+            "run_id": os.environ.get("AIRFLOW_TFOS_RUN_ID"),
+            "time": time.time(),
+        }
+        self._writer.node_progress(self.worker, record)
 
     def flush(self, timeout: float = 30.0) -> bool:
         """Wait until everything recorded so far is written."""
@@ -272,6 +328,7 @@ class ProgressTracker:
             "attempt": getattr(self.ctx, "attempt", 0),
             "run_id": os.environ.get("AIRFLOW_TFOS_RUN_ID"),
             "worker": self.worker,
+            "phase": self._phase,
             "time": time.time(),
         }
         if total is not None and self._step >= total:
@@ -333,6 +390,19 @@ class ProgressTracker:
     def _event(self, kind: str, fields: dict[str, Any]) -> None:
         run_id = os.environ.get("AIRFLOW_TFOS_RUN_ID")
         self._writer.event(kind, {**fields, "run_id": run_id} if run_id else fields)
+
+
+_TRACKERS: weakref.WeakSet[ProgressTracker] = weakref.WeakSet()
+
+
+@contextlib.contextmanager
+def node_phase(name: str) -> Iterator[None]:
+    """Every progress tracker of this process reports phase ``name`` while the block runs (see
+    :meth:`ProgressTracker.phase`); the checkpointer and :func:`export_model` use it around their saves."""
+    with contextlib.ExitStack() as stack:
+        for tracker in list(_TRACKERS):
+            stack.enter_context(tracker.phase(name))
+        yield
 
 
 def _fed_batch_size(ctx) -> int | None:
@@ -419,6 +489,7 @@ def progress_callback(
             self.tracker = tracker
             self._batch_began: float | None = None
             self._replicas = 1
+            self._evaluating: Any = None
 
         def _global_step(self) -> int | None:
             optimizer = getattr(self.model, "optimizer", None)
@@ -441,6 +512,15 @@ def progress_callback(
             began, self._batch_began = self._batch_began, None
             secs = time.monotonic() - began if began is not None else None
             tracker.step(per_replica_mean(logs, self._replicas), step=self._global_step(), step_secs=secs)
+
+        def on_test_begin(self, logs=None):
+            self._evaluating = tracker.phase("evaluating")
+            self._evaluating.__enter__()
+
+        def on_test_end(self, logs=None):
+            evaluating, self._evaluating = self._evaluating, None
+            if evaluating is not None:
+                evaluating.__exit__(None, None, None)
 
         def on_epoch_end(self, epoch, logs=None):
             tracker.epoch_end(logs, step=self._global_step(), epoch=None if tracker.steps_per_epoch else epoch + 1)

@@ -29,6 +29,7 @@ class ProgressWriter:
         self._cond = threading.Condition()
         self._events: list[tuple[str, dict[str, Any]]] = []
         self._progress: dict[str, Any] | None = None
+        self._node: tuple[str, dict[str, Any]] | None = None
         self._busy = False
         self._thread: threading.Thread | None = None
         _WRITERS.add(self)
@@ -36,6 +37,12 @@ class ProgressWriter:
     def progress(self, record: dict[str, Any]) -> None:
         with self._cond:
             self._progress = record
+            self._wake()
+
+    def node_progress(self, node: str, record: dict[str, Any]) -> None:
+        """This node's step and phase for ``nodes/<node>.json`` (only the newest is kept)."""
+        with self._cond:
+            self._node = (node, record)
             self._wake()
 
     def event(self, kind: str, fields: dict[str, Any]) -> None:
@@ -50,14 +57,15 @@ class ProgressWriter:
         self._cond.notify_all()
 
     def _idle(self) -> bool:
-        return not self._events and self._progress is None and not self._busy
+        return not self._events and self._progress is None and self._node is None and not self._busy
 
     def _run(self) -> None:
         while True:
             with self._cond:
-                self._cond.wait_for(lambda: self._events or self._progress is not None)
+                self._cond.wait_for(lambda: self._events or self._progress is not None or self._node is not None)
                 events, self._events = self._events, []
                 progress, self._progress = self._progress, None
+                node, self._node = self._node, None
                 self._busy = True
             try:  # several at hand (a slow file system, an epoch end): one batch file, one request
                 if len(events) > 1:
@@ -73,6 +81,11 @@ class ProgressWriter:
                     self.rundir.write_progress(progress)
                 except Exception as exc:
                     log.warning("cannot write progress to %s: %s", self.rundir.uri, exc)
+            if node is not None:
+                try:
+                    self.rundir.write_node_progress(*node)
+                except Exception as exc:
+                    log.warning("cannot write node progress to %s: %s", self.rundir.uri, exc)
             with self._cond:
                 self._busy = False
                 self._cond.notify_all()

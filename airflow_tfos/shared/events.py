@@ -25,3 +25,5 @@ IDLE_STOP = "idle_stop"
 ATTEMPT = "attempt"
 #: A TF cluster attempt failed (``run_id``, ``attempt``, ``reason``, ``retrying``).
 ATTEMPT_FAILED = "attempt_failed"
+#: The stall watchdog fired (``run_id``, ``attempt``, ``timeout``, ``nodes``: ``node``, ``step``, ``secs`` each).
+STALL = "stall"

@@ -14,6 +14,7 @@ atomically, so a sensor never sees half of anything::
     <run_dir>/previous/<time>/     export/, checkpoints/ and fingerprint.json of an earlier input or code
     <run_dir>/events/              one JSON file per event, and batch files of folded ones (shared.event_log)
     <run_dir>/progress.json        the chief's training progress (step, epoch, loss, rate, ETA), kept current
+    <run_dir>/nodes/<node>.json    each training node's global step and phase, kept current (the stall watchdog)
     <run_dir>/report/              the training report: report.html and the PNGs it shows
     <run_dir>/lease.json           who started the application writing here (airflow_tfos.shared.lease)
 
@@ -55,6 +56,7 @@ EXPORT = "export"
 SUCCESS = "_SUCCESS"
 EVENTS = "events"
 PROGRESS = "progress.json"
+NODES = "nodes"
 REPORT_DIR = "report"
 REPORT_HTML = "report/report.html"
 PREVIOUS = "previous"
@@ -477,6 +479,18 @@ class RunDir:
 
     def read_progress(self) -> dict[str, Any] | None:
         return self._read_json(PROGRESS)
+
+    def write_node_progress(self, node: str, record: dict[str, Any]) -> None:
+        """Replace ``nodes/<node>.json``: one training node's global step and phase (``chief-0``...)."""
+        self._write_json(record, NODES, f"{node.replace(':', '-')}.json")
+
+    def node_progress(self) -> list[dict[str, Any]]:
+        """Every node's latest ``nodes/<node>.json`` record (none before the nodes report)."""
+        try:
+            names = sorted(n for n in self.storage.listdir(self.path(NODES)) if n.endswith(".json"))
+        except FileNotFoundError:
+            return []
+        return [r for r in (self._read_json(NODES, n) for n in names) if r]
 
     # --- events --------------------------------------------------------------------------------------
 

@@ -104,6 +104,8 @@ class RunSpec:
     #: how long the driver waits, after a stop request, for the next checkpoint before it stops the cluster
     stop_grace_secs: float = field(default=120.0, metadata=_spec((int, float), TRAINING))
     warm_start: str | None = field(default=None, metadata=_spec((str, type(None)), TRAINING))
+    #: seconds without the global step advancing before an attempt counts as stalled (None: no watchdog)
+    stall_timeout: float | None = field(default=600.0, metadata=_spec((int, float, type(None)), WHEN_SET))
     #: the hash spec.json was written with (:meth:`RunDir.write_spec`); never part of :meth:`to_json`
     spec_hash: str = field(default="", metadata=_spec(str, NEVER))
     kind: str = field(default="train", metadata=_spec(str))
@@ -200,6 +202,8 @@ def parse_spec(raw: Any, *, pending: Callable[[Any], bool] = _never) -> RunSpec:
         raise SpecError(f"spec.json max_attempts must be at least 1, got {spec.max_attempts}")
     if spec.gpus_per_node < 0:
         raise SpecError(f"spec.json gpus_per_node must be 0 or more, got {spec.gpus_per_node}")
+    if spec.stall_timeout is not None and not spec.stall_timeout > 0:
+        raise SpecError(f"spec.json stall_timeout must be positive seconds or null, got {spec.stall_timeout!r}")
     for name in ("data", "validation_data"):
         if getattr(spec, name) is not None:
             check_data(getattr(spec, name), name, pending=pending)

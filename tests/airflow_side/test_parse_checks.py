@@ -87,6 +87,15 @@ class TestArguments:
         with raises(rf"'train': num_ps must be an integer >= 0, got {num_ps!r}"):
             train_op(tmp_path, num_ps=num_ps)
 
+    @pytest.mark.parametrize("timeout", [0, -5, True, "30"])
+    def test_stall_timeout_is_positive_seconds(self, tmp_path, timeout):
+        with raises(rf"'train': stall_timeout must be positive seconds or None, got {timeout!r}"):
+            train_op(tmp_path, stall_timeout=timeout)
+
+    def test_stall_timeout_reaches_the_spec_only_when_changed(self, tmp_path):
+        assert train_op(tmp_path, stall_timeout=30).build_spec(code=False).to_json()["stall_timeout"] == 30
+        assert "stall_timeout" not in train_op(tmp_path).build_spec(code=False).to_json()  # old specs keep their hash
+
     def test_keras_lists_its_choices(self, tmp_path):
         with raises(r"keras must be one of auto, tf_keras, keras3, got 'keras2'"):
             train_op(tmp_path, keras="keras2")

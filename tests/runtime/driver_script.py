@@ -3,7 +3,8 @@
     python -m tests.runtime.driver_script <scenario> <run_dir>
 
 Scenarios: ``sleep`` (runs until interrupted), ``gpu`` (a local cluster whose workers discover a
-stub GPU through a discovery script), ``recover`` (checkpointed training that a test disturbs).
+stub GPU through a discovery script), ``recover`` (checkpointed training that a test disturbs), ``stall``
+(the same, with a stall watchdog of 4 s and one checkpoint save of 6 s).
 """
 
 from __future__ import annotations
@@ -49,6 +50,14 @@ def main(scenario: str, run_dir: str) -> int:
         elif scenario == "recover":
             args = {"steps_per_epoch": 20, "epochs": 3, "every": 5, "sleep": 0.25}
             tf_run = TFClusterRun(sc, programs.recoverable_training, args, num_nodes=2, run_dir=run_dir, max_attempts=3)
+            print("RESULT " + json.dumps(tf_run.start().wait(600)), flush=True)
+        elif scenario == "stall":
+            # a checkpoint save of 6 s at step 10 must not fire a watchdog of 4 s; a frozen node must
+            args = {"steps_per_epoch": 20, "epochs": 3, "every": 5, "sleep": 0.25}
+            args.update(slow_save_at=10, slow_save_secs=6)
+            tf_run = TFClusterRun(
+                sc, programs.recoverable_training, args, num_nodes=2, run_dir=run_dir, max_attempts=3, stall_timeout=4
+            )
             print("RESULT " + json.dumps(tf_run.start().wait(600)), flush=True)
         elif scenario == "gpu":
             result = TFClusterRun(sc, programs.report_context, num_nodes=2, gpus_per_node=1, run_dir=run_dir)

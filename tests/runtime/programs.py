@@ -345,13 +345,24 @@ def recoverable_training(args, ctx):
             tmp.replace(progress)
             time.sleep(args.get("sleep", 0.2))
 
+    callbacks = [Progress()] if record_progress else []  # fit_resumable adds progress_callback itself
+    slow_at, slow_secs = args.get("slow_save_at"), args.get("slow_save_secs", 0)
+    if slow_at and ctx.is_chief and ctx.attempt == 0:  # one save made slower than stall_timeout
+        save = checkpointer._save
+
+        def slow_save(step, epoch):
+            if step == slow_at:
+                time.sleep(slow_secs)
+            save(step, epoch)
+
+        checkpointer._save = slow_save
     histories = fit_resumable(
         model,
         dataset,
         epochs=args["epochs"],
         steps_per_epoch=steps,
         checkpointer=checkpointer,
-        callbacks=[Progress()] if record_progress else [],
+        callbacks=callbacks,
         verbose=0,
     )
     loss = histories[-1].history["loss"][-1] if histories else None
