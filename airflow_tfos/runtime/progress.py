@@ -68,6 +68,8 @@ PROGRESS_INTERVAL_SECS = 3.0
 #: Seconds between writes of a node's ``nodes/<node>.json`` while it trains (read by the stall watchdog; its
 #: writer thread keeps only the newest record).
 NODE_INTERVAL_SECS = 0.2
+#: The same on a remote run directory (HDFS): each write is a namenode request, from every node.
+REMOTE_NODE_INTERVAL_SECS = 2.0
 #: About how many ``step_metrics`` points a run records when its total steps are known.
 HISTORY_POINTS = 100
 #: Seconds between ``step_metrics`` points when the total steps are unknown.
@@ -150,6 +152,8 @@ class ProgressTracker:
         self.worker = f"{ctx.job_name}:{ctx.task_index}"
         self.is_chief = bool(ctx.is_chief)
         self._writer = ProgressWriter(RunDir(ctx.run_dir)) if ctx.run_dir else None
+        remote = bool(ctx.run_dir) and "://" in str(ctx.run_dir) and not str(ctx.run_dir).startswith("file://")
+        self._node_interval = REMOTE_NODE_INTERVAL_SECS if remote else NODE_INTERVAL_SECS
         self._step = 0
         self._logs: dict[str, float | None] = {}
         self._started_wall: float | None = None
@@ -212,7 +216,7 @@ class ProgressTracker:
         self._rate.append((now, self._step))
         while len(self._rate) > 2 and now - self._rate[0][0] > RATE_WINDOW_SECS:
             self._rate.popleft()
-        if self._writer is not None and now - self._last_node_write >= NODE_INTERVAL_SECS:
+        if self._writer is not None and now - self._last_node_write >= self._node_interval:
             self._write_node(now)
         if not self.is_chief or self._writer is None:
             return
