@@ -43,6 +43,7 @@ class DriverWatch(threading.Thread):
         #: set when a serving driver stopped itself after ``serve_idle_secs`` without a feed request
         self.idle = False
         self._folded_at = time.monotonic()
+        self._folding = threading.Thread()  # none yet (never started: not alive)
 
     def attach(self, tf_run: TFClusterRun) -> None:
         """Watch this TF cluster (stop requests cancel it; its progress goes into status.json)."""
@@ -92,9 +93,14 @@ class DriverWatch(threading.Thread):
     def fold_events(self, min_files: int = FOLD_MIN_FILES) -> None:
         """Now and then, fold the run's event files into a batch file (readers then open a few files, not
         thousands: :mod:`~airflow_tfos.shared.event_log`); a failure only waits for the next time."""
-        if time.monotonic() - self._folded_at < FOLD_EVERY_SECS:
+        if time.monotonic() - self._folded_at < FOLD_EVERY_SECS or self._folding.is_alive():
             return
         self._folded_at = time.monotonic()
+        # On its own thread: a fold of a few hundred files on HDFS takes seconds, status.json must keep beating.
+        self._folding = threading.Thread(target=self._fold, args=(min_files,), name="airflow-tfos-fold", daemon=True)
+        self._folding.start()
+
+    def _fold(self, min_files: int) -> None:
         try:
             folded = self.rundir.compact_events(min_files)
         except Exception as exc:
