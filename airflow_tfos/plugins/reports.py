@@ -85,6 +85,9 @@ RESPONSE_HEADERS = {
     "Cache-Control": "no-cache",
 }
 
+#: The app's routes behind the tabs of the task instance and of the Dag run.
+TASK_TAB = "/tab/task"
+RUN_TAB = "/tab/run"
 #: The tab of the task instance and of the Dag run in the Airflow UI (3.1 and later): their ``url_route``.
 TASK_TAB_ROUTE = "tfos-report"
 RUN_TAB_ROUTE = "tfos-run-reports"
@@ -366,9 +369,8 @@ def create_app() -> FastAPI:
     return app
 
 
-#: The tab routes of the app, and the hrefs the UI fills in (``{DAG_ID}``... are URL-encoded by the UI).
-TASK_TAB = "/tab/task"
-RUN_TAB = "/tab/run"
+#: The tabs, as the UI shows them: it fills in ``{DAG_ID}``, ``{RUN_ID}``, ``{TASK_ID}`` (URL-encoded) and
+#: ``{MAP_INDEX}`` (left as written for an unmapped task instance), and resolves the href against its base URL.
 EXTERNAL_VIEWS = [
     {
         "name": "Training report",
