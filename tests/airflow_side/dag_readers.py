@@ -4,6 +4,8 @@ The simple auth manager's roles are global; deployments get per-Dag permissions 
 (``access_control`` on a Dag) or another auth manager. This one answers ``is_authorized_dag`` per user and
 Dag, from ``AIRFLOW_TFOS_TEST_DAG_READERS`` (``alice=dag_a,dag_c;bob=dag_b``), so that a test can go through
 the real api-server and the real auth manager interface. Users not listed there keep their role's rights.
+(The FAB provider does not install beside this project's pins: apache-airflow-providers-fab 3.10.2 needs
+flask-appbuilder 5.2.2, which needs python-dateutil < 3; python-dateutil 4.0.0 is pinned.)
 """
 
 from __future__ import annotations

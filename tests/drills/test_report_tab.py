@@ -1,11 +1,12 @@
 """The training report as a tab of the task instance and of the Dag run, inside the Airflow UI.
 
 A finished tfos_drill run of the shared stack is used (one the drills finished, else one trained here;
-every user is an admin on that stack, as the UI logs in by itself). The tab routes must lead to the run directory's own report, the UI must show it as a tab (a Chromium
-screenshot goes to docs/images/report-tab.png), and the numbers the report shows must be those of the run
-directory's export and progress records. A second api-server on the same metadata database, with an auth
-manager that lets each user read one Dag only, shows that a user who may not read the Dag's task instances
-gets no report through the tab, while a reader of the Dag does.
+every user is an admin on that stack, as the UI logs in by itself). The tab routes must lead to the run
+directory's own report, the UI must show it as a tab (a Chromium screenshot goes to
+docs/images/report-tab.png), and the numbers the report shows must be those of the run directory's export
+and progress records. A second api-server on the same metadata database, with an auth manager that lets
+each user read one Dag only, shows that a user who may not read the Dag's task instances gets no report
+through the tab, while a reader of the Dag does.
 """
 
 from __future__ import annotations
