@@ -10,6 +10,7 @@ import base64
 import contextlib
 import json
 import os
+import re
 import secrets
 import signal
 import socket
@@ -252,6 +253,46 @@ def test_a_run_directory_that_names_no_dag_is_for_readers_of_every_dag(signed_in
     (tmp_path / "old" / "owner.json").write_text("[1, 2]")  # not ours: names no Dag either
     assert get(signed_in("alice"), report_link(run_dir)).status_code == 404
     assert get(signed_in("tester"), report_link(run_dir)).content == PAGE
+
+
+def test_tabs_ask_the_auth_manager_before_they_look_for_the_run_directory(signed_in, tmp_path, monkeypatch):
+    ours, theirs = make_run_dir(tmp_path / "a"), make_run_dir(tmp_path / "b")
+    RunDir(ours).write_owner(dag_id="dag_a", task_id="train", run_id="r1")
+    RunDir(theirs).write_owner(dag_id="dag_b", task_id="train", run_id="r1")
+    xcoms = {"dag_a": [("train", -1, encode_report_token(ours))], "dag_b": [("train", -1, encode_report_token(theirs))]}
+    asked: list[tuple] = []
+
+    def tokens(dag_id, run_id, task_id=None, map_index=None):
+        asked.append((dag_id, run_id, task_id, map_index))
+        return xcoms.get(dag_id, [])
+
+    monkeypatch.setattr(reports, "task_report_tokens", tokens)
+    alice = signed_in("alice")
+    tab = "/tfos/tab/task?dag_id={}&run_id=r1&task_id=train&map_index={}"
+    page = alice.get(tab.format("dag_a", "%7BMAP_INDEX%7D"))  # an unmapped task: the UI leaves {MAP_INDEX}
+    assert page.status_code == 200 and page.content == PAGE
+    assert str(page.url) == f"http://api-server/{report_link(ours)}"  # redirected to the link's address
+    assert asked == [("dag_a", "r1", "train", -1)]
+    alice.get(tab.format("dag_a", "3"))
+    assert asked[-1] == ("dag_a", "r1", "train", 3)
+
+    asked.clear()
+    for url in (tab.format("dag_b", "-1"), "/tfos/tab/run?dag_id=dag_b&run_id=r1"):
+        refused = alice.get(url)
+        assert (refused.status_code, refused.json()) == (404, {"detail": NOT_FOUND}), url
+    assert asked == []  # refused before anything of dag_b was looked up
+
+    assert alice.get("/tfos/tab/run?dag_id=dag_a&run_id=r1").content == PAGE  # one training task: its report
+    xcoms["dag_a"] = [("train", 0, encode_report_token(ours)), ("train", 1, encode_report_token(theirs))]
+    listing = alice.get("/tfos/tab/run?dag_id=dag_a&run_id=r1")
+    assert listing.status_code == 200 and "<li><a href='../reports/" in listing.text
+    assert "default-src 'none'" in listing.headers["content-security-policy"]
+    # each entry is still checked by the report route: map index 1 trained into dag_b's run directory
+    first, second = re.findall(r"href='([^']+)'", listing.text)
+    assert alice.get(urllib.parse.urljoin(str(listing.url), first)).content == PAGE
+    assert alice.get(urllib.parse.urljoin(str(listing.url), second)).status_code == 404
+    xcoms["dag_a"] = []
+    assert "has recorded no run directory" in alice.get(tab.format("dag_a", "-1")).text
 
 
 def test_a_run_without_a_report_says_so(client, tmp_path):
@@ -508,7 +549,6 @@ def test_a_real_api_server_serves_each_report_to_the_readers_of_its_dag(tmp_path
     RunDir(runs["a"]).write_owner(dag_id="nightly_a", task_id="train", run_id="scheduled__2026-11-22")
     RunDir(runs["b"]).write_owner(dag_id="nightly_b", task_id="train", run_id="scheduled__2026-11-22")
     with running_api_server(tmp_path / "server", env) as server:
-
         signed = {user: sign_in(server.url, user) for user in PASSWORDS}
 
         def fetch(user: str | None, run: str, name: str = "report.html") -> tuple[int, bytes]:
