@@ -1,7 +1,8 @@
 """Training reports served by the api-server's plugin app, and the extra link that points at them.
 
 Unit tests drive the app with FastAPI's TestClient, mounted as the api-server mounts it; the
-integration test starts a real ``airflow api-server`` and reads a report over HTTP.
+integration tests start one real ``airflow api-server`` (with users who may each read one Dag) and read
+reports over HTTP.
 """
 
 from __future__ import annotations
@@ -469,10 +470,36 @@ def running_api_server(tmp_path: Path, extra_env: dict[str, str] | None = None):
             server.wait(timeout=10)
 
 
-@pytest.fixture
-def api_server(tmp_path):
-    """A real api-server where every user is an admin (the simple auth manager's all-admins mode)."""
-    with running_api_server(tmp_path) as server:
+#: Users of the per-Dag api-server: who may read which Dag's task instances (admin: every Dag).
+PASSWORDS = {"alice": "alice-secret", "bob": "bob-secret", "admin": "admin-secret"}
+
+
+def sign_in(base_url: str, user: str) -> dict[str, str]:
+    """A bearer token for ``user``, from the api-server's login endpoint (the simple auth manager's)."""
+    body = json.dumps({"username": user, "password": PASSWORDS[user]}).encode()
+    request = urllib.request.Request(
+        f"{base_url}/auth/token", data=body, headers={"Content-Type": "application/json"}, method="POST"
+    )
+    with urllib.request.urlopen(request, timeout=10) as reply:
+        return {"Authorization": f"Bearer {json.loads(reply.read())['access_token']}"}
+
+
+@pytest.fixture(scope="module")
+def api_server(tmp_path_factory):
+    """A real api-server whose auth manager lets alice read Dag nightly_a only, bob nightly_b only, and admin
+    every Dag (:mod:`tests.airflow_side.dag_readers`); ``signed`` holds each user's bearer token."""
+    root = tmp_path_factory.mktemp("api-server")
+    passwords = root / "passwords.json"
+    passwords.write_text(json.dumps(PASSWORDS))
+    env = {
+        "AIRFLOW__CORE__AUTH_MANAGER": "tests.airflow_side.dag_readers.DagReadersAuthManager",
+        "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS": "False",
+        "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": "alice:viewer,bob:viewer,admin:admin",
+        "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(passwords),
+        "AIRFLOW_TFOS_TEST_DAG_READERS": "alice=nightly_a;bob=nightly_b",
+    }
+    with running_api_server(root, env) as server:
+        server.signed = {user: sign_in(server.url, user) for user in PASSWORDS}
         yield server
 
 
@@ -500,31 +527,18 @@ def test_a_real_api_server_serves_the_report(api_server, tmp_path):
 
     run_dir = make_run_dir(tmp_path / "run")
     page_url = urllib.parse.urljoin(f"{api_server.url}/", report_link(run_dir))
-    code, body, headers = http_get(page_url)  # every user is an admin here: the server adds the token
+    admin = api_server.signed["admin"]
+    code, body, headers = http_get(page_url, admin)
     assert code == 200, body[-2000:]
     assert body == (tmp_path / "run" / "report" / "report.html").read_bytes()
     assert headers["content-type"] == "text/html; charset=utf-8"
-    code, body, headers = http_get(urllib.parse.urljoin(page_url, "metrics.png"))
+    code, body, headers = http_get(urllib.parse.urljoin(page_url, "metrics.png"), admin)
     assert (code, body, headers["content-type"]) == (200, PNG, "image/png")
 
     code, body, _ = http_get(page_url, headers={"Authorization": "Bearer not-a-token"})
     assert code in (401, 403) and body != PAGE  # the api-server's authentication guards the app
-    code, body, _ = http_get(f"{api_server.url}/{report_path(encode_report_token(run_dir), 'spec.json')}")
+    code, body, _ = http_get(f"{api_server.url}/{report_path(encode_report_token(run_dir), 'spec.json')}", admin)
     assert code == 404 and b"train_fn" not in body
-
-
-#: Users of the per-Dag api-server: who may read which Dag's task instances (admin: every Dag).
-PASSWORDS = {"alice": "alice-secret", "bob": "bob-secret", "admin": "admin-secret"}
-
-
-def sign_in(base_url: str, user: str) -> dict[str, str]:
-    """A bearer token for ``user``, from the api-server's login endpoint (the simple auth manager's)."""
-    body = json.dumps({"username": user, "password": PASSWORDS[user]}).encode()
-    request = urllib.request.Request(
-        f"{base_url}/auth/token", data=body, headers={"Content-Type": "application/json"}, method="POST"
-    )
-    with urllib.request.urlopen(request, timeout=10) as reply:
-        return {"Authorization": f"Bearer {json.loads(reply.read())['access_token']}"}
 
 
 @pytest.mark.integration
@@ -535,43 +549,33 @@ def sign_in(base_url: str, user: str) -> dict[str, str]:
     raises=AssertionError,
     reason="airflow-tfos is installed without the airflow.plugins entry point (see above)",
 )
-def test_a_real_api_server_serves_each_report_to_the_readers_of_its_dag(tmp_path):
-    passwords = tmp_path / "passwords.json"
-    passwords.write_text(json.dumps(PASSWORDS))
-    env = {
-        "AIRFLOW__CORE__AUTH_MANAGER": "tests.airflow_side.dag_readers.DagReadersAuthManager",
-        "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS": "False",
-        "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": "alice:viewer,bob:viewer,admin:admin",
-        "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(passwords),
-        "AIRFLOW_TFOS_TEST_DAG_READERS": "alice=nightly_a;bob=nightly_b",
-    }
+def test_a_real_api_server_serves_each_report_to_the_readers_of_its_dag(api_server, tmp_path):
     runs = {name: make_run_dir(tmp_path / name) for name in ("a", "b", "old")}
     RunDir(runs["a"]).write_owner(dag_id="nightly_a", task_id="train", run_id="scheduled__2026-11-22")
     RunDir(runs["b"]).write_owner(dag_id="nightly_b", task_id="train", run_id="scheduled__2026-11-22")
-    with running_api_server(tmp_path / "server", env) as server:
-        signed = {user: sign_in(server.url, user) for user in PASSWORDS}
+    server, signed = api_server, api_server.signed
 
-        def fetch(user: str | None, run: str, name: str = "report.html") -> tuple[int, bytes]:
-            url = f"{server.url}/{report_path(encode_report_token(run), name)}"
-            code, body, _ = http_get(url, signed[user] if user else None)
-            return code, body
+    def fetch(user: str | None, run: str, name: str = "report.html") -> tuple[int, bytes]:
+        url = f"{server.url}/{report_path(encode_report_token(run), name)}"
+        code, body, _ = http_get(url, signed[user] if user else None)
+        return code, body
 
-        not_found = json.dumps({"detail": NOT_FOUND}, separators=(",", ":")).encode()
-        missing = str(tmp_path / "never-written")
-        assert fetch("alice", runs["a"]) == (200, PAGE)
-        assert fetch("alice", runs["a"], "metrics.png") == (200, PNG)
-        # another Dag's report, a run directory that does not exist and one that names no Dag read the same
-        for run in (runs["b"], missing, runs["old"]):
-            assert fetch("alice", run) == (404, not_found), run
-        assert fetch("alice", runs["b"], "metrics.png") == (404, not_found)
-        assert fetch("bob", runs["b"]) == (200, PAGE)
-        assert fetch("bob", runs["a"]) == (404, not_found)
-        assert fetch("admin", runs["old"]) == (200, PAGE)  # a reader of every Dag
-        assert fetch(None, runs["a"])[0] == 401
+    not_found = json.dumps({"detail": NOT_FOUND}, separators=(",", ":")).encode()
+    missing = str(tmp_path / "never-written")
+    assert fetch("alice", runs["a"]) == (200, PAGE)
+    assert fetch("alice", runs["a"], "metrics.png") == (200, PNG)
+    # another Dag's report, a run directory that does not exist and one that names no Dag read the same
+    for run in (runs["b"], missing, runs["old"]):
+        assert fetch("alice", run) == (404, not_found), run
+    assert fetch("alice", runs["b"], "metrics.png") == (404, not_found)
+    assert fetch("bob", runs["b"]) == (200, PAGE)
+    assert fetch("bob", runs["a"]) == (404, not_found)
+    assert fetch("admin", runs["old"]) == (200, PAGE)  # a reader of every Dag
+    assert fetch(None, runs["a"])[0] == 401
 
-        # the task instance tab asks the auth manager first: no answer about another Dag's task instances
-        tab = "tfos/tab/task?dag_id={}&run_id=scheduled__2026-11-22&task_id=train&map_index=%7BMAP_INDEX%7D"
-        code, body, _ = http_get(f"{server.url}/{tab.format('nightly_b')}", signed["alice"])
-        assert (code, body) == (404, not_found)
-        code, body, _ = http_get(f"{server.url}/{tab.format('nightly_a')}", signed["alice"])
-        assert code == 200 and b"has recorded no run directory" in body  # no such run in this database
+    # the task instance tab asks the auth manager first: no answer about another Dag's task instances
+    tab = "tfos/tab/task?dag_id={}&run_id=scheduled__2026-11-22&task_id=train&map_index=%7BMAP_INDEX%7D"
+    code, body, _ = http_get(f"{server.url}/{tab.format('nightly_b')}", signed["alice"])
+    assert (code, body) == (404, not_found)
+    code, body, _ = http_get(f"{server.url}/{tab.format('nightly_a')}", signed["alice"])
+    assert code == 200 and b"has recorded no run directory" in body  # no such run in this database
