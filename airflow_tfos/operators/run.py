@@ -182,6 +182,16 @@ class ApplicationRun:
         self.hook.kill(app.app_id)
         return False
 
+    def record_owner(self, ti: Any) -> None:
+        """Write owner.json: the Dag whose readers may read this run's report on the api-server."""
+        dag_id, task_id, run_id = (getattr(ti, name, None) for name in ("dag_id", "task_id", "run_id"))
+        if not all(isinstance(value, str) for value in (dag_id, task_id, run_id)):
+            return  # not a task instance (the runs API used directly): the report is for readers of every Dag
+        map_index = getattr(ti, "map_index", -1)
+        self.run_dir_contents.write_owner(
+            dag_id=dag_id, task_id=task_id, run_id=run_id, map_index=map_index if isinstance(map_index, int) else -1
+        )
+
     def submit(self, ti: Any, resources: AppResources) -> AppState:
         """Write the spec and submit an application; when another try submitted one for this run too, keep the
         earliest and kill the other."""
@@ -196,6 +206,7 @@ class ApplicationRun:
             )
         self.before_submit()
         rundir.write_spec(self.spec_json)
+        self.record_owner(ti)
         rundir.clear_stop()  # a stop request left for an earlier application must not stop this one
         latest = rundir.latest_checkpoint() if self.spec.kind == "train" else None
         if latest:

@@ -1,26 +1,37 @@
-"""Training reports served by the api-server: the target of the "Training report" extra link.
+"""Training reports served by the api-server: the "Training report" extra link's target, and a tab of the UI.
 
 :class:`TFoSReportsPlugin` mounts a small FastAPI app on the api-server under ``/tfos``::
 
     GET tfos/reports/<token>/report.html    the report page (text/html; charset=utf-8)
     GET tfos/reports/<token>/<plot>.png     a plot beside it (image/png)
+    GET tfos/tab/task?dag_id=&run_id=&task_id=&map_index=
+                                            the report of one task instance (the "Training report" tab)
+    GET tfos/tab/run?dag_id=&run_id=        the reports of one Dag run (its "Training report" tab)
 
 ``<token>`` names the run directory (see :mod:`airflow_tfos.plugins.report_urls`); the link builds it
-with :func:`~airflow_tfos.plugins.report_urls.report_link`. Run directories on local disk are read
-directly, HDFS ones through :class:`~airflow_tfos.hooks.run_dir.RunDirHook` and the token's ``webhdfs``
-connection (``webhdfs_default`` unless it names another), which must then be defined on the api-server
-(else the api-server's ``AIRFLOW_TFOS_WEBHDFS`` or ``HADOOP_CONF_DIR`` must name the namenodes).
+with :func:`~airflow_tfos.plugins.report_urls.report_link`. The two tab routes find the run directory
+of a task instance in its XCom ``run_dir`` and redirect to its report; the plugin's ``external_views``
+(Airflow 3.1 and later) show them as a tab of the task instance and of the Dag run. Run directories on
+local disk are read directly, HDFS ones through :class:`~airflow_tfos.hooks.run_dir.RunDirHook` and the
+token's ``webhdfs`` connection (``webhdfs_default`` unless it names another), which must then be
+defined on the api-server (else the api-server's ``AIRFLOW_TFOS_WEBHDFS`` or ``HADOOP_CONF_DIR`` must
+name the namenodes).
 
 What it serves, and to whom:
 
 - Signed-in users only: the api-server's own authentication (a bearer token, or the UI's session
-  cookie), checked as Airflow's routes check it. There is no per-Dag authorization: a run directory is
-  not bound to a Dag in a way the api-server could verify, so any signed-in user may read any report
-  whose run directory they can name.
-- Only ``report.html`` and ``<name>.png`` (letters, digits, ``_``, ``-``) from the ``report/`` folder
-  of a directory that holds ``spec.json``; any other name is a 404, and a token that is not an
-  absolute run directory (relative, with ``..``, an unknown scheme) a 400. A local file that resolves
-  (through links) outside the run directory's ``report/`` folder is refused as well.
+  cookie), checked as Airflow's routes check it.
+- Per Dag, as Airflow's own routes authorize: a report is served to a user whom the auth manager lets
+  read the task instances of the Dag that owns the run directory (``is_authorized_dag``, method GET,
+  ``DagAccessEntity.TASK_INSTANCE``). The owner is what the run directory's ``owner.json`` records (the
+  task instance that submitted the run writes it with ``spec.json``), never what the address says. A run
+  directory without ``owner.json`` (written by an earlier version) is served only to users who may read
+  every Dag. A run directory that does not exist, holds no ``spec.json`` or belongs to a Dag the user may
+  not read is the same 404, which says nothing about which of these it is.
+- Only ``report.html`` and ``<name>.png`` (letters, digits, ``_``, ``-``) from the ``report/`` folder;
+  any other name is a 404, and a token that is not an absolute run directory (relative, with ``..``, an
+  unknown scheme) a 400. A local file that resolves (through links) outside the run directory's
+  ``report/`` folder is refused as well.
 - The page is sent with a Content-Security-Policy that allows no scripts, only images from the
   api-server itself and inline styles, so HTML put into a run directory by hand cannot act in the
   user's session; ``X-Content-Type-Options: nosniff`` keeps browsers to the declared types.
@@ -29,12 +40,16 @@ What it serves, and to whom:
 
 from __future__ import annotations
 
+import html
+import json
 import logging
 import os
+import re
 from typing import Annotated, Any
 
 from airflow.sdk.plugins_manager import AirflowPlugin
-from fastapi import Depends, FastAPI, HTTPException, Request, Response, status
+from fastapi import Depends, FastAPI, HTTPException, Query, Request, Response, status
+from fastapi.responses import RedirectResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from airflow_tfos.plugins.report_urls import (
@@ -46,9 +61,10 @@ from airflow_tfos.plugins.report_urls import (
     ReportAddressError,
     check_report_file_name,
     decode_report_token,
+    encode_report_token,
     normalize_run_dir,
 )
-from airflow_tfos.shared.rundir import REPORT_DIR, SPEC
+from airflow_tfos.shared.rundir import OWNER, REPORT_DIR, SPEC
 from airflow_tfos.shared.storage import Storage, join
 
 log = logging.getLogger(__name__)
@@ -68,6 +84,23 @@ RESPONSE_HEADERS = {
     "X-Content-Type-Options": "nosniff",
     "Cache-Control": "no-cache",
 }
+
+#: The app's routes behind the tabs of the task instance and of the Dag run.
+TASK_TAB = "/tab/task"
+RUN_TAB = "/tab/run"
+#: The tab of the task instance and of the Dag run in the Airflow UI (3.1 and later): their ``url_route``.
+TASK_TAB_ROUTE = "tfos-report"
+RUN_TAB_ROUTE = "tfos-run-reports"
+#: XCom key of the run directory a task resolved (``airflow_tfos.links.tfos.RUN_DIR_KEY``).
+RUN_DIR_XCOM_KEY = "run_dir"
+#: XCom key under which Airflow keeps the "Training report" link (``TrainingReportLink().xcom_key``).
+REPORT_LINK_XCOM_KEY = "_link_TrainingReportLink"
+#: The answer to a report that does not exist or that the user may not read: the same for both.
+NOT_FOUND = (
+    "no training report here that you may read: the run directory does not exist, holds no training run, or "
+    "belongs to a Dag whose task instances you may not read (ask for read access to that Dag)"
+)
+_LINK_TOKEN = re.compile(r"reports/([A-Za-z0-9_-]+)/")
 
 _bearer = HTTPBearer(auto_error=False)
 
@@ -139,8 +172,54 @@ def _check_local_file(storage: Storage, run_dir: str, path: str) -> None:
         raise HTTPException(status.HTTP_404_NOT_FOUND, f"{path} is not a file of the training report in {run_dir}")
 
 
-def read_report_file(token: str, name: str) -> tuple[bytes, str]:
-    """Check the address, then read one report file; return its content and content type."""
+def may_read_dag(user: Any, dag_id: str | None) -> bool:
+    """Whether the auth manager lets ``user`` read the task instances of ``dag_id`` (None: of every Dag)."""
+    from airflow.api_fastapi.app import get_auth_manager
+    from airflow.api_fastapi.auth.managers.models.resource_details import DagAccessEntity, DagDetails
+
+    details = None
+    if dag_id is not None:
+        from airflow.models.dag import DagModel
+
+        details = DagDetails(id=dag_id, team_name=DagModel.get_team_name(dag_id))
+    return get_auth_manager().is_authorized_dag(
+        method="GET", access_entity=DagAccessEntity.TASK_INSTANCE, details=details, user=user
+    )
+
+
+def require_dag_reader(user: Any, dag_id: str) -> None:
+    """404 (:data:`NOT_FOUND`) unless ``user`` may read the task instances of ``dag_id``."""
+    if not may_read_dag(user, dag_id):
+        raise HTTPException(status.HTTP_404_NOT_FOUND, NOT_FOUND)
+
+
+def run_dir_owner(storage: Storage, run_dir: str) -> dict[str, Any] | None:
+    """The run directory's owner.json; None when it has none. 404 (:data:`NOT_FOUND`) when it holds no spec.json."""
+    if not storage.exists(join(run_dir, SPEC)):
+        raise HTTPException(status.HTTP_404_NOT_FOUND, NOT_FOUND)
+    try:
+        owner = json.loads(storage.read_bytes(join(run_dir, OWNER)))
+    except FileNotFoundError:
+        return None
+    except ValueError:
+        owner = None  # not written by airflow-tfos: no Dag is named, so it is served to readers of every Dag
+        log.warning("%s is not JSON: the report of %s is served to readers of every Dag only", OWNER, run_dir)
+    if not isinstance(owner, dict) or not isinstance(owner.get("dag_id"), str):
+        return None
+    return owner
+
+
+def authorize_run_dir(storage: Storage, run_dir: str, user: Any) -> None:
+    """404 (:data:`NOT_FOUND`) unless ``run_dir`` is a run directory whose owning Dag ``user`` may read."""
+    owner = run_dir_owner(storage, run_dir)
+    if not may_read_dag(user, owner["dag_id"] if owner else None):
+        log.info("report of %s refused: the user may not read Dag %s", run_dir, owner and owner["dag_id"])
+        raise HTTPException(status.HTTP_404_NOT_FOUND, NOT_FOUND)
+
+
+def read_report_file(token: str, name: str, user: Any = None) -> tuple[bytes, str]:
+    """Check the address and the user's access to the run's Dag, then read one report file; return its content
+    and content type."""
     try:
         run_dir, conn_id = decode_report_token(token)
         run_dir = normalize_run_dir(run_dir)
@@ -153,8 +232,7 @@ def read_report_file(token: str, name: str) -> tuple[bytes, str]:
     storage = run_dir_storage(run_dir, conn_id)
     path = join(run_dir, REPORT_DIR, name)
     try:
-        if not storage.exists(join(run_dir, SPEC)):
-            raise HTTPException(status.HTTP_404_NOT_FOUND, f"{run_dir} is not a run directory: it holds no {SPEC}")
+        authorize_run_dir(storage, run_dir, user)
         _check_local_file(storage, run_dir, path)
         data = storage.read_bytes(path)
     except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
@@ -167,10 +245,112 @@ def read_report_file(token: str, name: str) -> tuple[bytes, str]:
     return data, HTML_TYPE if name == REPORT_PAGE else PNG_TYPE
 
 
-def serve_report_file(token: str, name: str) -> Response:
+def serve_report_file(token: str, name: str, user: Annotated[Any, Depends(authenticated_user)]) -> Response:
     """One file of a training report: ``report.html`` or one of its PNG plots."""
-    data, content_type = read_report_file(token, name)
+    data, content_type = read_report_file(token, name, user)
     return Response(content=data, media_type=content_type, headers=RESPONSE_HEADERS)
+
+
+def task_report_tokens(
+    dag_id: str, run_id: str, task_id: str | None = None, map_index: int | None = None
+) -> list[tuple[str, int, str]]:
+    """``(task_id, map_index, token)`` of each task instance of a Dag run that recorded a run directory (XCom
+    ``run_dir``); the token carries the ``webhdfs`` connection that the task's report link names."""
+    from airflow.models.xcom import XComModel
+    from airflow.utils.session import create_session
+
+    with create_session() as session:
+        rows = session.scalars(
+            XComModel.get_many(
+                run_id=run_id,
+                dag_ids=dag_id,
+                key=None,
+                task_ids=task_id,
+                map_indexes=map_index,
+            ).where(XComModel.key.in_((RUN_DIR_XCOM_KEY, REPORT_LINK_XCOM_KEY)))
+        ).all()
+        found: dict[tuple[str, int], dict[str, Any]] = {}
+        for row in rows:
+            found.setdefault((row.task_id, row.map_index), {})[row.key] = XComModel.deserialize_value(row)
+    tokens = []
+    for (task, index), values in sorted(found.items()):
+        run_dir = values.get(RUN_DIR_XCOM_KEY)
+        if not isinstance(run_dir, str) or not run_dir:
+            continue
+        token = encode_report_token(run_dir)
+        link = values.get(REPORT_LINK_XCOM_KEY)
+        linked = _LINK_TOKEN.search(link) if isinstance(link, str) else None
+        if linked:
+            try:
+                if normalize_run_dir(decode_report_token(linked.group(1))[0]) == normalize_run_dir(run_dir):
+                    token = linked.group(1)  # the same run directory, with the link's webhdfs connection
+            except ReportAddressError:
+                pass
+        tokens.append((task, index, token))
+    return tokens
+
+
+def _tab_page(title: str, body: str) -> Response:
+    page = (
+        f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
+        "<style>body{font-family:sans-serif;margin:1.5em;color:#222}li{margin:.3em 0}</style></head>"
+        f"<body><h2>{html.escape(title)}</h2>{body}</body></html>"
+    )
+    return Response(content=page, media_type=HTML_TYPE, headers=RESPONSE_HEADERS)
+
+
+def _report_redirect(token: str) -> RedirectResponse:
+    # relative to tfos/tab/...: the report's own relative <img src> then resolve to the report route
+    return RedirectResponse(f"../reports/{token}/{REPORT_PAGE}", status_code=status.HTTP_307_TEMPORARY_REDIRECT)
+
+
+def _map_index(value: str | None) -> int:
+    """The UI's ``{MAP_INDEX}``: a number for a mapped task instance, else left as written (unmapped: -1)."""
+    try:
+        return int(value) if value not in (None, "") else -1
+    except ValueError:
+        return -1
+
+
+def serve_task_tab(
+    user: Annotated[Any, Depends(authenticated_user)],
+    dag_id: Annotated[str, Query(min_length=1, max_length=250)],
+    run_id: Annotated[str, Query(min_length=1, max_length=250)],
+    task_id: Annotated[str, Query(min_length=1, max_length=250)],
+    map_index: Annotated[str | None, Query(max_length=20)] = None,
+) -> Response:
+    """The training report of one task instance (its tab in the UI): a redirect to the report route."""
+    require_dag_reader(user, dag_id)
+    found = task_report_tokens(dag_id, run_id, task_id, _map_index(map_index))
+    if not found:
+        return _tab_page(
+            "No training report",
+            f"<p>Task {html.escape(task_id)} of run {html.escape(run_id)} has recorded no run directory: it is not "
+            "an airflow-tfos task, or it has not started yet.</p>",
+        )
+    return _report_redirect(found[0][2])
+
+
+def serve_run_tab(
+    user: Annotated[Any, Depends(authenticated_user)],
+    dag_id: Annotated[str, Query(min_length=1, max_length=250)],
+    run_id: Annotated[str, Query(min_length=1, max_length=250)],
+) -> Response:
+    """The training reports of one Dag run (its tab in the UI): the report itself when there is one, else a list."""
+    require_dag_reader(user, dag_id)
+    found = task_report_tokens(dag_id, run_id)
+    if len(found) == 1:
+        return _report_redirect(found[0][2])
+    if not found:
+        return _tab_page(
+            "No training report", f"<p>No task of run {html.escape(run_id)} has recorded a run directory.</p>"
+        )
+    items = "".join(
+        f"<li><a href='../reports/{token}/{REPORT_PAGE}'>{html.escape(task)}"
+        f"{f' [{index}]' if index >= 0 else ''}</a></li>"
+        for task, index, token in found
+    )
+    return _tab_page(f"Training reports of {run_id}", f"<ul>{items}</ul>")
 
 
 def create_app() -> FastAPI:
@@ -182,18 +362,36 @@ def create_app() -> FastAPI:
         redoc_url=None,
         openapi_url=None,
     )
-    app.add_api_route(
-        REPORT_ROUTE,
-        serve_report_file,
-        methods=["GET"],
-        dependencies=[Depends(require_serving_enabled), Depends(authenticated_user)],
-        response_class=Response,
-    )
+    for route, endpoint in ((REPORT_ROUTE, serve_report_file), (TASK_TAB, serve_task_tab), (RUN_TAB, serve_run_tab)):
+        app.add_api_route(
+            route, endpoint, methods=["GET"], dependencies=[Depends(require_serving_enabled)], response_class=Response
+        )
     return app
 
 
+#: The tabs, as the UI shows them: it fills in ``{DAG_ID}``, ``{RUN_ID}``, ``{TASK_ID}`` (URL-encoded) and
+#: ``{MAP_INDEX}`` (left as written for an unmapped task instance), and resolves the href against its base URL.
+EXTERNAL_VIEWS = [
+    {
+        "name": "Training report",
+        "href": f"{URL_PREFIX.strip('/')}{TASK_TAB}?dag_id={{DAG_ID}}&run_id={{RUN_ID}}&task_id={{TASK_ID}}"
+        "&map_index={MAP_INDEX}",
+        "destination": "task_instance",
+        "url_route": TASK_TAB_ROUTE,
+    },
+    {
+        "name": "Training reports",
+        "href": f"{URL_PREFIX.strip('/')}{RUN_TAB}?dag_id={{DAG_ID}}&run_id={{RUN_ID}}",
+        "destination": "dag_run",
+        "url_route": RUN_TAB_ROUTE,
+    },
+]
+
+
 class TFoSReportsPlugin(AirflowPlugin):
-    """Serve training reports from the api-server (the "Training report" extra link's target)."""
+    """Serve training reports from the api-server: the "Training report" extra link's target, and a tab of the
+    task instance and of the Dag run in the UI (Airflow 3.1 and later)."""
 
     name = "airflow_tfos_reports"
     fastapi_apps = [{"app": create_app(), "url_prefix": URL_PREFIX, "name": "airflow-tfos training reports"}]
+    external_views = EXTERNAL_VIEWS

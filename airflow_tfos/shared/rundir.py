@@ -5,6 +5,7 @@ TensorFlow's own files, never pickles, and everything that a watcher may read is
 atomically, so a sensor never sees half of anything::
 
     <run_dir>/spec.json            what to train, with its hash
+    <run_dir>/owner.json           the Dag, task and run that last submitted it (who may read its report)
     <run_dir>/fingerprint.json     the input's listing and the code's hash when the run was submitted
     <run_dir>/status.json          state, application id, attempt, step, heartbeat, error
     <run_dir>/checkpoints/         ckpt-<step>/ directories, and manifest.json naming the latest complete one
@@ -47,6 +48,8 @@ from airflow_tfos.shared.storage import Storage, is_plain_name, join, storage_fo
 log = logging.getLogger(__name__)
 
 SPEC = "spec.json"
+#: The task instance that last wrote spec.json: the api-server serves the report to who may read its Dag.
+OWNER = "owner.json"
 STATUS = "status.json"
 CHECKPOINTS = "checkpoints"
 MANIFEST = "manifest.json"
@@ -248,6 +251,18 @@ class RunDir:
 
     def read_spec(self) -> dict[str, Any] | None:
         return self._read_json(SPEC)
+
+    def write_owner(self, *, dag_id: str, task_id: str, run_id: str, map_index: int = -1) -> None:
+        """Record the task instance that submits the run (owner.json, written with spec.json; not part of the
+        spec or its hash): the api-server serves the run's report only to users who may read that Dag."""
+        self._write_json({"dag_id": dag_id, "task_id": task_id, "run_id": run_id, "map_index": map_index}, OWNER)
+
+    def read_owner(self) -> dict[str, Any] | None:
+        """owner.json (None when the run directory has none: written before it existed, or by hand)."""
+        owner = self._read_json(OWNER)
+        if owner is not None and not (isinstance(owner, dict) and isinstance(owner.get("dag_id"), str)):
+            raise RunDirError(f"{self.path(OWNER)} names no Dag; it was not written by airflow-tfos")
+        return owner
 
     def write_fingerprint(self, fingerprint: dict[str, Any]) -> None:
         """Replace fingerprint.json (written with the spec, before the application is submitted)."""

@@ -113,6 +113,22 @@ class TestTrainIdempotency:
         assert context["task_state_store"].get(STATE_APPLICATION_ID) == result["application_id"]
         assert rundir.read_spec()["spec_hash"] == result["spec_hash"]
 
+    def test_the_submitting_task_instance_is_recorded_as_the_owner(self, tmp_path):
+        op, backend = train_op(tmp_path), FakeBackend()
+        use_backend(op, backend)
+        rundir = RunDir(str(tmp_path))
+        exporting(backend, rundir, op.request_hash())
+        context = make_context()
+        context["ti"].run_id = "scheduled__2026-11-21T00:00:00+00:00"  # as Airflow's task instance has it
+        op.execute(context)
+        assert rundir.read_owner() == {
+            "dag_id": "nightly",
+            "task_id": "train",
+            "run_id": "scheduled__2026-11-21T00:00:00+00:00",
+            "map_index": -1,
+        }
+        assert "owner" not in rundir.read_spec()  # not part of the spec, nor of its hash
+
     def test_rerun_after_success_submits_nothing_and_returns_the_same_result(self, tmp_path):
         op, backend = train_op(tmp_path), FakeBackend()
         use_backend(op, backend)

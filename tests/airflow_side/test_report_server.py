@@ -1,7 +1,8 @@
 """Training reports served by the api-server's plugin app, and the extra link that points at them.
 
 Unit tests drive the app with FastAPI's TestClient, mounted as the api-server mounts it; the
-integration test starts a real ``airflow api-server`` and reads a report over HTTP.
+integration tests start one real ``airflow api-server`` (with users who may each read one Dag) and read
+reports over HTTP.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ import base64
 import contextlib
 import json
 import os
+import re
 import secrets
 import signal
 import socket
@@ -31,6 +33,7 @@ from fastapi.testclient import TestClient
 
 from airflow_tfos.links import tfos as links
 from airflow_tfos.links.tfos import TrainingReportLink
+from airflow_tfos.plugins import reports
 from airflow_tfos.plugins.report_urls import (
     URL_PREFIX,
     decode_report_token,
@@ -38,7 +41,7 @@ from airflow_tfos.plugins.report_urls import (
     report_link,
     report_path,
 )
-from airflow_tfos.plugins.reports import TFoSReportsPlugin, authenticated_user, create_app
+from airflow_tfos.plugins.reports import NOT_FOUND, TFoSReportsPlugin, authenticated_user, create_app
 from airflow_tfos.shared.rundir import RunDir
 from airflow_tfos.shared.storage.webhdfs_client import WebHDFSStorage
 from airflow_tfos.testing.webhdfs import WebHDFSEmulator
@@ -81,12 +84,33 @@ def mounted(app: FastAPI) -> FastAPI:
     return root
 
 
+#: Which Dags each test user may read (None: every Dag); what the auth manager answers in the unit tests.
+READERS: dict[str, set[str] | None] = {"tester": None, "alice": {"dag_a"}}
+
+
+def fake_may_read_dag(user: str, dag_id: str | None) -> bool:
+    readable = READERS.get(user, set())
+    return readable is None or (dag_id is not None and dag_id in readable)
+
+
 @pytest.fixture
-def client() -> TestClient:
-    """The app with a signed-in user (the api-server's authentication is tested on its own below)."""
-    app = create_app()
-    app.dependency_overrides[authenticated_user] = lambda: "tester"
-    return TestClient(mounted(app), base_url="http://api-server")
+def signed_in(monkeypatch):
+    """A client factory: the app with ``user`` signed in, authorized per Dag by :data:`READERS` (the
+    api-server's authentication and a real auth manager are tested on a real api-server below)."""
+    monkeypatch.setattr(reports, "may_read_dag", fake_may_read_dag)
+
+    def client_of(user: str) -> TestClient:
+        app = create_app()
+        app.dependency_overrides[authenticated_user] = lambda: user
+        return TestClient(mounted(app), base_url="http://api-server")
+
+    return client_of
+
+
+@pytest.fixture
+def client(signed_in) -> TestClient:
+    """The app with a signed-in user who may read every Dag."""
+    return signed_in("tester")
 
 
 def get(client: TestClient, link: str):
@@ -201,7 +225,75 @@ def test_refuses_a_directory_that_is_no_run_directory(client, tmp_path):
     not_a_run = make_run_dir(tmp_path / "docs", spec=False)
     reply = get(client, report_link(not_a_run))
     assert reply.status_code == 404
-    assert reply.json()["detail"] == f"{not_a_run} is not a run directory: it holds no spec.json"
+    assert reply.json()["detail"] == NOT_FOUND
+
+
+def test_serves_a_report_only_to_readers_of_the_dag_its_owner_json_names(signed_in, tmp_path):
+    ours, theirs = make_run_dir(tmp_path / "a"), make_run_dir(tmp_path / "b")
+    RunDir(ours).write_owner(dag_id="dag_a", task_id="train", run_id="manual__1")
+    RunDir(theirs).write_owner(dag_id="dag_b", task_id="train", run_id="manual__1")
+    alice, tester = signed_in("alice"), signed_in("tester")
+    assert get(alice, report_link(ours)).content == PAGE
+    foreign, missing = get(alice, report_link(theirs)), get(alice, report_link(str(tmp_path / "nothing")))
+    # a foreign run directory reads exactly as one that does not exist
+    assert (
+        (foreign.status_code, foreign.json()) == (missing.status_code, missing.json()) == (404, {"detail": NOT_FOUND})
+    )
+    plot = alice.get(f"/tfos/reports/{encode_report_token(theirs)}/metrics.png")
+    assert (plot.status_code, plot.json()["detail"]) == (404, NOT_FOUND)
+    assert get(tester, report_link(theirs)).content == PAGE  # a reader of every Dag
+    # the address does not decide: owner.json does (a token naming dag_a cannot exist; only run_dir is in it)
+    RunDir(ours).write_owner(dag_id="dag_b", task_id="train", run_id="manual__2")
+    assert get(alice, report_link(ours)).status_code == 404
+
+
+def test_a_run_directory_that_names_no_dag_is_for_readers_of_every_dag(signed_in, tmp_path):
+    run_dir = make_run_dir(tmp_path / "old")  # written before owner.json existed
+    assert get(signed_in("alice"), report_link(run_dir)).json() == {"detail": NOT_FOUND}
+    assert get(signed_in("tester"), report_link(run_dir)).content == PAGE
+    (tmp_path / "old" / "owner.json").write_text("[1, 2]")  # not ours: names no Dag either
+    assert get(signed_in("alice"), report_link(run_dir)).status_code == 404
+    assert get(signed_in("tester"), report_link(run_dir)).content == PAGE
+
+
+def test_tabs_ask_the_auth_manager_before_they_look_for_the_run_directory(signed_in, tmp_path, monkeypatch):
+    ours, theirs = make_run_dir(tmp_path / "a"), make_run_dir(tmp_path / "b")
+    RunDir(ours).write_owner(dag_id="dag_a", task_id="train", run_id="r1")
+    RunDir(theirs).write_owner(dag_id="dag_b", task_id="train", run_id="r1")
+    xcoms = {"dag_a": [("train", -1, encode_report_token(ours))], "dag_b": [("train", -1, encode_report_token(theirs))]}
+    asked: list[tuple] = []
+
+    def tokens(dag_id, run_id, task_id=None, map_index=None):
+        asked.append((dag_id, run_id, task_id, map_index))
+        return xcoms.get(dag_id, [])
+
+    monkeypatch.setattr(reports, "task_report_tokens", tokens)
+    alice = signed_in("alice")
+    tab = "/tfos/tab/task?dag_id={}&run_id=r1&task_id=train&map_index={}"
+    page = alice.get(tab.format("dag_a", "%7BMAP_INDEX%7D"))  # an unmapped task: the UI leaves {MAP_INDEX}
+    assert page.status_code == 200 and page.content == PAGE
+    assert str(page.url) == f"http://api-server/{report_link(ours)}"  # redirected to the link's address
+    assert asked == [("dag_a", "r1", "train", -1)]
+    alice.get(tab.format("dag_a", "3"))
+    assert asked[-1] == ("dag_a", "r1", "train", 3)
+
+    asked.clear()
+    for url in (tab.format("dag_b", "-1"), "/tfos/tab/run?dag_id=dag_b&run_id=r1"):
+        refused = alice.get(url)
+        assert (refused.status_code, refused.json()) == (404, {"detail": NOT_FOUND}), url
+    assert asked == []  # refused before anything of dag_b was looked up
+
+    assert alice.get("/tfos/tab/run?dag_id=dag_a&run_id=r1").content == PAGE  # one training task: its report
+    xcoms["dag_a"] = [("train", 0, encode_report_token(ours)), ("train", 1, encode_report_token(theirs))]
+    listing = alice.get("/tfos/tab/run?dag_id=dag_a&run_id=r1")
+    assert listing.status_code == 200 and "<li><a href='../reports/" in listing.text
+    assert "default-src 'none'" in listing.headers["content-security-policy"]
+    # each entry is still checked by the report route: map index 1 trained into dag_b's run directory
+    first, second = re.findall(r"href='([^']+)'", listing.text)
+    assert alice.get(urllib.parse.urljoin(str(listing.url), first)).content == PAGE
+    assert alice.get(urllib.parse.urljoin(str(listing.url), second)).status_code == 404
+    xcoms["dag_a"] = []
+    assert "has recorded no run directory" in alice.get(tab.format("dag_a", "-1")).text
 
 
 def test_a_run_without_a_report_says_so(client, tmp_path):
@@ -246,7 +338,7 @@ def test_serves_a_run_directory_on_hdfs(client, monkeypatch):
         assert (plot.status_code, plot.content) == (200, PNG)
 
         missing = get(client, report_link("hdfs://prod/runs/digits/2026-11-23", "hdfs_reports"))
-        assert missing.status_code == 404 and "is not a run directory" in missing.json()["detail"]
+        assert (missing.status_code, missing.json()["detail"]) == (404, NOT_FOUND)
         undefined = get(client, report_link(run_dir, "hdfs_nowhere"))
         assert undefined.status_code == 404
         assert undefined.json()["detail"].startswith(
@@ -322,8 +414,8 @@ def http_get(url: str, headers: dict[str, str] | None = None) -> tuple[int, byte
         return exc.code, exc.read(), dict(exc.headers)
 
 
-@pytest.fixture
-def api_server(tmp_path):
+@contextlib.contextmanager
+def running_api_server(tmp_path: Path, extra_env: dict[str, str] | None = None):
     """A real ``airflow api-server`` on 127.0.0.1 with a fresh SQLite home; yields its base URL and env."""
     home = tmp_path / "airflow"
     (home / "dags").mkdir(parents=True)
@@ -336,6 +428,7 @@ def api_server(tmp_path):
         "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{home}/airflow.db",
         "AIRFLOW__API_AUTH__JWT_SECRET": secrets.token_hex(16),
         "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
+        **(extra_env or {}),
     }
     env.pop("AIRFLOW__CORE__LAZY_DISCOVER_PROVIDERS", None)  # Airflow's default, as users have it
     done = subprocess.run(
@@ -365,7 +458,7 @@ def api_server(tmp_path):
                 f"no api-server after {API_SERVER_START_SECS} s:\n{log_path.read_text()[-3000:]}"
             )
             time.sleep(0.5)
-        yield SimpleNamespace(url=base_url, env=env)
+        yield SimpleNamespace(url=base_url, env=env, log=log_path)
     finally:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(server.pid, signal.SIGTERM)
@@ -375,6 +468,39 @@ def api_server(tmp_path):
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(server.pid, signal.SIGKILL)
             server.wait(timeout=10)
+
+
+#: Users of the per-Dag api-server: who may read which Dag's task instances (admin: every Dag).
+PASSWORDS = {"alice": "alice-secret", "bob": "bob-secret", "admin": "admin-secret"}
+
+
+def sign_in(base_url: str, user: str) -> dict[str, str]:
+    """A bearer token for ``user``, from the api-server's login endpoint (the simple auth manager's)."""
+    body = json.dumps({"username": user, "password": PASSWORDS[user]}).encode()
+    request = urllib.request.Request(
+        f"{base_url}/auth/token", data=body, headers={"Content-Type": "application/json"}, method="POST"
+    )
+    with urllib.request.urlopen(request, timeout=10) as reply:
+        return {"Authorization": f"Bearer {json.loads(reply.read())['access_token']}"}
+
+
+@pytest.fixture(scope="module")
+def api_server(tmp_path_factory):
+    """A real api-server whose auth manager lets alice read Dag nightly_a only, bob nightly_b only, and admin
+    every Dag (:mod:`tests.airflow_side.dag_readers`); ``signed`` holds each user's bearer token."""
+    root = tmp_path_factory.mktemp("api-server")
+    passwords = root / "passwords.json"
+    passwords.write_text(json.dumps(PASSWORDS))
+    env = {
+        "AIRFLOW__CORE__AUTH_MANAGER": "tests.airflow_side.dag_readers.DagReadersAuthManager",
+        "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS": "False",
+        "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": "alice:viewer,bob:viewer,admin:admin",
+        "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(passwords),
+        "AIRFLOW_TFOS_TEST_DAG_READERS": "alice=nightly_a;bob=nightly_b",
+    }
+    with running_api_server(root, env) as server:
+        server.signed = {user: sign_in(server.url, user) for user in PASSWORDS}
+        yield server
 
 
 @pytest.mark.integration
@@ -401,14 +527,55 @@ def test_a_real_api_server_serves_the_report(api_server, tmp_path):
 
     run_dir = make_run_dir(tmp_path / "run")
     page_url = urllib.parse.urljoin(f"{api_server.url}/", report_link(run_dir))
-    code, body, headers = http_get(page_url)  # every user is an admin here: the server adds the token
+    admin = api_server.signed["admin"]
+    code, body, headers = http_get(page_url, admin)
     assert code == 200, body[-2000:]
     assert body == (tmp_path / "run" / "report" / "report.html").read_bytes()
     assert headers["content-type"] == "text/html; charset=utf-8"
-    code, body, headers = http_get(urllib.parse.urljoin(page_url, "metrics.png"))
+    code, body, headers = http_get(urllib.parse.urljoin(page_url, "metrics.png"), admin)
     assert (code, body, headers["content-type"]) == (200, PNG, "image/png")
 
     code, body, _ = http_get(page_url, headers={"Authorization": "Bearer not-a-token"})
     assert code in (401, 403) and body != PAGE  # the api-server's authentication guards the app
-    code, body, _ = http_get(f"{api_server.url}/{report_path(encode_report_token(run_dir), 'spec.json')}")
+    code, body, _ = http_get(f"{api_server.url}/{report_path(encode_report_token(run_dir), 'spec.json')}", admin)
     assert code == 404 and b"train_fn" not in body
+
+
+@pytest.mark.integration
+@pytest.mark.timeout(150)
+@pytest.mark.xfail(
+    not ENTRY_POINT_REGISTERED,
+    strict=True,
+    raises=AssertionError,
+    reason="airflow-tfos is installed without the airflow.plugins entry point (see above)",
+)
+def test_a_real_api_server_serves_each_report_to_the_readers_of_its_dag(api_server, tmp_path):
+    runs = {name: make_run_dir(tmp_path / name) for name in ("a", "b", "old")}
+    RunDir(runs["a"]).write_owner(dag_id="nightly_a", task_id="train", run_id="scheduled__2026-11-22")
+    RunDir(runs["b"]).write_owner(dag_id="nightly_b", task_id="train", run_id="scheduled__2026-11-22")
+    server, signed = api_server, api_server.signed
+
+    def fetch(user: str | None, run: str, name: str = "report.html") -> tuple[int, bytes]:
+        url = f"{server.url}/{report_path(encode_report_token(run), name)}"
+        code, body, _ = http_get(url, signed[user] if user else None)
+        return code, body
+
+    not_found = json.dumps({"detail": NOT_FOUND}, separators=(",", ":")).encode()
+    missing = str(tmp_path / "never-written")
+    assert fetch("alice", runs["a"]) == (200, PAGE)
+    assert fetch("alice", runs["a"], "metrics.png") == (200, PNG)
+    # another Dag's report, a run directory that does not exist and one that names no Dag read the same
+    for run in (runs["b"], missing, runs["old"]):
+        assert fetch("alice", run) == (404, not_found), run
+    assert fetch("alice", runs["b"], "metrics.png") == (404, not_found)
+    assert fetch("bob", runs["b"]) == (200, PAGE)
+    assert fetch("bob", runs["a"]) == (404, not_found)
+    assert fetch("admin", runs["old"]) == (200, PAGE)  # a reader of every Dag
+    assert fetch(None, runs["a"])[0] == 401
+
+    # the task instance tab asks the auth manager first: no answer about another Dag's task instances
+    tab = "tfos/tab/task?dag_id={}&run_id=scheduled__2026-11-22&task_id=train&map_index=%7BMAP_INDEX%7D"
+    code, body, _ = http_get(f"{server.url}/{tab.format('nightly_b')}", signed["alice"])
+    assert (code, body) == (404, not_found)
+    code, body, _ = http_get(f"{server.url}/{tab.format('nightly_a')}", signed["alice"])
+    assert code == 200 and b"has recorded no run directory" in body  # no such run in this database
