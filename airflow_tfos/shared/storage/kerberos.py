@@ -126,7 +126,8 @@ def _classify(message: str, login: KerberosLogin) -> str:
             "clock skew too great: this machine's clock differs from the KDC's (or the server's) by more than the "
             "realm allows (clockskew, 300 s by default); synchronize the clocks (NTP)"
         )
-    if "no kerberos credentials" in lower or "no credentials cache" in lower or "credentials cache file" in lower:
+    if any(s in lower for s in ("no kerberos credentials", "no credentials cache", "credentials cache file",
+                                "can't find client principal")):
         return (
             f"no Kerberos ticket for {login.describe()}: run kinit {login.principal or '<principal>'}, or give a "
             "principal and keytab (connection extras 'principal' and 'keytab')"
