@@ -24,7 +24,6 @@ from urllib.parse import urlsplit
 from airflow_tfos.hooks.yarn_rest import (
     Reply,
     RmSettings,
-    YarnAuthError,
     YarnUnavailableError,
     classify_reply,
     foreign_redirect,

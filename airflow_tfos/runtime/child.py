@@ -16,8 +16,9 @@ Started with ``--await-context`` (how a barrier task starts it, before the nodes
 ports), the process first loads the program (which imports its module, and whatever that imports at its
 top) and imports TensorFlow when ``main_fun``'s own code imports it (:func:`uses_tensorflow`), then waits
 on its stdin for one JSON message from the task: ``tf_config`` (None: no TF_CONFIG), the task's launch
-times, and on a Kerberized HDFS the run's WebHDFS delegation token (:mod:`airflow_tfos.runtime.delegation`). It then sets TF_CONFIG (TensorFlow reads it when a strategy or cluster resolver is built, not on
-import), reads ``context.pkl`` and calls ``main_fun``. An empty message means that the task went away: the
+times, and on a Kerberized HDFS the run's WebHDFS delegation token (:mod:`airflow_tfos.runtime.delegation`,
+kept in memory). It then sets TF_CONFIG (TensorFlow reads it when a strategy or cluster resolver is built,
+not on import), reads ``context.pkl`` and calls ``main_fun``. An empty message means that the task went away: the
 process exits. It records its launch times (:mod:`airflow_tfos.runtime.launch_times`).
 """
 

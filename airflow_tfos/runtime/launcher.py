@@ -23,6 +23,7 @@ from typing import Any
 
 from airflow_tfos.runtime.checks import check_cluster, snapshot_resources
 from airflow_tfos.runtime.cluster import KERAS_MODES, ClusterConfigError, decider_ids, plan_roles
+from airflow_tfos.runtime.delegation import TokenKeeper
 from airflow_tfos.runtime.errors import (
     NodeFailedError,
     RunCancelledError,
@@ -33,7 +34,6 @@ from airflow_tfos.runtime.errors import (
 )
 from airflow_tfos.runtime.feed.plan import Feed, FeedConfigError
 from airflow_tfos.runtime.feed.rows import RowFeed
-from airflow_tfos.runtime.delegation import TokenKeeper
 from airflow_tfos.runtime.node import NodeJob, run_node
 from airflow_tfos.runtime.watchdog import StallMonitor, StallReport
 from airflow_tfos.shared import events

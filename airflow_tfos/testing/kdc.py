@@ -53,7 +53,10 @@ def ensure_installed() -> None:
         raise KDCError(f"MIT Kerberos tools {TOOLS} are missing and apt-get is not here: install {PACKAGES}")
     sudo = [] if os.geteuid() == 0 else ["sudo", "-n"]
     env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-    for cmd in (["apt-get", "update", "-qq"], ["apt-get", "install", "-y", "-qq", "--no-install-recommends", *PACKAGES]):
+    for cmd in (
+        ["apt-get", "update", "-qq"],
+        ["apt-get", "install", "-y", "-qq", "--no-install-recommends", *PACKAGES],
+    ):
         done = subprocess.run(sudo + cmd, env=env, capture_output=True, text=True, timeout=600)
         if done.returncode != 0:
             raise KDCError(f"{' '.join(cmd)} failed ({done.stderr.strip()[-300:]}): install {PACKAGES} by hand")
@@ -108,7 +111,10 @@ class KDC:
             log = open(self.dir / "krb5kdc.out", "wb")  # noqa: SIM115 - the KDC's own output, kept with it
             self._process = subprocess.Popen(
                 [_tool("krb5kdc"), "-n", "-r", self.realm, "-P", str(self.dir / "kdc.pid")],
-                env=self.env(), stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+                env=self.env(),
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
             )
             log.close()
             self._wait_listening(15.0)
@@ -210,8 +216,9 @@ class KDC:
         return self.dir
 
     def _run(self, *cmd: str | None) -> str:
-        done = subprocess.run([str(c) for c in cmd], env={**os.environ, **self.env()}, capture_output=True,
-                              text=True, timeout=60)
+        done = subprocess.run(
+            [str(c) for c in cmd], env={**os.environ, **self.env()}, capture_output=True, text=True, timeout=60
+        )
         if done.returncode != 0:
             raise KDCError(f"{' '.join(str(c) for c in cmd[:2])} failed: {(done.stderr or done.stdout).strip()}")
         return done.stdout

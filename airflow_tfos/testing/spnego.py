@@ -26,7 +26,9 @@ def short_name(principal: str, default_realm: str) -> str:
     """The user name of ``principal`` under Hadoop's ``DEFAULT`` auth_to_local rule; raise :class:`Unauthenticated`."""
     name, _, realm = principal.partition("@")
     if realm and realm != default_realm:
-        raise Unauthenticated(f"No rules applied to {principal} (realm {realm} is not the default realm {default_realm})")
+        raise Unauthenticated(
+            f"No rules applied to {principal} (realm {realm} is not the default realm {default_realm})"
+        )
     return name.split("/", 1)[0]
 
 

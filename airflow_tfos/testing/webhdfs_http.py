@@ -207,7 +207,7 @@ class _Handler(BaseHTTPRequestHandler):
             data = self._read_body() if method in ("PUT", "POST") else b""
             gate = getattr(emulator, "kerberos", None)
             if gate is not None:
-                user, query = self._authenticate(gate, name, op, query)
+                user, query = self._authenticate(gate, name, op, path, query)
                 if user is None:
                     return
                 if op in TOKEN_OPS:
@@ -226,18 +226,21 @@ class _Handler(BaseHTTPRequestHandler):
         except RemoteError as exc:
             self._send_json(exc.status, exc.body())
 
-    def _authenticate(self, gate: Any, name: str, op: str, query: dict[str, str]):
+    def _authenticate(self, gate: Any, name: str, op: str, path: str, query: dict[str, str]):
         """``(user, query)`` of a request to a Kerberized emulator, or ``(None, query)`` once it was answered 401."""
         from airflow_tfos.testing.spnego import CHALLENGE, Unauthenticated
 
         if not name.startswith("namenode"):
-            return gate.datanode_user(query), query
+            user = gate.datanode_user(query)
+            gate.authenticated.append((name, op, path, user, "token"))
+            return user, query
         try:
             user, by_kerberos = gate.namenode_user(self.headers.get("Authorization"), query)
         except Unauthenticated as exc:
             page = f"<html><body><h2>HTTP ERROR 401</h2><p>{exc}</p></body></html>".encode()
             self._send(401, page, "text/html", CHALLENGE)
             return None, query
+        gate.authenticated.append((name, op, path, user, "kerberos" if by_kerberos else "token"))
         query = {k: v for k, v in query.items() if k != "user.name"}
         if op in TOKEN_OPS:
             query["_by_kerberos"] = by_kerberos

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from airflow_tfos.testing.spnego import SpnegoAcceptor, Unauthenticated
 from airflow_tfos.testing.webhdfs_http import RemoteError
 
-__all__ = ["DelegationTokens", "KerberosGate", "TokenInfo"]
+__all__ = ["DelegationTokens", "KerberosGate", "TokenInfo", "Unauthenticated"]
 
 TOKEN_OPS = {"GETDELEGATIONTOKEN", "RENEWDELEGATIONTOKEN", "CANCELDELEGATIONTOKEN"}
 
@@ -57,7 +57,9 @@ class DelegationTokens:
         self._tokens: dict[str, TokenInfo] = {}
         self._lock = threading.Lock()
         self._sequence = 0
-        self.issued: list[str] = []  # for tests: every token ever issued
+        self.issued: list[str] = []  # for tests: every token ever issued (also those of redirects)
+        self.requested: list[str] = []  # for tests: the tokens clients asked for (GETDELEGATIONTOKEN)
+        self.renewals: dict[str, int] = {}  # for tests: how often each token was renewed
 
     def issue(self, owner: str, renewer: str | None) -> str:
         now = time.time()
@@ -96,17 +98,19 @@ class DelegationTokens:
             now = time.time()
             if caller != info.renewer:
                 raise RemoteError(
-                    "AccessControlException", f"{caller} tries to renew a token ({info.describe()}) with non-matching "
-                    f"renewer {info.renewer}"
+                    "AccessControlException",
+                    f"{caller} tries to renew a token ({info.describe()}) with non-matching renewer {info.renewer}",
                 )
             if now > info.max_date:
                 raise RemoteError(
-                    "InvalidToken", f"{caller} tried to renew an expired token ({info.describe()}) max expiration date: "
-                    f"{int(info.max_date * 1000)} currentTime: {int(now * 1000)}"
+                    "InvalidToken",
+                    f"{caller} tried to renew an expired token ({info.describe()}) max expiration date: "
+                    f"{int(info.max_date * 1000)} currentTime: {int(now * 1000)}",
                 )
             if now > info.expires:
                 raise RemoteError("InvalidToken", f"{caller} tried to renew an expired token ({info.describe()})")
             info.expires = min(now + self.renew_interval, info.max_date)
+            self.renewals[token] = self.renewals.get(token, 0) + 1
             return int(info.expires * 1000)
 
     def cancel(self, token: str, caller: str) -> None:
@@ -115,6 +119,12 @@ class DelegationTokens:
             if caller not in (info.owner, info.renewer):
                 raise RemoteError("AccessControlException", f"{caller} is not authorized to cancel the token")
             del self._tokens[token]
+
+    def is_live(self, token: str) -> bool:
+        """Whether ``token`` is issued, not cancelled and not expired (for tests)."""
+        with self._lock:
+            info = self._tokens.get(token)
+            return info is not None and info.expires >= time.time()
 
     def live(self) -> int:
         """How many tokens are neither cancelled nor expired (for tests)."""
@@ -134,6 +144,8 @@ class KerberosGate:
         self.acceptor = SpnegoAcceptor(keytab)
         self.tokens = tokens
         self.principals: list[str] = []  # for tests: every principal that authenticated
+        #: for tests: ``(server, op, path, user, "kerberos" or "token")`` of every authenticated request
+        self.authenticated: list[tuple[str, str, str, str, str]] = []
 
     def namenode_user(self, authorization: str | None, query: dict[str, str]) -> tuple[str, bool]:
         """``(user, by_kerberos)``: the token's owner, or the SPNEGO principal's short name (``doas`` applied);
@@ -153,16 +165,13 @@ class KerberosGate:
     def token_op(self, op: str, user: str, by_kerberos: bool, query: dict[str, str]):
         """Answer a delegation-token operation: ``(status, body)``."""
         if not by_kerberos:
-            raise RemoteError(
-                "IOException", "Delegation Token can be issued only with kerberos or web authentication"
-            )
+            raise RemoteError("IOException", "Delegation Token can be issued only with kerberos or web authentication")
         if op == "GETDELEGATIONTOKEN":
-            return 200, {"Token": {"urlString": self.tokens.issue(user, query.get("renewer"))}}
+            token = self.tokens.issue(user, query.get("renewer"))
+            self.tokens.requested.append(token)
+            return 200, {"Token": {"urlString": token}}
         token = query.get("token") or ""
         if op == "RENEWDELEGATIONTOKEN":
             return 200, {"long": self.tokens.renew(token, user)}
         self.tokens.cancel(token, user)
         return 200, None
-
-
-__all__ += ["Unauthenticated"]

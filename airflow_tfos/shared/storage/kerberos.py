@@ -19,14 +19,13 @@ every WebHDFS request of the process then carries ``delegation=<token>`` instead
 from __future__ import annotations
 
 import base64
-import errno
 import os
 import threading
 import uuid
 from dataclasses import dataclass, field
 from urllib.parse import parse_qs, urlsplit
 
-from airflow_tfos.shared.errors import TFoSError
+from airflow_tfos.shared.errors import KerberosAuthError as KerberosAuthError
 
 __all__ = [
     "KerberosAuthError",
@@ -41,16 +40,6 @@ __all__ = [
 
 #: WebHDFS operations that must be authenticated by Kerberos, never by a delegation token.
 TOKEN_OPS = frozenset({"GETDELEGATIONTOKEN", "RENEWDELEGATIONTOKEN", "CANCELDELEGATIONTOKEN"})
-
-
-class KerberosAuthError(TFoSError, PermissionError):
-    """Kerberos authentication (SPNEGO) could not be done; the message names the principal, service and fix."""
-
-    def __init__(self, message: str):
-        super().__init__(errno.EACCES, message)
-
-    def __str__(self) -> str:
-        return self.strerror or ""
 
 
 @dataclass(frozen=True)
@@ -126,14 +115,30 @@ def _classify(message: str, login: KerberosLogin) -> str:
             "clock skew too great: this machine's clock differs from the KDC's (or the server's) by more than the "
             "realm allows (clockskew, 300 s by default); synchronize the clocks (NTP)"
         )
-    if any(s in lower for s in ("no kerberos credentials", "no credentials cache", "credentials cache file",
-                                "can't find client principal")):
+    if any(
+        s in lower
+        for s in (
+            "no kerberos credentials",
+            "no credentials cache",
+            "credentials cache file",
+            "can't find client principal",
+        )
+    ):
         return (
             f"no Kerberos ticket for {login.describe()}: run kinit {login.principal or '<principal>'}, or give a "
             "principal and keytab (connection extras 'principal' and 'keytab')"
         )
-    if any(s in lower for s in ("preauthentication failed", "key table entry not found", "password incorrect",
-                                "key version number", "decrypt integrity check failed", "no key table entry")):
+    if any(
+        s in lower
+        for s in (
+            "preauthentication failed",
+            "key table entry not found",
+            "password incorrect",
+            "key version number",
+            "decrypt integrity check failed",
+            "no key table entry",
+        )
+    ):
         return (
             f"the keytab does not hold the current key of {login.describe()} (keytab from an older key version, "
             "or of another principal): export a fresh keytab for this principal (kadmin ktadd) and point "

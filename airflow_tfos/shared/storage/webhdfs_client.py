@@ -79,7 +79,9 @@ class WebHDFSStorage:
                 from airflow_tfos.shared.storage.kerberos import SpnegoAuth
 
                 session.auth = SpnegoAuth(self.login)
-                client = _kerberos_client_class()(url, proxy=self.config.user, timeout=self.config.timeout, session=session)
+                client = _kerberos_client_class()(
+                    url, proxy=self.config.user, timeout=self.config.timeout, session=session
+                )
             else:
                 client = InsecureClient(
                     url, user=self.config.effective_user(), timeout=self.config.timeout, session=session
@@ -128,7 +130,9 @@ class WebHDFSStorage:
 
     def _require_kerberos(self, what: str) -> None:
         if self.config.auth != "kerberos":
-            raise WebHDFSConfigError(f"{what} needs auth='kerberos' (WebHDFS issues delegation tokens only to Kerberos)")
+            raise WebHDFSConfigError(
+                f"{what} needs auth='kerberos' (WebHDFS issues delegation tokens only to Kerberos)"
+            )
 
     def get_delegation_token(self, renewer: str | None = None) -> str:
         """A new HDFS delegation token for the Kerberos user (``renewer``: who may renew it; default: that user)."""
