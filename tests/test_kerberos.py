@@ -169,3 +169,24 @@ def test_delegation_tokens_are_issued_used_renewed_expire_and_are_cancelled(kdc,
         owner.cancel_delegation_token(fresh)
         with pytest.raises(PermissionError, match="cancelled"):
             nobody.exists(hdfs.uri("/t/x"))
+
+
+def test_a_keytab_login_outlives_its_tickets_and_an_expired_ticket_cache_is_named(tmp_path, monkeypatch):
+    from airflow_tfos.testing.kdc import KDC
+
+    # A realm of its own whose tickets live 4 s, with 1 s of clock tolerance (the session's realm is restored).
+    with KDC(realm="SHORT.TEST", ticket_lifetime="4s", clockskew=1) as short:
+        short.activate()
+        http, user = short.service_keytab("HTTP/127.0.0.1"), short.user_keytab("carol")
+        with WebHDFSEmulator(kerberos_keytab=http) as hdfs:
+            keyed = storage(hdfs, KerberosLogin("carol@SHORT.TEST", user))
+            cache = f"FILE:{tmp_path}/ccache"
+            short.kinit("carol", user, cache)
+            monkeypatch.setenv("KRB5CCNAME", cache)
+            cached = storage(hdfs, KerberosLogin())
+            assert keyed.exists(hdfs.uri("/")) and cached.exists(hdfs.uri("/"))
+            time.sleep(5.5)  # both tickets have expired
+            assert keyed.exists(hdfs.uri("/"))  # new tickets from the keytab, obtained by MIT Kerberos
+            with pytest.raises(KerberosAuthError, match="^the ticket of .* has expired: run kinit again"):
+                cached.exists(hdfs.uri("/"))
+        assert hdfs.kerberos.principals.count("carol@SHORT.TEST") == 3
