@@ -102,9 +102,8 @@ class ResourceManagerEmulator(RestApiMixin):
     :param conf_forbidden: the ``/conf`` servlet answers 403 (admin-only instrumentation).
     :param poll_interval: seconds between looks at process-backed applications.
     :param ssl_context: a server-side :class:`ssl.SSLContext` to serve HTTPS with (default: HTTP).
-    :param kerberos_keytab: the ``HTTP/127.0.0.1`` service keytab: every request then needs a valid SPNEGO
-        token (checked with ``gssapi``), else 401 ``WWW-Authenticate: Negotiate``; the caller is the
-        principal's short name (Hadoop's ``DEFAULT`` auth_to_local) and ``user.name`` is ignored.
+    :param kerberos_keytab: the ``HTTP/127.0.0.1`` keytab: requests need SPNEGO (else 401 ``Negotiate``);
+        the caller is the principal's short name (:mod:`airflow_tfos.testing.spnego`), not ``user.name``.
     """
 
     def __init__(
