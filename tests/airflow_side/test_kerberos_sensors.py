@@ -76,3 +76,14 @@ def test_a_sensor_without_a_login_fails_at_once_naming_the_fix(hdfs, monkeypatch
     assert re.match(r"cannot read \S+manifest.json: no Kerberos ticket for ", str(failure.value))
     assert "HTTP/127.0.0.1" in str(failure.value) and "'principal' and 'keytab'" in str(failure.value)
     assert time.monotonic() - started < 5 and not hdfs.requests
+
+
+def test_the_webhdfs_connection_test_logs_in_from_the_keytab_and_names_a_missing_login(hdfs, kdc, monkeypatch):
+    from airflow_tfos.hooks.webhdfs_connection import WebHDFSAccessHook
+
+    connect(monkeypatch, "webhdfs_ok", hdfs, principal="alice@TFOS.TEST", keytab=kdc.alice_keytab)
+    ok, message = WebHDFSAccessHook("webhdfs_ok").test_connection()
+    assert ok and message.startswith(f"active namenode {hdfs.url}: / lists"), message
+    connect(monkeypatch, "webhdfs_none", hdfs)
+    ok, message = WebHDFSAccessHook("webhdfs_none").test_connection()
+    assert not ok and "no Kerberos ticket for the principal of the ticket cache" in message
