@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import shutil
 import subprocess
 import sys
@@ -190,3 +191,12 @@ def test_a_keytab_login_outlives_its_tickets_and_an_expired_ticket_cache_is_name
             with pytest.raises(KerberosAuthError, match="^the ticket of .* has expired: run kinit again"):
                 cached.exists(hdfs.uri("/"))
         assert hdfs.kerberos.principals.count("carol@SHORT.TEST") == 3
+
+
+def test_the_processs_token_is_kept_out_of_debug_logs_of_the_http_libraries(kdc, alice, caplog):
+    with WebHDFSEmulator(kerberos_keytab=kdc.http_keytab) as hdfs:
+        token = storage(hdfs, alice).get_delegation_token()
+        kerberos.use_delegation_token(token)
+        with caplog.at_level(logging.DEBUG, logger="urllib3.connectionpool"):
+            storage(hdfs).exists(hdfs.uri("/"))
+        assert "delegation=<delegation token>" in caplog.text and token not in caplog.text

@@ -16,6 +16,7 @@ import threading
 import time
 
 from airflow_tfos.shared.storage import storage_for
+from airflow_tfos.shared.storage.kerberos import keep_out_of_logs
 
 log = logging.getLogger(__name__)
 
@@ -53,6 +54,7 @@ class TokenKeeper:
 
     def start(self) -> TokenKeeper:
         self.token = self.storage.get_delegation_token()
+        keep_out_of_logs(self.token)
         self.expires = self.storage.renew_delegation_token(self.token)
         log.info(
             "%s: obtained a WebHDFS delegation token for the TF nodes (expires in %.0f s; renewed while the run lives)",

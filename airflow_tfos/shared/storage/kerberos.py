@@ -19,6 +19,7 @@ every WebHDFS request of the process then carries ``delegation=<token>`` instead
 from __future__ import annotations
 
 import base64
+import logging
 import os
 import threading
 import uuid
@@ -96,9 +97,39 @@ def default_login() -> KerberosLogin:
     return _default or KerberosLogin()
 
 
+class _Redact(logging.Filter):
+    """Replace the process's delegation tokens in log records (``urllib3`` logs request URLs at DEBUG)."""
+
+    secrets: set[str] = set()
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if self.secrets:
+            message = record.getMessage()
+            if any(secret in message for secret in self.secrets):
+                for secret in self.secrets:
+                    message = message.replace(secret, "<delegation token>")
+                record.msg, record.args = message, ()
+        return True
+
+
+_REDACT = _Redact()
+
+
+def keep_out_of_logs(token: str) -> None:
+    """Never let ``token`` reach a log record of the HTTP libraries (they log request URLs at DEBUG)."""
+    with _lock:
+        _Redact.secrets.add(token)
+        for name in ("urllib3.connectionpool", "hdfs.client", "requests"):
+            logger = logging.getLogger(name)
+            if _REDACT not in logger.filters:
+                logger.addFilter(_REDACT)
+
+
 def use_delegation_token(token: str | None) -> None:
     """Authenticate every WebHDFS request of this process with ``token`` (None: with Kerberos again)."""
     global _token
+    if token:
+        keep_out_of_logs(token)
     with _lock:
         _token = token
 
