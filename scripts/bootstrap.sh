@@ -42,6 +42,17 @@ if ! command -v chromium >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1; 
     || echo "bootstrap: warning: could not install chromium (apt-get install -y chromium); the drills' screenshot test will fail" >&2
 fi
 
+# The Kerberos tests run a real MIT KDC (tests/conftest.py's kdc fixture installs krb5-kdc, krb5-admin-server
+# and krb5-user itself when they are missing); faketime runs a client with its clock off for the clock-skew test.
+if ! command -v faketime >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1; then
+  echo "bootstrap: installing Debian package faketime (the Kerberos clock-skew test)"
+  SUDO=""
+  [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+  { $SUDO apt-get update -qq \
+      && DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq faketime >/dev/null; } \
+    || echo "bootstrap: warning: could not install faketime; the Kerberos clock-skew test is skipped" >&2
+fi
+
 stamp="$VENV/.airflow-tfos-installed"
 want="$(cat pyproject.toml requirements/constraints.txt | sha256sum | cut -d' ' -f1)"
 if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then

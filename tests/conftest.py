@@ -100,6 +100,19 @@ def emulator():
         yield emu
 
 
+@pytest.fixture(scope="session")
+def kdc():
+    """One real MIT KDC for the test session (a throwaway realm on 127.0.0.1), its environment set in this
+    process; ``kdc.http_keytab`` is the emulators' ``HTTP/127.0.0.1`` keytab, ``kdc.alice_keytab`` a user's."""
+    from airflow_tfos.testing.kdc import KDC
+
+    with KDC() as realm:
+        realm.activate()
+        realm.http_keytab = realm.service_keytab("HTTP/127.0.0.1")
+        realm.alice_keytab = realm.user_keytab("alice")
+        yield realm
+
+
 def run_dir_for(request, tmp_path: Path, where: str, storage_settings: dict | None = None):
     """The run directory ``<where>/run`` of a test parametrized ``local`` / ``webhdfs``: on local disk under
     ``tmp_path``, or on the module's ``emulator`` under a folder named for the test (with a WebHDFS storage

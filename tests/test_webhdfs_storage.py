@@ -268,12 +268,12 @@ class TestConfig:
         storage.write_bytes("hdfs://cluster/data/x.csv", b"a\n1\n")
         assert storage.list("hdfs://cluster/data") == [FileInfo("hdfs://cluster/data/x.csv", 4)]
 
-    def test_kerberos_uses_the_kerberos_client(self):
-        from hdfs.ext.kerberos import KerberosClient
+    def test_kerberos_authenticates_every_request_with_spnego(self):
+        from airflow_tfos.shared.storage.kerberos import SpnegoAuth
 
         storage = WebHDFSStorage(WebHDFSConfig(namenodes=["https://nn:9871"], auth="kerberos", verify="/ca.pem"))
         (client,) = storage._make_clients()
-        assert isinstance(client, KerberosClient) and client._session.verify == "/ca.pem"
+        assert isinstance(client._session.auth, SpnegoAuth) and client._session.verify == "/ca.pem"
 
     def test_storage_and_webhdfs_modules_do_not_import_hdfs_or_airflow(self):
         code = (

@@ -10,7 +10,8 @@ Reuses the connection type of apache-airflow-providers-apache-hdfs and its WebHD
 - extras ``use_ssl`` (HTTPS) and ``verify`` (certificate check: true/false or a CA bundle path;
   default true here, where WebHDFSHook defaults to false);
 - Kerberos when Airflow's ``[core] security`` is ``kerberos`` (as WebHDFSHook decides), or extra
-  ``auth: kerberos``; ``proxy_user`` is then impersonated with ``doas``;
+  ``auth: kerberos``; ``proxy_user`` is then impersonated with ``doas``; our extras ``principal`` and
+  ``keytab`` log in from a keytab (else the worker's ticket cache, as ``airflow kerberos`` keeps it);
 - our own optional extras: ``timeout``, ``retries``, ``backoff``, ``deadline``, ``nameservice``.
 
 Where the connection does not exist, or has no host, the namenodes come from ``AIRFLOW_TFOS_WEBHDFS``, else
@@ -30,6 +31,7 @@ from dataclasses import replace
 from airflow.sdk import BaseHook
 
 from airflow_tfos.hooks.hadoop_conf import HADOOP_CONF_ENV, hadoop_conf
+from airflow_tfos.shared.storage.kerberos import KerberosAuthError, KerberosLogin, SpnegoAuth
 from airflow_tfos.shared.storage.webhdfs_client import WebHDFSStorage
 from airflow_tfos.shared.storage.webhdfs_config import (
     DEFAULT_PORTS,
@@ -147,13 +149,36 @@ def config_without_connection(user: str | None = None) -> WebHDFSConfig | None:
     return conf.webhdfs_config(user=user)
 
 
+_LOGINS: dict[tuple[str | None, str | None], KerberosLogin] = {}
+
+
+def kerberos_login_from_connection(webhdfs_conn_id: str = DEFAULT_CONN_ID) -> KerberosLogin:
+    """The Kerberos identity of the connection: extras ``principal`` and ``keytab``, else the ticket cache.
+
+    One login per principal and keytab in a process, so tickets obtained from a keytab are reused (and
+    obtained again by MIT Kerberos when they expire).
+    """
+    from airflow.sdk.exceptions import AirflowNotFoundException
+
+    try:
+        extra = BaseHook.get_connection(webhdfs_conn_id).extra_dejson or {}
+    except AirflowNotFoundException:
+        extra = {}
+    key = (str(extra.get("principal") or "") or None, str(extra.get("keytab") or "") or None)
+    if key not in _LOGINS:
+        _LOGINS[key] = KerberosLogin(*key)
+    return _LOGINS[key]
+
+
 def storage_from_connection(webhdfs_conn_id: str = DEFAULT_CONN_ID, proxy_user: str | None = None) -> WebHDFSStorage:
     """A :class:`~airflow_tfos.shared.storage.webhdfs_client.WebHDFSStorage` for the connection (for run-directory
     hooks and sensors)."""
-    return WebHDFSStorage(webhdfs_config_from_connection(webhdfs_conn_id, proxy_user))
+    config = webhdfs_config_from_connection(webhdfs_conn_id, proxy_user)
+    login = kerberos_login_from_connection(webhdfs_conn_id) if config.auth == "kerberos" else None
+    return WebHDFSStorage(config, login=login)
 
 
-def check_webhdfs(config: WebHDFSConfig) -> tuple[bool, str]:
+def check_webhdfs(config: WebHDFSConfig, login: KerberosLogin | None = None) -> tuple[bool, str]:
     """List ``/`` on every namenode of ``config``, one request each (no retry), and say what came of it.
 
     :return: ``(True, message naming the active namenode)``, or ``(False, the reason)``: refused, HTTP 401,
@@ -167,9 +192,7 @@ def check_webhdfs(config: WebHDFSConfig) -> tuple[bool, str]:
     params = {"op": "LISTSTATUS"}
     user = config.effective_user()
     if config.auth == "kerberos":
-        from requests_kerberos import OPTIONAL, HTTPKerberosAuth
-
-        auth = HTTPKerberosAuth(mutual_authentication=OPTIONAL)
+        auth = SpnegoAuth(login, use_token=False)
         if user:
             params["doas"] = user
     elif user:
@@ -180,6 +203,9 @@ def check_webhdfs(config: WebHDFSConfig) -> tuple[bool, str]:
             response = requests.get(
                 f"{namenode}/webhdfs/v1/", params=params, auth=auth, verify=config.verify, timeout=config.timeout
             )
+        except KerberosAuthError as exc:
+            failed.append(f"{namenode}: {exc}")
+            continue
         except requests.RequestException as exc:
             failed.append(f"{namenode}: {describe(exc)}")
             continue
@@ -228,6 +254,7 @@ class WebHDFSAccessHook(BaseHook):
         """List ``/`` through the namenodes the settings name (see :func:`check_webhdfs`)."""
         try:
             config = webhdfs_config_from_connection(self.webhdfs_conn_id)
+            login = kerberos_login_from_connection(self.webhdfs_conn_id) if config.auth == "kerberos" else None
         except Exception as exc:
             return False, str(exc)
-        return check_webhdfs(config)
+        return check_webhdfs(config, login)

@@ -6,7 +6,6 @@ drives the requests; these functions are tested without a server.
 
 from __future__ import annotations
 
-import base64
 import json
 import re
 from collections.abc import Iterable, Mapping
@@ -61,6 +60,9 @@ class RmSettings:
     :param max_retries: rounds over every RM after the first one.
     :param retry_backoff: seconds before the second round, doubling after.
     :param max_retry_seconds: no new round starts after this many seconds.
+    :param principal: with ``kerberos``, the client principal (extra ``principal``; default: the ticket cache's).
+    :param keytab: with ``kerberos``, a keytab holding ``principal``'s key (extra ``keytab``; default: the
+        ticket cache, ``kinit``). Tickets from a keytab are obtained again when they expire.
     """
 
     conn_id: str
@@ -73,6 +75,20 @@ class RmSettings:
     max_retries: int = 3
     retry_backoff: float = 1.0
     max_retry_seconds: float = 60.0
+    principal: str | None = None
+    keytab: str | None = None
+
+    def kerberos_login(self):
+        """The :class:`~airflow_tfos.shared.storage.kerberos.KerberosLogin` of this connection (one per process)."""
+        from airflow_tfos.shared.storage.kerberos import KerberosLogin
+
+        key = (self.principal, self.keytab)
+        if key not in _LOGINS:
+            _LOGINS[key] = KerberosLogin(self.principal, self.keytab)
+        return _LOGINS[key]
+
+
+_LOGINS: dict[tuple[str | None, str | None], Any] = {}
 
 
 # --------------------------------------------------------------------------- pure parsing
@@ -156,6 +172,8 @@ def parse_connection(
             max_retries=int(option("max_retries", 3)),
             retry_backoff=float(option("retry_backoff", 1.0)),
             max_retry_seconds=float(option("max_retry_seconds", 60.0)),
+            principal=str(option("principal", "")) or None,
+            keytab=str(option("keytab", "")) or None,
         )
     except (TypeError, ValueError) as exc:
         raise YarnError(
@@ -331,21 +349,23 @@ def decode_reply(reply: Reply, *, conn_id: str, what: str, app_id: str | None = 
     return payload
 
 
-def negotiate_header(hostname: str) -> str:
-    """A SPNEGO ``Authorization`` header for ``HTTP/<hostname>``, from the worker's Kerberos ticket.
+def negotiate_header(hostname: str, login: Any = None) -> str:
+    """A SPNEGO ``Authorization`` header for ``HTTP/<hostname>``, from ``login`` (default: the worker's ticket cache).
 
     :param hostname: the RM's host name.
+    :param login: a :class:`~airflow_tfos.shared.storage.kerberos.KerberosLogin` (principal and keytab).
     """
-    import spnego
+    from airflow_tfos.shared.storage.kerberos import KerberosAuthError
+    from airflow_tfos.shared.storage.kerberos import negotiate_header as spnego_header
 
     try:
-        token = spnego.client(hostname=hostname, service="HTTP", protocol="negotiate").step()
-    except Exception as exc:
+        return spnego_header(hostname, login)
+    except KerberosAuthError as exc:
         raise YarnAuthError(
-            f"could not get a Kerberos ticket for HTTP/{hostname} ({type(exc).__name__}: {exc}): run kinit or "
-            "provide a keytab for the Airflow worker, or set extra 'auth' to 'simple'"
+            f"{exc}. For the ResourceManager at {hostname}: set the yarn connection's extras 'principal' and "
+            "'keytab', or run kinit for the Airflow worker, or set extra 'auth' to 'simple' on a cluster without "
+            "Kerberos"
         ) from exc
-    return "Negotiate " + base64.b64encode(token or b"").decode()
 
 
 #: The ``yarn`` connection type as listed in the provider info (form fields and their labels).
@@ -369,7 +389,7 @@ YARN_CONNECTION_TYPE: dict[str, Any] = {
     "conn-fields": {
         "auth": {
             "label": "Authentication",
-            "description": "simple (user.name from Login) or kerberos (SPNEGO)",
+            "description": "simple (user.name from Login) or kerberos (SPNEGO; extras principal, keytab)",
             "schema": {"type": ["string", "null"], "default": "simple"},
         },
         "application_user": {

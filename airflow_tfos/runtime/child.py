@@ -15,9 +15,10 @@ them, ``rows_per_sec``, ``peak_rss_mb`` of the Spark task while it read), and ``
 Started with ``--await-context`` (how a barrier task starts it, before the nodes have swapped their
 ports), the process first loads the program (which imports its module, and whatever that imports at its
 top) and imports TensorFlow when ``main_fun``'s own code imports it (:func:`uses_tensorflow`), then waits
-on its stdin for one JSON message from the task: ``tf_config`` (None: no TF_CONFIG) and the task's launch
-times. It then sets TF_CONFIG (TensorFlow reads it when a strategy or cluster resolver is built, not on
-import), reads ``context.pkl`` and calls ``main_fun``. An empty message means that the task went away: the
+on its stdin for one JSON message from the task: ``tf_config`` (None: no TF_CONFIG), the task's launch
+times, and on a Kerberized HDFS the run's WebHDFS delegation token (:mod:`airflow_tfos.runtime.delegation`,
+kept in memory). It then sets TF_CONFIG (TensorFlow reads it when a strategy or cluster resolver is built,
+not on import), reads ``context.pkl`` and calls ``main_fun``. An empty message means that the task went away: the
 process exits. It records its launch times (:mod:`airflow_tfos.runtime.launch_times`).
 """
 
@@ -211,6 +212,10 @@ def _await_context(times: dict) -> bool:
     os.environ.pop("TF_CONFIG", None)
     if message.get("tf_config"):
         os.environ["TF_CONFIG"] = message["tf_config"]
+    if message.get("webhdfs_token"):  # in this process's memory only: every WebHDFS call sends it
+        from airflow_tfos.shared.storage.kerberos import use_delegation_token
+
+        use_delegation_token(message["webhdfs_token"])
     times.update(message.get("times", {}))
     return True
 

@@ -23,6 +23,7 @@ from typing import Any
 
 from airflow_tfos.runtime.checks import check_cluster, snapshot_resources
 from airflow_tfos.runtime.cluster import KERAS_MODES, ClusterConfigError, decider_ids, plan_roles
+from airflow_tfos.runtime.delegation import TokenKeeper
 from airflow_tfos.runtime.errors import (
     NodeFailedError,
     RunCancelledError,
@@ -152,6 +153,7 @@ class TFClusterRun:
         self.run_id = uuid.uuid4().hex[:12]
         self.job_group = f"airflow-tfos-{self.run_id}"
         self._thread: threading.Thread | None = None
+        self._tokens: TokenKeeper | None = None
         self._started_at: float | None = None
         self._outcome: Any = _UNSET
         self._error: BaseException | None = None
@@ -218,6 +220,9 @@ class TFClusterRun:
             # Checks the schema here, on the caller's thread, before anything is launched.
             self._frame = prepare_dataframe(self.data, self.feed, self.roles, self.validation_data)
         job = self.node_job()
+        self._tokens = TokenKeeper.for_run_dir(self.run_dir, f"TF cluster {self.run_id}")
+        if self._tokens is not None:
+            job = dataclasses.replace(job, webhdfs_token=self._tokens.token)
         self._started_at = time.monotonic()
         from pyspark import InheritableThread
 
@@ -261,6 +266,13 @@ class TFClusterRun:
         )
 
     def _collect(self, job: NodeJob) -> None:
+        try:
+            self._attempts(job)
+        finally:
+            if self._tokens is not None:
+                self._tokens.stop()
+
+    def _attempts(self, job: NodeJob) -> None:
         self.sc.setJobGroup(self.job_group, f"airflow-tfos TF cluster {self.run_id}", interruptOnCancel=True)
         for attempt in range(self.max_attempts):
             self._event(events.ATTEMPT, attempt=attempt)

@@ -77,6 +77,8 @@ class NodeJob:
     :param warm_start: the exported model to start from without a checkpoint (``ctx.warm_start``).
     :param spec: the run's spec, when the cluster was started from one (``TFClusterRun.from_spec``): where a
         node reads a setting that only the operators' runs have.
+    :param webhdfs_token: the WebHDFS delegation token the driver obtained for the nodes (Kerberized HDFS),
+        handed to each node process on its stdin; never printed (``repr`` leaves it out).
     """
 
     run_id: str
@@ -99,6 +101,7 @@ class NodeJob:
     attempt: int = 0
     warm_start: str | None = None
     spec: RunSpec | None = None
+    webhdfs_token: str | None = field(default=None, repr=False)
 
 
 class _Released(Exception):
@@ -224,7 +227,7 @@ def _launch_node(
     try:
         if is_result:
             _publish_cluster_info(job, cluster_spec, tb_url)
-        hand_over(proc, node_dir, ctx, tf_config, times, role, host)
+        hand_over(proc, node_dir, ctx, tf_config, times, role, host, webhdfs_token=job.webhdfs_token)
         if role.executor_id in job.deciders:
             code = _wait_for(proc, mgr, role, host)
             if code != 0:
@@ -265,14 +268,20 @@ def hand_over(
     times: dict[str, float],
     role: NodeRole,
     host: str,
+    *,
+    webhdfs_token: str | None = None,
 ) -> None:
-    """Give a pre-started node process its context and TF_CONFIG; raise its failure if it died waiting."""
+    """Give a pre-started node process its context and TF_CONFIG (and the run's WebHDFS delegation token, on
+    its stdin only); raise its failure if it died waiting."""
     from pyspark import cloudpickle
 
     tmp = node_dir / (child_files.CONTEXT + ".tmp")
     tmp.write_bytes(cloudpickle.dumps(ctx))
     tmp.replace(node_dir / child_files.CONTEXT)
-    message = json.dumps({"tf_config": tf_config, "times": times}).encode()
+    message = {"tf_config": tf_config, "times": times}
+    if webhdfs_token:
+        message["webhdfs_token"] = webhdfs_token
+    message = json.dumps(message).encode()
     if not proc.send(message):
         code = proc.wait(30.0)
         if code is None:

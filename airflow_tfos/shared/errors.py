@@ -13,6 +13,7 @@ This module imports nothing, so every module of the package may import it (stora
 from __future__ import annotations
 
 __all__ = [
+    "KerberosAuthError",
     "RegistryError",
     "RunDirError",
     "SpecError",
@@ -49,3 +50,13 @@ class WebHDFSUnavailableError(WebHDFSError):
 
 class WebHDFSConfigError(TFoSError, ValueError):
     """The WebHDFS settings cannot be used; the message says which one to change."""
+
+
+class KerberosAuthError(TFoSError, PermissionError):
+    """Kerberos authentication (SPNEGO) could not be done; the message names the principal, service and fix."""
+
+    def __init__(self, message: str):
+        super().__init__(13, message)  # EACCES
+
+    def __str__(self) -> str:
+        return self.strerror or ""

@@ -31,7 +31,12 @@ matching answers are an HTTP error (:meth:`~WebHDFSEmulator.fail_next`), a dropp
 body that is not JSON (:meth:`~WebHDFSEmulator.malformed_next`). :meth:`~WebHDFSEmulator.make_read_only`
 makes writes under a path fail with ``AccessControlException`` (403) for one user or all.
 
-Not emulated: Kerberos/SPNEGO, delegation tokens, umask, groups, ACLs, xattrs, snapshots, quotas, block locations.
+Kerberos (``kerberos_keytab=``): SPNEGO on the namenodes, delegation tokens (``GETDELEGATIONTOKEN``,
+``RENEWDELEGATIONTOKEN``, ``CANCELDELEGATIONTOKEN``, ``delegation=`` on every operation, with Hadoop's
+renew interval and maximum lifetime), tokens on the datanode's side of redirects: see
+:mod:`airflow_tfos.testing.webhdfs_tokens`.
+
+Not emulated: umask, groups, ACLs, xattrs, snapshots, quotas, block locations.
 """
 
 from __future__ import annotations
@@ -56,6 +61,7 @@ from airflow_tfos.testing.webhdfs_http import (
     normalize,
     shut,
 )
+from airflow_tfos.testing.webhdfs_tokens import DelegationTokens, KerberosGate
 
 __all__ = ["HOST", "PREFIX", "RemoteError", "RequestRecord", "WebHDFSEmulator"]
 
@@ -87,6 +93,10 @@ class WebHDFSEmulator:
         answers every RENAME with the plain rename's ``{"boolean": ...}``, as a server that ignores it.
     :param superuser: owner of ``/`` and of paths nobody created.
     :param ssl_context: a server-side :class:`ssl.SSLContext` to serve HTTPS with (default: HTTP).
+    :param kerberos_keytab: the ``HTTP/127.0.0.1`` service keytab: the namenodes then require SPNEGO or a
+        delegation token (default: simple authentication, ``user.name``).
+    :param token_renew_interval: seconds a delegation token lives after it was issued or renewed.
+    :param token_max_lifetime: seconds after issue past which a delegation token cannot be renewed.
     """
 
     def __init__(
@@ -97,6 +107,9 @@ class WebHDFSEmulator:
         rename_options: bool = True,
         superuser: str = "hdfs",
         ssl_context: Any = None,
+        kerberos_keytab: str | None = None,
+        token_renew_interval: float = 86400.0,
+        token_max_lifetime: float = 7 * 86400.0,
     ):
         if namenodes not in (1, 2):
             raise ValueError(f"namenodes must be 1 or 2 (active and standby), got {namenodes}")
@@ -106,6 +119,8 @@ class WebHDFSEmulator:
         self.rename_options = rename_options
         self.superuser = superuser
         self.ssl_context = ssl_context
+        self.tokens = DelegationTokens(renew_interval=token_renew_interval, max_lifetime=token_max_lifetime)
+        self.kerberos = KerberosGate(kerberos_keytab, self.tokens) if kerberos_keytab else None
         self.active = 0
         self.requests: collections.deque[RequestRecord] = collections.deque(maxlen=10000)
         self._lock = threading.RLock()

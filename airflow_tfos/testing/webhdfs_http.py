@@ -29,17 +29,20 @@ _JAVA_CLASSES = {
     "PathIsNotEmptyDirectoryException": ("org.apache.hadoop.fs.PathIsNotEmptyDirectoryException", 403),
     "IOException": ("java.io.IOException", 403),
     "StandbyException": ("org.apache.hadoop.ipc.StandbyException", 403),
+    "InvalidToken": ("org.apache.hadoop.security.token.SecretManager$InvalidToken", 403),
+    "SecurityException": ("java.lang.SecurityException", 403),
     "IllegalArgumentException": ("java.lang.IllegalArgumentException", 400),
     "UnsupportedOperationException": ("java.lang.UnsupportedOperationException", 400),
     "RuntimeException": ("java.lang.RuntimeException", 500),
 }
 _OPS = {
-    "GET": {"GETFILESTATUS", "LISTSTATUS", "OPEN", "GETCONTENTSUMMARY", "GETHOMEDIRECTORY"},
-    "PUT": {"MKDIRS", "CREATE", "RENAME", "SETPERMISSION"},
+    "GET": {"GETFILESTATUS", "LISTSTATUS", "OPEN", "GETCONTENTSUMMARY", "GETHOMEDIRECTORY", "GETDELEGATIONTOKEN"},
+    "PUT": {"MKDIRS", "CREATE", "RENAME", "SETPERMISSION", "RENEWDELEGATIONTOKEN", "CANCELDELEGATIONTOKEN"},
     "POST": {"APPEND"},
     "DELETE": {"DELETE"},
 }
 READ_OPS = _OPS["GET"]
+TOKEN_OPS = {"GETDELEGATIONTOKEN", "RENEWDELEGATIONTOKEN", "CANCELDELEGATIONTOKEN"}
 
 
 class RemoteError(Exception):
@@ -202,6 +205,15 @@ class _Handler(BaseHTTPRequestHandler):
                     f'Invalid value for webhdfs parameter "op": No enum constant for {method} op {op or "(none)"}',
                 )
             data = self._read_body() if method in ("PUT", "POST") else b""
+            gate = getattr(emulator, "kerberos", None)
+            if gate is not None:
+                user, query = self._authenticate(gate, name, op, path, query)
+                if user is None:
+                    return
+                if op in TOKEN_OPS:
+                    status, value = gate.token_op(op, user, query.pop("_by_kerberos", False), query)
+                    self._send_json(status, value)
+                    return
             if name.startswith("namenode"):  # a client may send data along with the first step: ignored
                 status, value, headers = emulator.namenode_op(method, op, path, user, query, self.server)
                 self._send_json(status, value, headers)
@@ -213,3 +225,25 @@ class _Handler(BaseHTTPRequestHandler):
                 self._send(201 if op == "CREATE" else 200, b"", "application/octet-stream", location)
         except RemoteError as exc:
             self._send_json(exc.status, exc.body())
+
+    def _authenticate(self, gate: Any, name: str, op: str, path: str, query: dict[str, str]):
+        """``(user, query)`` of a request to a Kerberized emulator, or ``(None, query)`` once it was answered 401."""
+        from airflow_tfos.testing.spnego import CHALLENGE, Unauthenticated
+
+        if not name.startswith("namenode"):
+            user = gate.datanode_user(query)
+            gate.authenticated.append((name, op, path, user, "token"))
+            return user, query
+        try:
+            user, by_kerberos = gate.namenode_user(self.headers.get("Authorization"), query)
+        except Unauthenticated as exc:
+            page = f"<html><body><h2>HTTP ERROR 401</h2><p>{exc}</p></body></html>".encode()
+            self._send(401, page, "text/html", CHALLENGE)
+            return None, query
+        gate.authenticated.append((name, op, path, user, "kerberos" if by_kerberos else "token"))
+        query = {k: v for k, v in query.items() if k != "user.name"}
+        if op in TOKEN_OPS:
+            query["_by_kerberos"] = by_kerberos
+        elif by_kerberos and op in ("CREATE", "APPEND", "OPEN"):  # the datanode's step needs a token
+            query["delegation"] = gate.tokens.issue(user, user)
+        return user, query

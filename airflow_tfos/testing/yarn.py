@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from airflow_tfos.hooks.state import FINAL_STATUSES, TERMINAL_STATES, YARN_STATES
+from airflow_tfos.testing.spnego import SpnegoAcceptor
 from airflow_tfos.testing.yarn_http import RecordedRequest, RestApiMixin, _Server
 
 __all__ = ["RecordedRequest", "ResourceManagerEmulator"]
@@ -101,6 +102,8 @@ class ResourceManagerEmulator(RestApiMixin):
     :param conf_forbidden: the ``/conf`` servlet answers 403 (admin-only instrumentation).
     :param poll_interval: seconds between looks at process-backed applications.
     :param ssl_context: a server-side :class:`ssl.SSLContext` to serve HTTPS with (default: HTTP).
+    :param kerberos_keytab: the ``HTTP/127.0.0.1`` keytab: requests need SPNEGO (else 401 ``Negotiate``);
+        the caller is the principal's short name (:mod:`airflow_tfos.testing.spnego`), not ``user.name``.
     """
 
     def __init__(
@@ -118,6 +121,7 @@ class ResourceManagerEmulator(RestApiMixin):
         conf_forbidden: bool = False,
         poll_interval: float = 0.05,
         ssl_context: Any = None,
+        kerberos_keytab: str | None = None,
     ) -> None:
         if standby_mode not in STANDBY_MODES:
             raise ValueError(f"standby_mode must be one of {STANDBY_MODES}, not {standby_mode!r}")
@@ -133,6 +137,8 @@ class ResourceManagerEmulator(RestApiMixin):
         self.conf_forbidden = conf_forbidden
         self.poll_interval = poll_interval
         self.ssl_context = ssl_context
+        self.kerberos = SpnegoAcceptor(kerberos_keytab) if kerberos_keytab else None
+        self.principals: list[str] = []  # every principal that authenticated (kerberos_keytab given)
         self.requests: list[RecordedRequest] = []
         self._lock = threading.RLock()
         self._apps: dict[str, _App] = {}

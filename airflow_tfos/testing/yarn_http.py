@@ -146,7 +146,17 @@ class RestApiMixin:
             time.sleep(fault.seconds)
         user = (query.get("user.name") or [None])[0]
         negotiate = handler.headers.get("Authorization", "").startswith("Negotiate ")
-        if user is None and not negotiate and not self.anonymous_allowed:
+        if self.kerberos is not None:  # SPNEGO checked with the service keytab; user.name ignored
+            from airflow_tfos.testing.spnego import CHALLENGE, Unauthenticated
+
+            try:
+                principal, user = self.kerberos.accept(handler.headers.get("Authorization"))
+            except Unauthenticated as exc:
+                _send(handler, 401, f"Authentication required: {exc}", content_type="text/plain", headers=CHALLENGE)
+                return
+            with self._lock:
+                self.principals.append(principal)
+        elif user is None and not negotiate and not self.anonymous_allowed:
             _send(
                 handler,
                 401,

@@ -450,3 +450,21 @@ def test_a_local_submission_keeps_secrets_off_the_command_line(tmp_path, monkeyp
     assert not list((tmp_path / "tracker" / "secrets").iterdir())  # removed by the wrapper once it ended
     with pytest.raises(TFoSConfigError, match="does not fit the 1024 MB"):
         hook.submit(str(tmp_path / "run"), tag="tfos-l2", name="n", num_nodes=2)
+
+
+def test_a_yarn_submission_passes_the_spark_connections_principal_and_keytab(yarn, tmp_path, monkeypatch):
+    import base64
+
+    keytab = b"\x05\x02 a keytab's bytes"
+    conn = {
+        "conn_type": "spark",
+        "host": "yarn",
+        "extra": {"principal": "etl@REALM", "keytab": base64.b64encode(keytab).decode()},
+    }
+    monkeypatch.setenv("AIRFLOW_CONN_SPARK_YARN_TEST", json.dumps(conn))
+    yarn_hook(yarn, tmp_path).submit("hdfs:///runs/k", tag="tfos-k", name="n", num_nodes=2)
+    (record,) = read_records(yarn.records)
+    assert record["options"]["--principal"] == "etl@REALM"
+    written = Path(record["options"]["--keytab"])  # by the Spark provider's hook, from the extra's base64
+    assert written.read_bytes() == keytab
+    written.unlink()

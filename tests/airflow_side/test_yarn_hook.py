@@ -312,10 +312,8 @@ class TestBadInput:
 
 class TestKerberos:
     def test_sync_uses_spnego_auth(self, rm, connect):
-        from requests_kerberos import HTTPKerberosAuth
-
         hook = connect(rm.addresses, auth="kerberos")
-        assert isinstance(hook._rms._session.auth, HTTPKerberosAuth)
+        assert hook._rms._session.auth == hook._rms._spnego
         assert hook.settings.auth == "kerberos"
 
     def test_async_without_a_ticket_is_a_clear_auth_error(self, rm, connect, tmp_path, monkeypatch):

@@ -47,12 +47,16 @@ class WebHDFSStorage:
     :meth:`put_dir`/:meth:`get_dir` move whole trees.
 
     :param config: the settings (namenodes, user, auth, TLS, retries).
+    :param login: with ``auth="kerberos"``, who authenticates (default: the process's
+        :func:`~airflow_tfos.shared.storage.kerberos.default_login`, else its ticket cache). A process given a
+        delegation token (:func:`~airflow_tfos.shared.storage.kerberos.use_delegation_token`) uses the token.
     """
 
-    def __init__(self, config: WebHDFSConfig):
+    def __init__(self, config: WebHDFSConfig, *, login: Any = None):
         if not config.namenodes:
             raise WebHDFSConfigError("WebHDFSConfig.namenodes is empty: give at least one http(s)://host:port")
         self.config = config
+        self.login = login
         self._clients: list[Any] | None = None
         self._active = 0
         self._lock = threading.Lock()
@@ -72,9 +76,12 @@ class WebHDFSStorage:
             session.verify = self.config.verify
             session.hooks["response"].append(raise_for_server_error)
             if self.config.auth == "kerberos":
-                from hdfs.ext.kerberos import KerberosClient
+                from airflow_tfos.shared.storage.kerberos import SpnegoAuth
 
-                client = KerberosClient(url, proxy=self.config.user, timeout=self.config.timeout, session=session)
+                session.auth = SpnegoAuth(self.login)
+                client = _kerberos_client_class()(
+                    url, proxy=self.config.user, timeout=self.config.timeout, session=session
+                )
             else:
                 client = InsecureClient(
                     url, user=self.config.effective_user(), timeout=self.config.timeout, session=session
@@ -118,6 +125,32 @@ class WebHDFSStorage:
             if time.monotonic() >= deadline:
                 break
         raise unavailable(what, path, failures, self.config)
+
+    # --- delegation tokens (auth="kerberos") ---------------------------------------------------------
+
+    def _require_kerberos(self, what: str) -> None:
+        if self.config.auth != "kerberos":
+            raise WebHDFSConfigError(
+                f"{what} needs auth='kerberos' (WebHDFS issues delegation tokens only to Kerberos)"
+            )
+
+    def get_delegation_token(self, renewer: str | None = None) -> str:
+        """A new HDFS delegation token for the Kerberos user (``renewer``: who may renew it; default: that user)."""
+        self._require_kerberos("GETDELEGATIONTOKEN")
+        params = {"renewer": renewer} if renewer else {}
+        answer = self._call("GETDELEGATIONTOKEN", "/", lambda c: c._get_delegation_token("/", **params).json())
+        return answer["Token"]["urlString"]
+
+    def renew_delegation_token(self, token: str) -> float:
+        """Renew ``token``; return its new expiry (seconds since the epoch)."""
+        self._require_kerberos("RENEWDELEGATIONTOKEN")
+        answer = self._call("RENEWDELEGATIONTOKEN", "/", lambda c: c._renew_delegation_token("/", token=token).json())
+        return int(answer["long"]) / 1000.0
+
+    def cancel_delegation_token(self, token: str) -> None:
+        """Cancel ``token`` (no process can use it afterwards)."""
+        self._require_kerberos("CANCELDELEGATIONTOKEN")
+        self._call("CANCELDELEGATIONTOKEN", "/", lambda c: c._cancel_delegation_token("/", token=token))
 
     # --- the Storage protocol --------------------------------------------------------------------------
 
@@ -413,6 +446,24 @@ def _renamer(src: str, dst: str, options: str):
 
 _STORAGES: dict[str, WebHDFSStorage] = {}
 _STORAGES_LOCK = threading.Lock()
+
+
+_KERBEROS_CLIENT: Any = None
+
+
+def _kerberos_client_class() -> Any:
+    """An ``hdfs.Client`` that also speaks WebHDFS's delegation-token operations (made on first use)."""
+    global _KERBEROS_CLIENT
+    if _KERBEROS_CLIENT is None:
+        from hdfs.client import Client, _Request
+
+        class KerberosWebHDFSClient(Client):
+            _get_delegation_token = _Request("GET")
+            _renew_delegation_token = _Request("PUT")
+            _cancel_delegation_token = _Request("PUT")
+
+        _KERBEROS_CLIENT = KerberosWebHDFSClient
+    return _KERBEROS_CLIENT
 
 
 def storage_for_uri(uri: str) -> WebHDFSStorage:

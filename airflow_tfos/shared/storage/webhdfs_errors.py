@@ -78,6 +78,22 @@ def translate(exc: Exception, what: str, path: str, url: str, config: WebHDFSCon
         return FileNotFoundError(errno.ENOENT, f"no such file or directory on HDFS ({message})", path)
     if remote == "FileAlreadyExistsException":
         return FileExistsError(errno.EEXIST, f"already exists on HDFS ({message})", path)
+    if remote == "InvalidToken":
+        return PermissionError(
+            errno.EACCES,
+            f"HDFS refused the delegation token of this process at namenode {url} ({message}): the token expired or "
+            "was cancelled; the driver that obtained it renews it while the run lives (it needs a Kerberos login "
+            "that can renew it, the token's renewer) and the token cannot outlive dfs.namenode.delegation.token."
+            "max-lifetime",
+            path,
+        )
+    if "HTTP ERROR 401" in message or "Authentication required" in message:
+        return PermissionError(
+            errno.EACCES,
+            f"namenode {url} refused the Kerberos authentication of {what} (HTTP 401): {message[:200]}; check "
+            "that the namenode's HTTP/<host> principal matches the host name in the address",
+            path,
+        )
     if remote in DENIED_REMOTE or "Authentication failure" in message:
         fix = (
             "get a Kerberos ticket (kinit) or fix the principal"

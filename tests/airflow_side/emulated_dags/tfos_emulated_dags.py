@@ -31,6 +31,8 @@ CONF = {
     "spark.ui.showConsoleProgress": "false",
     "spark.executorEnv.PYTHONPATH": os.environ.get("PYTHONPATH", ""),
 }
+if os.environ.get("TFOS_EM_EXECUTOR_KRB5CCNAME"):  # a Kerberized run: executors get no ticket cache
+    CONF["spark.executorEnv.KRB5CCNAME"] = os.environ["TFOS_EM_EXECUTOR_KRB5CCNAME"]
 
 with DAG("tfos_em_train", schedule=None, start_date=datetime(2026, 11, 1), catchup=False):
     train = TFoSTrainOperator(

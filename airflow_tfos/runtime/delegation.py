@@ -1,0 +1,98 @@
+"""A WebHDFS delegation token for the TF nodes of one run, kept by the driver.
+
+On a Kerberized cluster the executors hold no Kerberos ticket (YARN gives their containers delegation
+tokens, not tickets), so the TF nodes could not authenticate to WebHDFS with SPNEGO. Before the TF cluster
+starts, the driver, which has a Kerberos login (its ticket cache, or a keytab), obtains an HDFS delegation
+token for the run directory's namenodes and hands it to each node process on its stdin with its TF_CONFIG
+(never in the run directory, the spec, events, logs, the environment or a command line). The nodes send it
+as ``delegation=`` on every WebHDFS call. While the run lives, the driver renews the token when half of its
+remaining lifetime has passed; at the end it cancels it.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+
+from airflow_tfos.shared.storage import storage_for
+from airflow_tfos.shared.storage.kerberos import keep_out_of_logs
+
+log = logging.getLogger(__name__)
+
+#: Renew no more often than this (seconds), however short the namenode's renew interval is.
+MIN_RENEW_WAIT = 0.2
+
+
+class TokenKeeper:
+    """Obtain, renew and cancel the delegation token of one run.
+
+    :param storage: the run directory's :class:`~airflow_tfos.shared.storage.webhdfs_client.WebHDFSStorage`
+        (Kerberos-authenticated).
+    :param what: names the run in logs.
+    """
+
+    def __init__(self, storage, what: str):
+        self.storage = storage
+        self.what = what
+        self.token: str | None = None
+        self.expires = 0.0
+        self.renewals = 0
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    @classmethod
+    def for_run_dir(cls, run_dir: str | None, what: str) -> TokenKeeper | None:
+        """A started keeper when ``run_dir`` is on WebHDFS with Kerberos; None otherwise (nothing to hand over)."""
+        if not run_dir or "://" not in run_dir or run_dir.startswith("file://"):
+            return None
+        storage = storage_for(run_dir)
+        config = getattr(storage, "config", None)
+        if config is None or getattr(config, "auth", None) != "kerberos":
+            return None
+        return cls(storage, what).start()
+
+    def start(self) -> TokenKeeper:
+        self.token = self.storage.get_delegation_token()
+        keep_out_of_logs(self.token)
+        self.expires = self.storage.renew_delegation_token(self.token)
+        log.info(
+            "%s: obtained a WebHDFS delegation token for the TF nodes (expires in %.0f s; renewed while the run lives)",
+            self.what,
+            self.expires - time.time(),
+        )
+        self._thread = threading.Thread(target=self._renew_loop, name="delegation-token-renewer", daemon=True)
+        self._thread.start()
+        return self
+
+    def _renew_loop(self) -> None:
+        while not self._stop.wait(max(MIN_RENEW_WAIT, (self.expires - time.time()) / 2)):
+            try:
+                self.expires = self.storage.renew_delegation_token(self.token)
+                self.renewals += 1
+                log.debug("%s: delegation token renewed, expires in %.1f s", self.what, self.expires - time.time())
+            except Exception as exc:  # the nodes meet the expired token and fail with what it says
+                log.error(
+                    "%s: cannot renew the WebHDFS delegation token of the TF nodes (%s); they lose access to HDFS "
+                    "when it expires in %.0f s",
+                    self.what,
+                    exc,
+                    self.expires - time.time(),
+                )
+                if time.time() > self.expires:
+                    return
+
+    def stop(self) -> None:
+        """Stop renewing and cancel the token (idempotent; a failed cancel is logged, the token then expires)."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=30)
+            self._thread = None
+        if self.token is None:
+            return
+        token, self.token = self.token, None
+        try:
+            self.storage.cancel_delegation_token(token)
+            log.info("%s: delegation token cancelled (%d renewal(s))", self.what, self.renewals)
+        except Exception as exc:
+            log.warning("%s: cannot cancel the WebHDFS delegation token (%s); it expires on its own", self.what, exc)

@@ -1,0 +1,246 @@
+"""Kerberos for HTTP clients of Hadoop (WebHDFS, the ResourceManager): SPNEGO from a keytab or a ticket cache,
+and the WebHDFS delegation token of the process.
+
+A :class:`KerberosLogin` names who authenticates: ``principal`` and ``keytab`` (tickets are then obtained
+from the keytab into a private in-memory ticket cache of this process, and obtained again when they
+expire, by MIT Kerberos itself), or neither (the process's ticket cache, ``KRB5CCNAME`` or ``kinit``'s
+default, optionally restricted to ``principal``). :func:`negotiate_header` makes the ``Authorization:
+Negotiate`` header for ``HTTP/<host>``, the service principal Hadoop's HTTP servers use (the host as
+written in the address, not canonicalized here). A failure raises :class:`KerberosAuthError`, whose
+message starts with the cause and names the principal, the service and what to change; there is no
+fallback to simple authentication.
+
+Delegation tokens: processes that hold no Kerberos credentials (Spark executors, TF nodes) authenticate
+to WebHDFS with a delegation token that the driver obtained; :func:`use_delegation_token` gives it to this
+process (in memory only: it is never written to a file, an environment variable or a command line), and
+every WebHDFS request of the process then carries ``delegation=<token>`` instead of SPNEGO.
+"""
+
+from __future__ import annotations
+
+import base64
+import logging
+import os
+import threading
+import uuid
+from dataclasses import dataclass, field
+from urllib.parse import parse_qs, urlsplit
+
+from airflow_tfos.shared.errors import KerberosAuthError as KerberosAuthError
+
+__all__ = [
+    "KerberosAuthError",
+    "KerberosLogin",
+    "SpnegoAuth",
+    "default_login",
+    "delegation_token",
+    "negotiate_header",
+    "set_default_login",
+    "use_delegation_token",
+]
+
+#: WebHDFS operations that must be authenticated by Kerberos, never by a delegation token.
+TOKEN_OPS = frozenset({"GETDELEGATIONTOKEN", "RENEWDELEGATIONTOKEN", "CANCELDELEGATIONTOKEN"})
+
+
+@dataclass(frozen=True)
+class KerberosLogin:
+    """Who authenticates with Kerberos.
+
+    :param principal: the client principal (``alice@REALM`` or ``svc/host@REALM``); None: whoever the
+        ticket cache holds.
+    :param keytab: a keytab holding ``principal``'s key; None: use the ticket cache (``kinit``).
+    """
+
+    principal: str | None = None
+    keytab: str | None = None
+    _ccache: str = field(default_factory=lambda: f"MEMORY:airflow-tfos-{uuid.uuid4().hex}", compare=False, repr=False)
+
+    def __post_init__(self):
+        if self.keytab and not self.principal:
+            raise KerberosAuthError("a keytab was given without a principal: set the principal the keytab holds")
+
+    def describe(self) -> str:
+        return self.principal or "the principal of the ticket cache"
+
+    def credentials(self, service: str | None = None):
+        """``gssapi.Credentials`` for initiating (to ``service``, named in errors); raise :class:`KerberosAuthError`."""
+        import gssapi
+
+        if self.keytab and not os.access(self.keytab, os.R_OK):
+            raise KerberosAuthError(
+                f"the keytab given for {self.principal} cannot be read by this process (missing, or its permissions): "
+                f"fix the 'keytab' setting or the file's owner/mode (authenticating {self.principal} to "
+                f"{service or 'a Hadoop service'})"
+            )
+        name = gssapi.Name(self.principal, gssapi.NameType.kerberos_principal) if self.principal else None
+        store = {"client_keytab": self.keytab, "ccache": self._ccache} if self.keytab else None
+        try:
+            return gssapi.Credentials(name=name, usage="initiate", store=store)
+        except gssapi.exceptions.GSSError as exc:
+            raise _error(self, service, exc) from exc
+
+
+_lock = threading.Lock()
+_default: KerberosLogin | None = None
+_token: str | None = None
+
+
+def set_default_login(login: KerberosLogin | None) -> None:
+    """Make ``login`` the Kerberos identity of this process's clients that were given none (None: the ticket cache)."""
+    global _default
+    with _lock:
+        _default = login
+
+
+def default_login() -> KerberosLogin:
+    return _default or KerberosLogin()
+
+
+class _Redact(logging.Filter):
+    """Replace the process's delegation tokens in log records (``urllib3`` logs request URLs at DEBUG)."""
+
+    secrets: set[str] = set()
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if self.secrets:
+            message = record.getMessage()
+            if any(secret in message for secret in self.secrets):
+                for secret in self.secrets:
+                    message = message.replace(secret, "<delegation token>")
+                record.msg, record.args = message, ()
+        return True
+
+
+_REDACT = _Redact()
+
+
+def keep_out_of_logs(token: str) -> None:
+    """Never let ``token`` reach a log record of the HTTP libraries (they log request URLs at DEBUG)."""
+    with _lock:
+        _Redact.secrets.add(token)
+        for name in ("urllib3.connectionpool", "hdfs.client", "requests"):
+            logger = logging.getLogger(name)
+            if _REDACT not in logger.filters:
+                logger.addFilter(_REDACT)
+
+
+def use_delegation_token(token: str | None) -> None:
+    """Authenticate every WebHDFS request of this process with ``token`` (None: with Kerberos again)."""
+    global _token
+    if token:
+        keep_out_of_logs(token)
+    with _lock:
+        _token = token
+
+
+def delegation_token() -> str | None:
+    """The delegation token of this process, if it was given one."""
+    return _token
+
+
+def _classify(message: str, login: KerberosLogin) -> str:
+    lower = message.lower()
+    if "clock skew" in lower:
+        return (
+            "clock skew too great: this machine's clock differs from the KDC's (or the server's) by more than the "
+            "realm allows (clockskew, 300 s by default); synchronize the clocks (NTP)"
+        )
+    if any(
+        s in lower
+        for s in (
+            "no kerberos credentials",
+            "no credentials cache",
+            "credentials cache file",
+            "can't find client principal",
+        )
+    ):
+        return (
+            f"no Kerberos ticket for {login.describe()}: run kinit {login.principal or '<principal>'}, or give a "
+            "principal and keytab (connection extras 'principal' and 'keytab')"
+        )
+    if any(
+        s in lower
+        for s in (
+            "preauthentication failed",
+            "key table entry not found",
+            "password incorrect",
+            "key version number",
+            "decrypt integrity check failed",
+            "no key table entry",
+        )
+    ):
+        return (
+            f"the keytab does not hold the current key of {login.describe()} (keytab from an older key version, "
+            "or of another principal): export a fresh keytab for this principal (kadmin ktadd) and point "
+            "'keytab' at it"
+        )
+    if "not found in kerberos database" in lower and "client" in lower:
+        return f"principal {login.describe()} is not known to the KDC: fix the principal's name or realm"
+    if "server not found in kerberos database" in lower:
+        return (
+            "the service's principal is not known to the KDC: use the host name the service's principal was "
+            "made for (HTTP/<host>) in the address, or ask the realm's admin to create it"
+        )
+    if "expired" in lower:
+        return f"the ticket of {login.describe()} has expired: run kinit again, or give a keytab so tickets renew"
+    if "cannot contact any kdc" in lower or "cannot find kdc" in lower:
+        return "no KDC of the realm answered: check krb5.conf's [realms] kdc entries (KRB5_CONFIG) and the network"
+    return f"Kerberos failed for {login.describe()}: check the ticket (klist) or the keytab"
+
+
+def _error(login: KerberosLogin, service: str | None, exc: Exception) -> KerberosAuthError:
+    message = exc.gen_message() if hasattr(exc, "gen_message") else str(exc)
+    where = f" to {service}" if service else ""
+    return KerberosAuthError(
+        f"{_classify(message, login)} (authenticating {login.describe()}{where}; Kerberos said: {message})"
+    )
+
+
+def negotiate_header(host: str, login: KerberosLogin | None = None) -> str:
+    """``Negotiate <token>`` authenticating ``login`` (default: :func:`default_login`) to ``HTTP/<host>``."""
+    import gssapi
+
+    login = login or default_login()
+    service = f"HTTP/{host}"
+    creds = login.credentials(service)
+    try:
+        context = gssapi.SecurityContext(
+            name=gssapi.Name(f"HTTP@{host}", gssapi.NameType.hostbased_service),
+            creds=creds,
+            usage="initiate",
+            mech=gssapi.MechType.kerberos,
+            flags=gssapi.RequirementFlag.out_of_sequence_detection,
+        )
+        token = context.step()
+    except gssapi.exceptions.GSSError as exc:
+        raise _error(login, service, exc) from exc
+    return "Negotiate " + base64.b64encode(token or b"").decode()
+
+
+class SpnegoAuth:
+    """A ``requests`` auth for WebHDFS: the process's delegation token when it has one, else SPNEGO.
+
+    Requests that already carry ``delegation=`` (the datanode's side of a redirect) are left alone; the
+    token operations always use SPNEGO.
+
+    :param login: who authenticates (default: :func:`default_login` at each request).
+    :param use_token: whether the process's delegation token (:func:`use_delegation_token`) is used.
+    """
+
+    def __init__(self, login: KerberosLogin | None = None, *, use_token: bool = True):
+        self.login = login
+        self.use_token = use_token
+
+    def __call__(self, request):
+        parts = urlsplit(request.url)
+        query = parse_qs(parts.query)
+        if "delegation" in query:
+            return request
+        op = (query.get("op") or [""])[-1].upper()
+        token = delegation_token() if self.use_token and op not in TOKEN_OPS else None
+        if token:
+            request.prepare_url(request.url, {"delegation": token})
+        else:
+            request.headers["Authorization"] = negotiate_header(parts.hostname or "", self.login)
+        return request

@@ -1,0 +1,106 @@
+"""A real DAG run (``airflow dags test``) against both emulators Kerberized, with a real MIT KDC: the Airflow side
+logs in from the connections' keytab (the YARN and WebHDFS connections, the deferred training task's trigger
+and the export sensor), the driver from its ticket cache, and the TF nodes, which hold no ticket, write the
+checkpoints and the export with the driver's delegation token. Neither the token nor the keytab's path is in
+the run directory, the task logs or the driver's log."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+
+from airflow_tfos.hooks.runs import default_run_dir
+from airflow_tfos.shared.storage.webhdfs_config import WEBHDFS_ENV
+from airflow_tfos.testing.webhdfs import WebHDFSEmulator
+from airflow_tfos.testing.yarn import ResourceManagerEmulator
+from tests.airflow_side.test_dag_runs_emulated import DAG_ID, DAGS, NAMESERVICE, dags_test, succeeded, tail
+from tests.airflow_side.yarn_driver_fakes import YarnDriverBroker, write_spark_submit
+from tests.conftest import REPO
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(420)]
+
+
+@pytest.fixture(scope="module")
+def kerberized(kdc, tmp_path_factory) -> Iterator[tuple]:
+    tmp_path = tmp_path_factory.mktemp("kerberized")
+    home = tmp_path / "airflow"
+    bin_dir = write_spark_submit(tmp_path / "bin").parent
+    python_path = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
+    driver_cache = f"FILE:{tmp_path}/driver-ccache"  # the driver's ticket, as a cluster's keytab login leaves it
+    kdc.kinit("alice", kdc.alice_keytab, driver_cache)
+    driver_env = {k: v for k, v in os.environ.items() if k != WEBHDFS_ENV}
+    driver_env.update({"PYTHONPATH": python_path, "SPARK_LOCAL_IP": "127.0.0.1", "KRB5CCNAME": driver_cache})
+    login = {"auth": "kerberos", "principal": "alice@TFOS.TEST", "keytab": kdc.alice_keytab}
+    with (
+        WebHDFSEmulator(kerberos_keytab=kdc.http_keytab, token_renew_interval=5.0) as hdfs,
+        ResourceManagerEmulator(kerberos_keytab=kdc.http_keytab) as rm,
+        YarnDriverBroker(rm, log_dir=tmp_path / "drivers", env=driver_env) as broker,
+    ):
+        port = int(hdfs.url.rsplit(":", 1)[1])
+        webhdfs = {"conn_type": "webhdfs", "host": "127.0.0.1", "port": port, "extra": {"nameservice": NAMESERVICE}}
+        webhdfs["extra"].update(login)
+        env = {
+            **{k: v for k, v in os.environ.items() if k != WEBHDFS_ENV},
+            "AIRFLOW_HOME": str(home),
+            "AIRFLOW__CORE__DAGS_FOLDER": str(DAGS),
+            "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+            "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{home}/airflow.db",
+            "AIRFLOW_CONN_SPARK_TFOS_EM": json.dumps({"conn_type": "spark", "host": "yarn"}),
+            "AIRFLOW_CONN_YARN_TFOS_EM": json.dumps({"conn_type": "yarn", "host": rm.addresses[0], "extra": login}),
+            "AIRFLOW_CONN_WEBHDFS_TFOS_EM": json.dumps(webhdfs),
+            "AIRFLOW_TFOS_RUN_DIR_BASE": f"hdfs://{NAMESERVICE}/tfos-runs",
+            "AIRFLOW_TFOS_LOCAL_DIR": str(tmp_path / "tfos-local"),
+            "FAKE_SPARK_SUBMIT_CALLS": str(tmp_path / "spark-submit-calls.jsonl"),
+            "FAKE_YARN_DRIVER_BROKER": broker.url,
+            "PATH": os.pathsep.join([str(bin_dir), os.environ.get("PATH", "")]),
+            "PYTHONPATH": python_path,
+            "SPARK_LOCAL_IP": "127.0.0.1",
+            "TFOS_EM_EXECUTOR_KRB5CCNAME": "FILE:/nonexistent/ccache",
+            "TFOS_EM_DEFERRABLE": "1",
+        }
+        migrated = subprocess.run(
+            [sys.executable, "-m", "airflow", "db", "migrate"], env=env, capture_output=True, text=True, timeout=300
+        )
+        assert migrated.returncode == 0, migrated.stderr[-3000:]
+        yield hdfs, rm, broker, env, home
+
+
+def test_a_train_dag_on_kerberized_yarn_and_hdfs(kerberized, kdc):
+    hdfs, rm, broker, env, home = kerberized
+    done = dags_test(env)
+    assert succeeded(done), tail(done, broker)
+
+    run_dir = default_run_dir(
+        f"hdfs://{NAMESERVICE}/tfos-runs", DAG_ID, "train", datetime(2026, 11, 21, tzinfo=UTC), ""
+    )
+    local_run = Path(hdfs.local_path(run_dir.split(NAMESERVICE, 1)[1]))
+    assert (local_run / "export" / "_SUCCESS").is_file() and (local_run / "export" / "saved_model.pb").is_file()
+    assert json.loads((local_run / "export" / "_SUCCESS").read_text())["step"] == 10
+    # The ResourceManager was asked only with SPNEGO, as alice; HDFS as alice, by Kerberos or the run's token.
+    assert rm.principals and set(rm.principals) == {"alice@TFOS.TEST"}
+    (token,) = hdfs.tokens.requested
+    assert not hdfs.tokens.is_live(token)  # cancelled when the TF cluster ended
+    # The checkpoints were written by the TF nodes with the token (the driver and the operator only read them).
+    writes = ("CREATE", "MKDIRS", "RENAME")
+    checkpoints = {
+        (u, via) for _, op, path, u, via in hdfs.kerberos.authenticated if "/checkpoints/" in path and op in writes
+    }
+    assert checkpoints == {("alice", "token")}
+
+    secrets = [*hdfs.tokens.issued, kdc.alice_keytab]
+    texts = {str(p): p.read_text(errors="replace") for p in local_run.rglob("*") if p.is_file() and p.suffix != ".pb"}
+    texts.update({str(p): p.read_text(errors="replace") for p in (home / "logs").rglob("*") if p.is_file()})
+    texts.update({s["app_id"]: s["log"].read_text(errors="replace") for s in broker.submissions})
+    texts["dags test output"] = done.stdout + done.stderr
+    # The task logs (`airflow dags test` prints them) and the driver's log were read, and say what happened.
+    assert "exported" in texts["dags test output"] and "train" in texts["dags test output"]
+    assert any("obtained a WebHDFS delegation token" in texts[s["app_id"]] for s in broker.submissions)
+    leaks = [f"{name}: {s[:6]}..." for name, text in texts.items() for s in secrets if s in text]
+    assert leaks == []
