@@ -43,6 +43,7 @@ import shutil
 import tempfile
 import threading
 from dataclasses import dataclass
+from collections.abc import Callable
 from typing import Any
 from urllib.parse import quote
 
@@ -78,7 +79,7 @@ class _Fault:
 
 
 class WebHDFSEmulator:
-    """Namenode(s) and one datanode speaking WebHDFS on 127.0.0.1 ephemeral ports.
+    """Namenode(s) and one datanode speaking WebHDFS on ephemeral ports (of 127.0.0.1 unless told otherwise).
 
     :param namenodes: 1, or 2 for HA (the first active, the second standby).
     :param root: directory holding the file system's content (default: a fresh temporary directory,
@@ -87,6 +88,11 @@ class WebHDFSEmulator:
         answers every RENAME with the plain rename's ``{"boolean": ...}``, as a server that ignores it.
     :param superuser: owner of ``/`` and of paths nobody created.
     :param ssl_context: a server-side :class:`ssl.SSLContext` to serve HTTPS with (default: HTTP).
+    :param namenode_host: the address the namenodes listen on.
+    :param datanode_host: the address the datanode listens on (another host's address makes every CREATE,
+        APPEND and OPEN redirect cross hosts).
+    :param bind: ``bind(address, make)`` calls ``make()``, which opens a listening socket on ``address``, where
+        that address lives (e.g. inside a network namespace: :meth:`airflow_tfos.testing.hosts.HostCluster.bind`).
     """
 
     def __init__(
@@ -97,6 +103,9 @@ class WebHDFSEmulator:
         rename_options: bool = True,
         superuser: str = "hdfs",
         ssl_context: Any = None,
+        namenode_host: str = HOST,
+        datanode_host: str = HOST,
+        bind: Callable[[str, Callable[[], Any]], Any] | None = None,
     ):
         if namenodes not in (1, 2):
             raise ValueError(f"namenodes must be 1 or 2 (active and standby), got {namenodes}")
@@ -106,6 +115,8 @@ class WebHDFSEmulator:
         self.rename_options = rename_options
         self.superuser = superuser
         self.ssl_context = ssl_context
+        self.namenode_host, self.datanode_host = namenode_host, datanode_host
+        self._bind = bind
         self.active = 0
         self.requests: collections.deque[RequestRecord] = collections.deque(maxlen=10000)
         self._lock = threading.RLock()
@@ -126,13 +137,19 @@ class WebHDFSEmulator:
         self._stopping.clear()
         os.makedirs(self.root, exist_ok=True)
         names = [f"namenode{i}" for i in range(self.num_namenodes)] + ["datanode"]
-        self._servers = [Server(self, name) for name in names]
+        self._servers = [self._server(name) for name in names]
         for server in self._servers:
             thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.1}, daemon=True)
             thread.name = f"webhdfs-emulator-{server.name}"
             thread.start()
             self._threads.append(thread)
         return self
+
+    def _server(self, name: str) -> Server:
+        host = self.datanode_host if name == "datanode" else self.namenode_host
+        if self._bind is None:
+            return Server(self, name, host)
+        return self._bind(host, lambda: Server(self, name, host))
 
     def stop(self) -> None:
         """Stop the servers, close open connections, and remove the temporary root (if it made one)."""
@@ -158,7 +175,7 @@ class WebHDFSEmulator:
 
     @property
     def urls(self) -> list[str]:
-        """The namenodes' ``http(s)://127.0.0.1:port`` URLs, in order (the first is active at start)."""
+        """The namenodes' ``http(s)://host:port`` URLs, in order (the first is active at start)."""
         self._require_started()
         return [s.url for s in self._servers[: self.num_namenodes]]
 
@@ -173,7 +190,7 @@ class WebHDFSEmulator:
         return self._servers[-1].url
 
     def uri(self, path: str = "/", *, scheme: str = "webhdfs") -> str:
-        """``webhdfs://127.0.0.1:<active port>/path`` (the URI naming the active namenode)."""
+        """``webhdfs://<host>:<active port>/path`` (the URI naming the active namenode)."""
         return f"{scheme}://{self.url.split('://', 1)[1]}/{path.lstrip('/')}"
 
     def config(self, user: str = "tester", **settings: Any):
