@@ -205,7 +205,12 @@ class RunCheckpointer:
             fence(self.ctx, self.rundir, staging)
             published = self.rundir.publish_checkpoint(staging, step, epoch=epoch, keep=self.keep)
             self.rundir.add_event(
-                "checkpoint", step=step, epoch=epoch, seconds=round(time.monotonic() - started, 3), path=published.path
+                "checkpoint",
+                step=step,
+                epoch=epoch,
+                seconds=round(time.monotonic() - started, 3),
+                path=published.path,
+                attempt=getattr(self.ctx, "attempt", 0),
             )
         else:
             scratch = tempfile.mkdtemp(prefix="airflow-tfos-ckpt-")

@@ -7,11 +7,11 @@ The address plan (:class:`MultiHostLab`, on :class:`~airflow_tfos.testing.hosts.
 host       address        what runs there
 ========== ============== ==========================================================================
 driver     10.231.77.11   Spark standalone master (7077, web UI 8080), the Spark driver, Airflow
-h1         10.231.77.12   Spark worker; the WebHDFS emulator's namenode
-h2         10.231.77.13   Spark worker; the WebHDFS emulator's datanode (every CREATE/OPEN redirect
-                          crosses hosts)
-h3         10.231.77.14   Spark worker; the YARN ResourceManager emulator
-h4         10.231.77.15   Spark worker (spare capacity: a 3-node run survives the loss of one host)
+nn         10.231.77.12   the WebHDFS emulator's namenode
+dn         10.231.77.13   the WebHDFS emulator's datanode (every CREATE and OPEN redirect crosses hosts)
+rm         10.231.77.14   the YARN ResourceManager emulator
+w1 ... w4  10.231.77.15-  one Spark worker each (1 core); a 3-node run leaves one spare host, so it
+           10.231.77.18   survives the loss of a host
 ========== ============== ==========================================================================
 
 The emulators are served by the process that made the lab (their sockets live in the hosts'
@@ -31,23 +31,25 @@ from airflow_tfos.testing.webhdfs import WebHDFSEmulator
 from airflow_tfos.testing.yarn import ResourceManagerEmulator
 
 DRIVER = "driver"
-WORKERS = ("h1", "h2", "h3", "h4")
+SERVICES = ("nn", "dn", "rm")  # the namenode, the datanode and the ResourceManager: no Spark worker there
+WORKERS = ("w1", "w2", "w3", "w4")
 
 
 class MultiHostLab:
     """Hosts, a Spark standalone cluster (master on ``driver``, one worker per worker host), a WebHDFS
-    emulator (namenode on ``h1``, datanode on ``h2``) and a ResourceManager emulator (on ``h3``).
+    emulator (namenode on ``nn``, datanode on ``dn``) and a ResourceManager emulator (on ``rm``), so any
+    worker host can die or be cut off while storage stays reachable.
 
-    :param workers: the worker hosts' names (at least 3: the emulators live on the first three).
+    :param workers: the worker hosts' names.
     :param worker_memory: each Spark worker's memory.
     :param log_dir: where the daemons' and drivers' output goes (default: a temporary directory).
     """
 
     def __init__(self, *, workers: Sequence[str] = WORKERS, worker_memory: str = "1g", log_dir: str | None = None):
-        if len(workers) < 3:
-            raise ValueError(f"workers must name at least 3 hosts (namenode, datanode, RM), got {list(workers)}")
+        if not workers or set(workers) & {DRIVER, *SERVICES}:
+            raise ValueError(f"workers must name hosts other than {DRIVER} and {', '.join(SERVICES)}, got {list(workers)}")
         self.workers = list(workers)
-        self.hosts = HostCluster([DRIVER, *self.workers], log_dir=log_dir)
+        self.hosts = HostCluster([DRIVER, *SERVICES, *self.workers], log_dir=log_dir)
         self.worker_memory = worker_memory
         self.master = ""
         self.hdfs: WebHDFSEmulator | None = None
@@ -57,10 +59,8 @@ class MultiHostLab:
         self.hosts.start()
         try:
             a = self.hosts.address
-            self.hdfs = WebHDFSEmulator(
-                namenode_host=a(self.workers[0]), datanode_host=a(self.workers[1]), bind=self.hosts.bind
-            ).start()
-            self.yarn = ResourceManagerEmulator(host=a(self.workers[2]), bind=self.hosts.bind).start()
+            self.hdfs = WebHDFSEmulator(namenode_host=a("nn"), datanode_host=a("dn"), bind=self.hosts.bind).start()
+            self.yarn = ResourceManagerEmulator(host=a("rm"), bind=self.hosts.bind).start()
             self.master = self.hosts.start_spark(
                 master=DRIVER, workers=self.workers, memory=self.worker_memory, env=self.env(DRIVER)
             )
@@ -100,13 +100,13 @@ class MultiHostLab:
 
     def describe(self) -> str:
         """The address plan, one line per host."""
-        roles = {DRIVER: "Spark master, driver"}
+        roles = {DRIVER: f"Spark master {self.master}, driver", "nn": "", "dn": "", "rm": ""}
         for name in self.workers:
             roles[name] = "Spark worker"
         if self.hdfs is not None and self.yarn is not None:
-            roles[self.workers[0]] += f"; WebHDFS namenode {self.hdfs.url}"
-            roles[self.workers[1]] += f"; WebHDFS datanode {self.hdfs.datanode_url}"
-            roles[self.workers[2]] += f"; YARN RM {self.yarn.url()}"
+            roles["nn"] = f"WebHDFS namenode {self.hdfs.url}"
+            roles["dn"] = f"WebHDFS datanode {self.hdfs.datanode_url}"
+            roles["rm"] = f"YARN ResourceManager {self.yarn.url()}"
         return "\n".join(
             f"{name:7s} {host.address:14s} netns {host.netns:16s} {roles[name]}" for name, host in self.hosts.hosts.items()
         )

@@ -68,6 +68,7 @@ class RequestRecord:
     path: str
     user: str
     query: dict[str, str]
+    client: str = ""  # the client's address
 
 
 class Server(ThreadingHTTPServer):
@@ -173,7 +174,7 @@ class _Handler(BaseHTTPRequestHandler):
             self._send(404, b"<html><body>Not Found</body></html>", "text/html")
             return
         path = normalize(split.path[len(PREFIX) :])
-        emulator.requests.append(RequestRecord(name, method, op, path, user, query))
+        emulator.requests.append(RequestRecord(name, method, op, path, user, query, self.client_address[0]))
         fault = emulator._take_fault(name, op)
         if fault is not None and fault.kind == "slow":
             emulator._stopping.wait(fault.delay)
