@@ -41,7 +41,6 @@ from airflow_tfos.shared.rundir import RunDir
 from tests.runtime.test_driver_process import start_driver
 from tests.runtime.test_recovery import wait_for_progress
 
-
 MULTIHOST = ("host", "partition", "freeze-executor", "freeze-tf", "slow")
 
 
@@ -68,7 +67,8 @@ def multihost(target: str) -> int:
         )
     print(f"{name} seconds from the fault to the end of training: {seen['run_secs']:.1f}")
     print(f"{name} final step: {result['step']}, attempt {result['attempt']}, loss {result['loss']:.4f}")
-    print(f"{name} attempts started: {seen['attempts']}; checkpoints published after the fault: {seen['checkpoints_after_fault']}")
+    print(f"{name} attempts started: {seen['attempts']}")
+    print(f"{name} checkpoints published after the fault (step, attempt): {seen['checkpoints_after_fault']}")
     for line in sorted(seen["timeline"]):
         print(f"{name} event at fault{line[0]:+.1f} s: {line[1]} attempt {line[2]} step {line[3]} {line[4]}".rstrip())
     print(f"{name} node processes left on {seen['host']} afterwards: {seen['left_on_host'] or 'none'}")

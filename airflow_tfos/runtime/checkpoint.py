@@ -344,7 +344,7 @@ def _export(ctx, rundir: RunDir, model, metrics: dict[str, Any] | None, step: in
     path = rundir.publish_export(
         staging, spec_hash=os.environ.get("AIRFLOW_TFOS_SPEC_HASH", ""), step=step, metrics=dict(metrics or {})
     )
-    rundir.add_event("export", step=step, path=path, metrics=dict(metrics or {}))
+    rundir.add_event("export", step=step, path=path, metrics=dict(metrics or {}), attempt=getattr(ctx, "attempt", 0))
     return path
 
 

@@ -207,7 +207,13 @@ class HostCluster:
         return self.hosts[name].address
 
     def spawn(
-        self, name: str, argv: Sequence[str], *, env: dict[str, str] | None = None, log_name: str | None = None, **kw: Any
+        self,
+        name: str,
+        argv: Sequence[str],
+        *,
+        env: dict[str, str] | None = None,
+        log_name: str | None = None,
+        **kw: Any,
     ) -> subprocess.Popen:
         """Start ``argv`` on host ``name`` in a process group of its own; its output goes to ``log_dir``
         unless ``stdout`` is given. The process is ended at :meth:`stop`."""
@@ -232,7 +238,11 @@ class HostCluster:
     def run(self, name: str, argv: Sequence[str], *, timeout: float = 60, **kw: Any) -> subprocess.CompletedProcess:
         """Run ``argv`` on host ``name`` to its end (bounded by ``timeout``)."""
         return subprocess.run(
-            ["ip", "netns", "exec", self.hosts[name].netns, *argv], timeout=timeout, capture_output=True, text=True, **kw
+            ["ip", "netns", "exec", self.hosts[name].netns, *argv],
+            timeout=timeout,
+            capture_output=True,
+            text=True,
+            **kw,
         )
 
     def call_in(self, name: str, fn: Callable[[], T]) -> T:
@@ -302,7 +312,9 @@ class HostCluster:
             if want <= alive:
                 return url
             time.sleep(0.5)
-        raise TimeoutError(f"Spark workers on {sorted(want)} did not register with {url} within 120 s (logs: {self.log_dir})")
+        raise TimeoutError(
+            f"Spark workers on {sorted(want)} did not register with {url} within 120 s (logs: {self.log_dir})"
+        )
 
     def master_state(self, master: str, webui: str | None = None) -> dict:
         """The standalone master's ``/json/`` answer, asked from inside its host."""

@@ -47,7 +47,9 @@ class MultiHostLab:
 
     def __init__(self, *, workers: Sequence[str] = WORKERS, worker_memory: str = "1g", log_dir: str | None = None):
         if not workers or set(workers) & {DRIVER, *SERVICES}:
-            raise ValueError(f"workers must name hosts other than {DRIVER} and {', '.join(SERVICES)}, got {list(workers)}")
+            raise ValueError(
+                f"workers must name hosts other than {DRIVER} and {', '.join(SERVICES)}, got {list(workers)}"
+            )
         self.workers = list(workers)
         self.hosts = HostCluster([DRIVER, *SERVICES, *self.workers], log_dir=log_dir)
         self.worker_memory = worker_memory
@@ -108,5 +110,6 @@ class MultiHostLab:
             roles["dn"] = f"WebHDFS datanode {self.hdfs.datanode_url}"
             roles["rm"] = f"YARN ResourceManager {self.yarn.url()}"
         return "\n".join(
-            f"{name:7s} {host.address:14s} netns {host.netns:16s} {roles[name]}" for name, host in self.hosts.hosts.items()
+            f"{name:7s} {host.address:14s} netns {host.netns:16s} {roles[name]}"
+            for name, host in self.hosts.hosts.items()
         )

@@ -42,8 +42,8 @@ import posixpath
 import shutil
 import tempfile
 import threading
-from dataclasses import dataclass
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
 

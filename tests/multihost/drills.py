@@ -158,6 +158,9 @@ def run_drill(lab, user_code: Path, data: str, target: str) -> dict:
     ]  # fmt: skip
     return {
         "target": target,
+        "run_path": run_path,
+        "tf_configs": _events(lab, run_path, "tf_config"),
+        "exports": _events(lab, run_path, "export"),
         "host": host,
         "fault_at": fault_at,
         "step_at_fault": step_at_fault,

@@ -64,7 +64,12 @@ def test_a_train_dag_runs_on_the_hosts_through_spark_standalone(lab, linear_data
         AIRFLOW__DATABASE__SQL_ALCHEMY_CONN=f"sqlite:///{home}/airflow.db",
         AIRFLOW_CONN_SPARK_HOSTS=json.dumps({"conn_type": "spark", "host": lab.master}),
         AIRFLOW_CONN_WEBHDFS_HOSTS=json.dumps(
-            {"conn_type": "webhdfs", "host": namenode.split(":")[0], "port": int(namenode.split(":")[1]), "login": "airflow"}
+            {
+                "conn_type": "webhdfs",
+                "host": namenode.split(":")[0],
+                "port": int(namenode.split(":")[1]),
+                "login": "airflow",
+            }
         ),
         AIRFLOW_TFOS_RUN_DIR_BASE=f"{lab.hdfs.uri('/dag-runs')}",
         AIRFLOW_TFOS_LOCAL_DIR=str(tmp_path / "tfos-local"),

@@ -18,7 +18,8 @@ def test_only_the_recorded_attempt_of_the_recorded_run_may_publish(tmp_path):
     rundir.check_attempt("run-a", 0)  # nothing recorded yet: nothing to fence
     rundir.write_attempt("run-a", 1)
     rundir.check_attempt("run-a", 1)
-    with pytest.raises(StaleAttemptError, match=r"attempt 0 of TF cluster run-a is stale: .*attempt.json names attempt 1"):
+    stale = r"attempt 0 of TF cluster run-a is stale: .*attempt.json names attempt 1"
+    with pytest.raises(StaleAttemptError, match=stale):
         rundir.check_attempt("run-a", 0)
     with pytest.raises(StaleAttemptError, match="attempt 1 of run-a"):
         rundir.check_attempt("run-b", 1)  # another application took the run over
