@@ -63,7 +63,9 @@ def multihost(target: str) -> int:
     if seen["resumed_secs"] is not None:
         print(f"{name} seconds from the fault to the first step of the new TF cluster: {seen['resumed_secs']:.1f}")
         print(
-            f"{name} steps trained again: {seen['redone']} (restored step {seen['restored']}, checkpoint every {EVERY})"
+            f"{name} steps trained again: {seen['redone']} "
+            f"(the old TF cluster reached step {seen['last_step_before']}, "
+            f"restored step {seen['restored']}, checkpoint every {EVERY})"
         )
     print(f"{name} seconds from the fault to the end of training: {seen['run_secs']:.1f}")
     print(f"{name} final step: {result['step']}, attempt {result['attempt']}, loss {result['loss']:.4f}")

@@ -30,6 +30,11 @@ def lab(tmp_path_factory):
         yield lab
     finally:
         lab.stop()
+    # nothing of the hosts is left: no namespace, no link, no process of theirs
+    netns = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True, timeout=30).stdout
+    links = subprocess.run(["ip", "-o", "link", "show"], capture_output=True, text=True, timeout=30).stdout
+    assert lab.hosts.prefix not in netns + links, (netns, links)
+    assert all(p.poll() is not None for _, p in lab.hosts.processes)
 
 
 @pytest.fixture(scope="session")

@@ -121,7 +121,12 @@ def run_drill(lab, user_code: Path, data: str, target: str) -> dict:
         elif target == "slow":
             assert lab.hosts.delay(host, SLOW_MS), "tc netem is not available in this kernel"
 
+        last_old = {"step": step_at_fault}  # a frozen executor's TF process may train on for a while
+
         def resumed():
+            for r in _json_files(nodes):
+                if r.get("attempt", 0) == 0 and r.get("step"):
+                    last_old["step"] = max(last_old["step"], r["step"])
             later = [r["time"] for r in _json_files(nodes) if r.get("attempt", 0) >= 1 and r.get("phase") == "training"]
             return min(later) if later else None
 
@@ -167,7 +172,8 @@ def run_drill(lab, user_code: Path, data: str, target: str) -> dict:
         "stall_secs": (stalls[0]["time"] - fault_at) if stalls else None,
         "resumed_secs": (resumed_at - fault_at) if resumed_at else None,
         "restored": restores[-1]["step"] if restores else None,
-        "redone": (step_at_fault - restores[-1]["step"]) if restores else 0,
+        "last_step_before": last_old["step"],
+        "redone": (last_old["step"] - restores[-1]["step"]) if restores else 0,
         "result": result,
         "run_secs": ended_at - fault_at,
         "left_on_host": [p.pid for p in left_on_host],
