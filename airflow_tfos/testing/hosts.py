@@ -307,7 +307,7 @@ class HostCluster:
         while time.monotonic() < deadline:
             try:
                 alive = {w["host"] for w in self.master_state(master, webui)["workers"] if w.get("state") == "ALIVE"}
-            except OSError:
+            except (OSError, ValueError):  # not up yet, or an answer cut short while it starts
                 alive = set()
             if want <= alive:
                 return url
