@@ -17,7 +17,8 @@ host, namenode, datanode and ResourceManager hosts, four Spark worker hosts), tr
 with the run directory on the emulated HDFS (checkpoint every 10 steps, ``stall_timeout=30``,
 ``spark.network.timeout=30s``), and disturb the chief's host past step 25: ``host`` kills every process
 there, ``partition`` cuts its link for 60 s, ``freeze-executor`` / ``freeze-tf`` stop its executor JVM / TF
-process with SIGSTOP, ``slow`` delays its packets by 40 ms (``tc netem``). Prints the seconds from the
+process with SIGSTOP, ``slow`` delays its packets by 40 ms (``tc netem``; where the kernel has no netem, it
+gives every process of the host a quarter of its time instead). Prints the seconds from the
 fault to the watchdog and to the new TF cluster's first step, the steps trained again, the final step,
 and what the disturbed host still ran or wrote afterwards.
 """
@@ -47,7 +48,7 @@ MULTIHOST = ("host", "partition", "freeze-executor", "freeze-tf", "slow")
 def multihost(target: str) -> int:
     from airflow_tfos.testing.multihost import MultiHostLab
     from tests.conftest import write_linear_parquet
-    from tests.multihost.drills import EVERY, run_drill
+    from tests.multihost.drills import EVERY, SLOW_MS, STARVED_SHARE, run_drill
     from tests.multihost.user_code import write_user_code
 
     work = Path(tempfile.mkdtemp(prefix="bench-multihost-"))
@@ -67,6 +68,11 @@ def multihost(target: str) -> int:
             f"(the old TF cluster reached step {seen['last_step_before']}, "
             f"restored step {seen['restored']}, checkpoint every {EVERY})"
         )
+    if seen["slowed"]:
+        how = f"packets delayed {SLOW_MS} ms"
+        if seen["slowed"] == "cpu":
+            how = f"a CPU share of {STARVED_SHARE} for every process of the host (no tc netem in this kernel)"
+        print(f"{name} slowed by: {how}")
     print(f"{name} seconds from the fault to the end of training: {seen['run_secs']:.1f}")
     print(f"{name} final step: {result['step']}, attempt {result['attempt']}, loss {result['loss']:.4f}")
     print(f"{name} attempts started: {seen['attempts']}")

@@ -18,7 +18,8 @@ namespace, opens the listening socket there and leaves; the socket stays in that
 
 Faults for drills: :meth:`~HostCluster.kill_host` (every process of a host at once), :meth:`~HostCluster.cut`
 and :meth:`~HostCluster.mend` (a partition: the host's link down, its processes alive), and
-:meth:`~HostCluster.delay` (``tc netem`` on the host's link). Needs root (``ip netns add``).
+:meth:`~HostCluster.delay` (``tc netem`` on the host's link), :meth:`~HostCluster.starve` (a host short of
+CPU). Needs root (``ip netns add``).
 """
 
 from __future__ import annotations
@@ -341,6 +342,27 @@ class HostCluster:
     def mend(self, name: str) -> None:
         """Bring host ``name``'s link back up."""
         _ip("link", "set", self.hosts[name].veth, "up")
+
+    def starve(self, name: str, share: float, stop: threading.Event, period: float = 0.2) -> threading.Thread:
+        """Give every process of host ``name`` about ``share`` of the time it would get (a host starved of CPU):
+        a thread stops them (SIGSTOP) for the rest of each ``period`` until ``stop`` is set, then resumes them."""
+        if not 0 < share < 1:
+            raise ValueError(f"share must be between 0 and 1, got {share}")
+
+        def duty_cycle() -> None:
+            try:
+                while not stop.is_set():
+                    pids = self.pids(name)
+                    _kill_pids(pids, signal.SIGSTOP)
+                    stop.wait(period * (1 - share))
+                    _kill_pids(pids, signal.SIGCONT)
+                    stop.wait(period * share)
+            finally:
+                _kill_pids(self.pids(name), signal.SIGCONT)
+
+        thread = threading.Thread(target=duty_cycle, name=f"starve-{name}", daemon=True)
+        thread.start()
+        return thread
 
     def delay(self, name: str, millis: int | None) -> bool:
         """Delay every packet host ``name`` sends by ``millis`` ms (``tc netem``; None removes it); return

@@ -7,7 +7,8 @@ final step, and what the disturbed host still runs or wrote afterwards.
 
 Targets: ``host`` (every process of the chief's host killed at once), ``partition`` (the chief's host cut off
 for ``PARTITION_SECS``, then back), ``freeze-executor`` (the chief's executor JVM stopped with SIGSTOP),
-``freeze-tf`` (the chief's TF process stopped), ``slow`` (every packet of the chief's host delayed).
+``freeze-tf`` (the chief's TF process stopped), ``slow`` (every packet of the chief's host delayed by ``tc
+netem``; where the kernel has no netem, every process of the host given about a quarter of its time).
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ OPTIONS = {
 }
 PARTITION_SECS = 60
 SLOW_MS = 40
+STARVED_SHARE = 0.25
 TARGETS = ("host", "partition", "freeze-executor", "freeze-tf", "slow")
 
 
@@ -99,7 +101,7 @@ def run_drill(lab, user_code: Path, data: str, target: str) -> dict:
     name = f"drill-{target}"
     driver = start_training(lab, user_code, lab.hdfs.uri(run_path), data, ARGS, OPTIONS, name=name)
     nodes = lab.hdfs.local_path(f"{run_path}/nodes")
-    mend_timer = None
+    mend_timer, slowed = None, None
     try:
         _wait("the chief trained past step 25", 240, lambda: any(
             (r.get("step") or 0) >= 25 for r in _json_files(nodes)) or driver.poll() is not None)  # fmt: skip
@@ -118,8 +120,11 @@ def run_drill(lab, user_code: Path, data: str, target: str) -> dict:
             _executor_of(lab, host, "CoarseGrainedExecutorBackend").send_signal(signal.SIGSTOP)
         elif target == "freeze-tf":
             _executor_of(lab, host, "airflow_tfos.runtime.child").send_signal(signal.SIGSTOP)
-        elif target == "slow":
-            assert lab.hosts.delay(host, SLOW_MS), "tc netem is not available in this kernel"
+        elif target == "slow":  # packets delayed where the kernel has netem, else the host starved of CPU
+            slowed = "delay" if lab.hosts.delay(host, SLOW_MS) else "cpu"
+            if slowed == "cpu":
+                starving = threading.Event()
+                starver = lab.hosts.starve(host, STARVED_SHARE, starving)
 
         last_old = {"step": step_at_fault}  # a frozen executor's TF process may train on for a while
 
@@ -144,6 +149,9 @@ def run_drill(lab, user_code: Path, data: str, target: str) -> dict:
             lab.hosts.mend(host)
         if target == "slow":
             lab.hosts.delay(host, None)
+            if slowed == "cpu":
+                starving.set()
+                starver.join(5)
     # After a partition the returning side must end by itself: wait for it (bounded), then look
     left_on_host = []
     deadline = time.monotonic() + 90
@@ -163,6 +171,7 @@ def run_drill(lab, user_code: Path, data: str, target: str) -> dict:
     ]  # fmt: skip
     return {
         "target": target,
+        "slowed": slowed if target == "slow" else None,
         "run_path": run_path,
         "tf_configs": _events(lab, run_path, "tf_config"),
         "exports": _events(lab, run_path, "export"),
