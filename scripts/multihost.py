@@ -32,9 +32,13 @@ def up() -> int:
     stop = {"now": False}
 
     def interrupted(signum, frame):
+        # once: a second signal must not interrupt the cleanup that the first one started
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
         raise KeyboardInterrupt
 
     signal.signal(signal.SIGTERM, interrupted)
+    signal.signal(signal.SIGINT, interrupted)
     with MultiHostLab(log_dir=log_dir) as lab:
         print(lab.describe())
         print(f"master: {lab.master}   daemons' logs: {log_dir}")
