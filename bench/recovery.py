@@ -1,6 +1,7 @@
 """Recovery: kill a TF worker mid-training and time how long until training steps resume.
 
     python bench/recovery.py [--target process|executor|tf-freeze]
+    python bench/recovery.py --target host|partition|freeze-executor|freeze-tf|slow   (multi-host, as root)
 
 Runs the checkpointed MWMS training of tests/runtime (2 workers, 60 steps, a checkpoint every 5) as
 its own Spark driver on a local cluster, kills worker 0's TF process (or its whole executor JVM) at
@@ -10,6 +11,16 @@ steps trained again, and the final step.
 ``--target tf-freeze`` freezes worker 0's TF process with SIGSTOP instead, in the ``stall`` scenario (stall
 watchdog of 4 s; one checkpoint save of 6 s before the freeze), and also prints when the watchdog fired.
 Target: training resumes within 60 s of the freeze, at most one checkpoint interval redone.
+
+The multi-host targets build the network-namespace cluster of ``airflow_tfos.testing.multihost`` (driver
+host, namenode, datanode and ResourceManager hosts, four Spark worker hosts), train 3 nodes fed from Spark
+with the run directory on the emulated HDFS (checkpoint every 10 steps, ``stall_timeout=30``,
+``spark.network.timeout=30s``), and disturb the chief's host past step 25: ``host`` kills every process
+there, ``partition`` cuts its link for 60 s, ``freeze-executor`` / ``freeze-tf`` stop its executor JVM / TF
+process with SIGSTOP, ``slow`` delays its packets by 40 ms (``tc netem``; where the kernel has no netem, it
+gives every process of the host a quarter of its time instead). Prints the seconds from the
+fault to the watchdog and to the new TF cluster's first step, the steps trained again, the final step,
+and what the disturbed host still ran or wrote afterwards.
 """
 
 from __future__ import annotations
@@ -31,11 +42,57 @@ from airflow_tfos.shared.rundir import RunDir
 from tests.runtime.test_driver_process import start_driver
 from tests.runtime.test_recovery import wait_for_progress
 
+MULTIHOST = ("host", "partition", "freeze-executor", "freeze-tf", "slow")
+
+
+def multihost(target: str) -> int:
+    from airflow_tfos.testing.multihost import MultiHostLab
+    from tests.conftest import write_linear_parquet
+    from tests.multihost.drills import EVERY, SLOW_MS, STARVED_SHARE, run_drill
+    from tests.multihost.user_code import write_user_code
+
+    work = Path(tempfile.mkdtemp(prefix="bench-multihost-"))
+    data = write_linear_parquet(work / "data", seed=5)
+    with MultiHostLab(log_dir=str(work)) as lab:
+        print(lab.describe(), flush=True)
+        seen = run_drill(lab, write_user_code(work / "user-code"), data, target)
+    name = f"recovery[{target}]"
+    result = seen["result"]
+    print(f"{name} disturbed host: {seen['host']} (the chief's), at step {seen['step_at_fault']}")
+    if seen["stall_secs"] is not None:
+        print(f"{name} seconds from the fault to the stall watchdog: {seen['stall_secs']:.1f}")
+    if seen["resumed_secs"] is not None:
+        print(f"{name} seconds from the fault to the first step of the new TF cluster: {seen['resumed_secs']:.1f}")
+        print(
+            f"{name} steps trained again: {seen['redone']} "
+            f"(the old TF cluster reached step {seen['last_step_before']}, "
+            f"restored step {seen['restored']}, checkpoint every {EVERY})"
+        )
+    if seen["slowed"]:
+        how = f"packets delayed {SLOW_MS} ms"
+        if seen["slowed"] == "cpu":
+            how = f"a CPU share of {STARVED_SHARE} for every process of the host (no tc netem in this kernel)"
+        print(f"{name} slowed by: {how}")
+    print(f"{name} seconds from the fault to the end of training: {seen['run_secs']:.1f}")
+    print(f"{name} final step: {result['step']}, attempt {result['attempt']}, loss {result['loss']:.4f}")
+    print(f"{name} attempts started: {seen['attempts']}")
+    print(f"{name} checkpoints published after the fault (step, attempt): {seen['checkpoints_after_fault']}")
+    for line in sorted(seen["timeline"]):
+        print(f"{name} event at fault{line[0]:+.1f} s: {line[1]} attempt {line[2]} step {line[3]} {line[4]}".rstrip())
+    print(f"{name} node processes left on {seen['host']} afterwards: {seen['left_on_host'] or 'none'}")
+    if target == "partition":
+        published = [w for w in seen["writes_from_host_after_fault"] if "/checkpoints/" in w[1] or "/export" in w[1]]
+        print(f"{name} checkpoint or export writes from {seen['host']} after the cut: {published or 'none'}")
+    print(f"{name} logs: {work}")
+    return 0
+
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--target", choices=["process", "executor", "tf-freeze"], default="process")
+    parser.add_argument("--target", choices=["process", "executor", "tf-freeze", *MULTIHOST], default="process")
     options = parser.parse_args()
+    if options.target in MULTIHOST:
+        return multihost(options.target)
     os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     run_dir = Path(tempfile.mkdtemp(prefix="bench-recovery-"))

@@ -47,6 +47,7 @@ from typing import Any
 
 from airflow_tfos.runtime.errors import WarmStartError as WarmStartError
 from airflow_tfos.runtime.progress import node_phase
+from airflow_tfos.shared.errors import StaleAttemptError
 from airflow_tfos.shared.rundir import EXPORT, SUCCESS, RunDir
 from airflow_tfos.shared.storage import Storage, join, storage_for
 
@@ -201,9 +202,15 @@ class RunCheckpointer:
             staging = self.rundir.checkpoint_staging(step)
             with local_dir_for(self.rundir.storage, staging) as local:
                 self._checkpoint.write(os.path.join(local, "ckpt"))
+            fence(self.ctx, self.rundir, staging)
             published = self.rundir.publish_checkpoint(staging, step, epoch=epoch, keep=self.keep)
             self.rundir.add_event(
-                "checkpoint", step=step, epoch=epoch, seconds=round(time.monotonic() - started, 3), path=published.path
+                "checkpoint",
+                step=step,
+                epoch=epoch,
+                seconds=round(time.monotonic() - started, 3),
+                path=published.path,
+                attempt=getattr(self.ctx, "attempt", 0),
             )
         else:
             scratch = tempfile.mkdtemp(prefix="airflow-tfos-ckpt-")
@@ -333,11 +340,23 @@ def _export(ctx, rundir: RunDir, model, metrics: dict[str, Any] | None, step: in
     staging = rundir.export_staging()
     with local_dir_for(rundir.storage, staging) as local:
         _save_model(model, local)
+    fence(ctx, rundir, staging)
     path = rundir.publish_export(
         staging, spec_hash=os.environ.get("AIRFLOW_TFOS_SPEC_HASH", ""), step=step, metrics=dict(metrics or {})
     )
-    rundir.add_event("export", step=step, path=path, metrics=dict(metrics or {}))
+    rundir.add_event("export", step=step, path=path, metrics=dict(metrics or {}), attempt=getattr(ctx, "attempt", 0))
     return path
+
+
+def fence(ctx, rundir: RunDir, staging: str) -> None:
+    """Refuse to publish ``staging`` when this node's attempt is no longer the run's
+    (``RunDir.check_attempt``); the staged copy is removed, so a stale attempt leaves nothing behind."""
+    try:
+        rundir.check_attempt(os.environ.get("AIRFLOW_TFOS_RUN_ID"), getattr(ctx, "attempt", 0))
+    except StaleAttemptError:
+        with contextlib.suppress(OSError):
+            rundir.storage.delete(staging)
+        raise
 
 
 @contextlib.contextmanager

@@ -275,6 +275,7 @@ class TFClusterRun:
     def _attempts(self, job: NodeJob) -> None:
         self.sc.setJobGroup(self.job_group, f"airflow-tfos TF cluster {self.run_id}", interruptOnCancel=True)
         for attempt in range(self.max_attempts):
+            self._fence(attempt)
             self._event(events.ATTEMPT, attempt=attempt)
             monitor = self._watch(attempt)
             try:
@@ -331,6 +332,15 @@ class TFClusterRun:
         monitor = StallMonitor(read, self.stall_timeout, on_stall)
         monitor.start()
         return monitor
+
+    def _fence(self, attempt: int) -> None:
+        """Make ``attempt`` the only one whose checkpoints and exports the run directory accepts."""
+        if not self.run_dir:
+            return
+        try:
+            RunDir(self.run_dir).write_attempt(self.run_id, attempt)
+        except (RunDirError, ValueError) as exc:
+            log.warning("cannot record attempt %d in %s (its writes are not fenced): %s", attempt, self.run_dir, exc)
 
     def _event(self, kind: str, **fields: Any) -> None:
         if not self.run_dir:

@@ -36,6 +36,10 @@ class RunDirError(TFoSError, RuntimeError):
     """The run directory cannot be read or written as the contract says; the message says why."""
 
 
+class StaleAttemptError(RunDirError):
+    """A TF cluster that is no longer the run's current attempt tried to publish (its writes are fenced)."""
+
+
 class RegistryError(TFoSError, ValueError):
     """The registry or a candidate cannot be used as asked; the message says what to change."""
 

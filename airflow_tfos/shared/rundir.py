@@ -18,6 +18,7 @@ atomically, so a sensor never sees half of anything::
     <run_dir>/nodes/<node>.json    each training node's global step and phase, kept current (the stall watchdog)
     <run_dir>/report/              the training report: report.html and the PNGs it shows
     <run_dir>/lease.json           who started the application writing here (airflow_tfos.shared.lease)
+    <run_dir>/attempt.json         the TF cluster attempt that may publish (run id, attempt): the write fence
 
 A checkpoint or export is written under a temporary name inside the run directory, then renamed into
 place; only then does the manifest (or ``_SUCCESS``) name it. An export that replaces another is swapped
@@ -38,6 +39,7 @@ from typing import Any
 
 from airflow_tfos.shared import event_log
 from airflow_tfos.shared.errors import RunDirError as RunDirError
+from airflow_tfos.shared.errors import StaleAttemptError
 from airflow_tfos.shared.events import APPLICATION
 from airflow_tfos.shared.fingerprint import FINGERPRINT
 from airflow_tfos.shared.spec import spec_digest as spec_digest
@@ -63,6 +65,7 @@ NODES = "nodes"
 REPORT_DIR = "report"
 REPORT_HTML = "report/report.html"
 PREVIOUS = "previous"
+ATTEMPT = "attempt.json"
 
 #: The run's states in status.json (not YARN's: see hooks/state.py), and those of a run that has ended.
 RUN_STATES = ("SUBMITTED", "STARTING", "RUNNING", "STOPPING", "SUCCEEDED", "FAILED", "STOPPED")
@@ -318,6 +321,30 @@ class RunDir:
         path = self.path(CHECKPOINTS, f".staging-ckpt-{int(step)}-{uuid.uuid4().hex[:8]}")
         self.storage.makedirs(path)
         return path
+
+    # --- the write fence ----------------------------------------------------------------------------
+
+    def write_attempt(self, run_id: str, attempt: int) -> None:
+        """Record that TF cluster ``attempt`` of ``run_id`` is the one that may publish from now on (the
+        driver, before it starts the attempt's stage)."""
+        self._write_json({"run_id": run_id, "attempt": attempt, "time": time.time()}, ATTEMPT)
+
+    def check_attempt(self, run_id: str | None, attempt: int) -> None:
+        """Raise :class:`StaleAttemptError` unless ``attempt`` of ``run_id`` is the current one.
+
+        The chief calls it right before it publishes a checkpoint or an export: a TF cluster cut off by a
+        partition, whose driver has meanwhile started a new attempt (or a new application took the run
+        over), must not overwrite what the current one publishes. Passes when nothing is recorded.
+        """
+        current = self._read_json(ATTEMPT)
+        if not run_id or not current:
+            return
+        if current.get("run_id") != run_id or current.get("attempt") != attempt:
+            raise StaleAttemptError(
+                f"attempt {attempt} of TF cluster {run_id} is stale: {self.path(ATTEMPT)} names attempt "
+                f"{current.get('attempt')} of {current.get('run_id')}, so this node's checkpoint or export is not "
+                "published (a newer TF cluster took the run over, e.g. while this node was cut off by a partition)"
+            )
 
     def publish_checkpoint(self, staging: str, step: int, *, epoch: int | None = None, keep: int = 3) -> Checkpoint:
         """Rename a fully written checkpoint into place, then name it in the manifest; keep the last ``keep``."""

@@ -47,6 +47,7 @@ import posixpath
 import shutil
 import tempfile
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
@@ -84,7 +85,7 @@ class _Fault:
 
 
 class WebHDFSEmulator:
-    """Namenode(s) and one datanode speaking WebHDFS on 127.0.0.1 ephemeral ports.
+    """Namenode(s) and one datanode speaking WebHDFS on ephemeral ports (of 127.0.0.1 unless told otherwise).
 
     :param namenodes: 1, or 2 for HA (the first active, the second standby).
     :param root: directory holding the file system's content (default: a fresh temporary directory,
@@ -97,6 +98,11 @@ class WebHDFSEmulator:
         delegation token (default: simple authentication, ``user.name``).
     :param token_renew_interval: seconds a delegation token lives after it was issued or renewed.
     :param token_max_lifetime: seconds after issue past which a delegation token cannot be renewed.
+    :param namenode_host: the address the namenodes listen on.
+    :param datanode_host: the address the datanode listens on (another host's address makes every CREATE,
+        APPEND and OPEN redirect cross hosts).
+    :param bind: ``bind(address, make)`` calls ``make()``, which opens a listening socket on ``address``, where
+        that address lives (e.g. inside a network namespace: :meth:`airflow_tfos.testing.hosts.HostCluster.bind`).
     """
 
     def __init__(
@@ -110,6 +116,9 @@ class WebHDFSEmulator:
         kerberos_keytab: str | None = None,
         token_renew_interval: float = 86400.0,
         token_max_lifetime: float = 7 * 86400.0,
+        namenode_host: str = HOST,
+        datanode_host: str = HOST,
+        bind: Callable[[str, Callable[[], Any]], Any] | None = None,
     ):
         if namenodes not in (1, 2):
             raise ValueError(f"namenodes must be 1 or 2 (active and standby), got {namenodes}")
@@ -121,6 +130,8 @@ class WebHDFSEmulator:
         self.ssl_context = ssl_context
         self.tokens = DelegationTokens(renew_interval=token_renew_interval, max_lifetime=token_max_lifetime)
         self.kerberos = KerberosGate(kerberos_keytab, self.tokens) if kerberos_keytab else None
+        self.namenode_host, self.datanode_host = namenode_host, datanode_host
+        self._bind = bind
         self.active = 0
         self.requests: collections.deque[RequestRecord] = collections.deque(maxlen=10000)
         self._lock = threading.RLock()
@@ -141,13 +152,19 @@ class WebHDFSEmulator:
         self._stopping.clear()
         os.makedirs(self.root, exist_ok=True)
         names = [f"namenode{i}" for i in range(self.num_namenodes)] + ["datanode"]
-        self._servers = [Server(self, name) for name in names]
+        self._servers = [self._server(name) for name in names]
         for server in self._servers:
             thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.1}, daemon=True)
             thread.name = f"webhdfs-emulator-{server.name}"
             thread.start()
             self._threads.append(thread)
         return self
+
+    def _server(self, name: str) -> Server:
+        host = self.datanode_host if name == "datanode" else self.namenode_host
+        if self._bind is None:
+            return Server(self, name, host)
+        return self._bind(host, lambda: Server(self, name, host))
 
     def stop(self) -> None:
         """Stop the servers, close open connections, and remove the temporary root (if it made one)."""
@@ -173,7 +190,7 @@ class WebHDFSEmulator:
 
     @property
     def urls(self) -> list[str]:
-        """The namenodes' ``http(s)://127.0.0.1:port`` URLs, in order (the first is active at start)."""
+        """The namenodes' ``http(s)://host:port`` URLs, in order (the first is active at start)."""
         self._require_started()
         return [s.url for s in self._servers[: self.num_namenodes]]
 
@@ -188,7 +205,7 @@ class WebHDFSEmulator:
         return self._servers[-1].url
 
     def uri(self, path: str = "/", *, scheme: str = "webhdfs") -> str:
-        """``webhdfs://127.0.0.1:<active port>/path`` (the URI naming the active namenode)."""
+        """``webhdfs://<host>:<active port>/path`` (the URI naming the active namenode)."""
         return f"{scheme}://{self.url.split('://', 1)[1]}/{path.lstrip('/')}"
 
     def config(self, user: str = "tester", **settings: Any):

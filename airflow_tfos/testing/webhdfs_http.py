@@ -71,17 +71,18 @@ class RequestRecord:
     path: str
     user: str
     query: dict[str, str]
+    client: str = ""  # the client's address
 
 
 class Server(ThreadingHTTPServer):
-    """A threaded HTTP server on 127.0.0.1 (ephemeral port) answering for one emulated server."""
+    """A threaded HTTP server on ``host`` (127.0.0.1 by default; ephemeral port) answering for one emulated server."""
 
     daemon_threads = True
     allow_reuse_address = True
 
-    def __init__(self, emulator: Any, name: str):  # a WebHDFSEmulator; not imported: it imports this module
-        """One emulated server (``namenode0``, ``namenode1`` or ``datanode``) of ``emulator``."""
-        super().__init__((HOST, 0), _Handler)
+    def __init__(self, emulator: Any, name: str, host: str = HOST):  # a WebHDFSEmulator; not imported here
+        """One emulated server (``namenode0``, ``namenode1`` or ``datanode``) of ``emulator``, listening on ``host``."""
+        super().__init__((host, 0), _Handler)
         self.emulator, self.name = emulator, name
         self.scheme = "http"
         context = getattr(emulator, "ssl_context", None)
@@ -96,7 +97,7 @@ class Server(ThreadingHTTPServer):
 
     @property
     def url(self) -> str:
-        return f"{self.scheme}://{HOST}:{self.server_address[1]}"
+        return f"{self.scheme}://{self.server_address[0]}:{self.server_address[1]}"
 
 
 def shut(sock: socket.socket) -> None:
@@ -176,7 +177,7 @@ class _Handler(BaseHTTPRequestHandler):
             self._send(404, b"<html><body>Not Found</body></html>", "text/html")
             return
         path = normalize(split.path[len(PREFIX) :])
-        emulator.requests.append(RequestRecord(name, method, op, path, user, query))
+        emulator.requests.append(RequestRecord(name, method, op, path, user, query, self.client_address[0]))
         fault = emulator._take_fault(name, op)
         if fault is not None and fault.kind == "slow":
             emulator._stopping.wait(fault.delay)

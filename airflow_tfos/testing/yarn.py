@@ -31,7 +31,7 @@ import os
 import subprocess
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -104,6 +104,9 @@ class ResourceManagerEmulator(RestApiMixin):
     :param ssl_context: a server-side :class:`ssl.SSLContext` to serve HTTPS with (default: HTTP).
     :param kerberos_keytab: the ``HTTP/127.0.0.1`` keytab: requests need SPNEGO (else 401 ``Negotiate``);
         the caller is the principal's short name (:mod:`airflow_tfos.testing.spnego`), not ``user.name``.
+    :param host: the address the RMs listen on.
+    :param bind: ``bind(address, make)`` calls ``make()``, which opens a listening socket on ``address``, where
+        that address lives (e.g. inside a network namespace: :meth:`airflow_tfos.testing.hosts.HostCluster.bind`).
     """
 
     def __init__(
@@ -122,6 +125,8 @@ class ResourceManagerEmulator(RestApiMixin):
         poll_interval: float = 0.05,
         ssl_context: Any = None,
         kerberos_keytab: str | None = None,
+        host: str = "127.0.0.1",
+        bind: Callable[[str, Callable[[], Any]], Any] | None = None,
     ) -> None:
         if standby_mode not in STANDBY_MODES:
             raise ValueError(f"standby_mode must be one of {STANDBY_MODES}, not {standby_mode!r}")
@@ -139,6 +144,7 @@ class ResourceManagerEmulator(RestApiMixin):
         self.ssl_context = ssl_context
         self.kerberos = SpnegoAcceptor(kerberos_keytab) if kerberos_keytab else None
         self.principals: list[str] = []  # every principal that authenticated (kerberos_keytab given)
+        self.host, self._bind = host, bind
         self.requests: list[RecordedRequest] = []
         self._lock = threading.RLock()
         self._apps: dict[str, _App] = {}
@@ -184,7 +190,10 @@ class ResourceManagerEmulator(RestApiMixin):
         """
         if self._servers[index] is not None:
             return
-        server = _Server(("127.0.0.1", self._ports[index]), self, index)
+        def make() -> _Server:
+            return _Server((self.host, self._ports[index]), self, index)
+
+        server = make() if self._bind is None else self._bind(self.host, make)
         if self.ssl_context is not None:  # HTTPS: the handshake runs as a connection is accepted
             server.socket = self.ssl_context.wrap_socket(server.socket, server_side=True)
         self._ports[index] = server.server_address[1]
@@ -211,7 +220,7 @@ class ResourceManagerEmulator(RestApiMixin):
     @property
     def addresses(self) -> list[str]:
         """``host:port`` of every RM, in order (for a connection's host field)."""
-        return [f"127.0.0.1:{port}" for port in self._ports]
+        return [f"{self.host}:{port}" for port in self._ports]
 
     def url(self, index: int | None = None) -> str:
         """Base URL of one RM (the active one by default).
