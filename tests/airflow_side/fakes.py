@@ -90,6 +90,12 @@ class FakeBackend:
     async def akill(self, app_id: str) -> AppState:
         return self.kill(app_id)
 
+    #: the page an ended application's UI lives on (TFoSHook.history_url); None: no history server is named
+    history: str | None = None
+
+    def history_url(self, app: AppState, conf: dict[str, str] | None = None) -> str | None:
+        return self.history if app.is_terminal else None
+
 
 class FakeStateStore:
     def __init__(self) -> None:
