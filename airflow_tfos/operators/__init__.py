@@ -2,7 +2,7 @@
 
 from airflow_tfos.operators.inference import TFoSInferenceOperator
 from airflow_tfos.operators.lifecycle import TFoSFeedOperator, TFoSShutdownClusterOperator
-from airflow_tfos.operators.publish import TFoSPublishModelOperator, model_asset
+from airflow_tfos.operators.publish import TFoSPublishModelOperator
 from airflow_tfos.operators.train import TFoSLaunchClusterOperator, TFoSTrainOperator
 
 __all__ = [
@@ -12,5 +12,4 @@ __all__ = [
     "TFoSPublishModelOperator",
     "TFoSShutdownClusterOperator",
     "TFoSTrainOperator",
-    "model_asset",
 ]

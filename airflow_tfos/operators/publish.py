@@ -76,9 +76,10 @@ class TFoSPublishModelOperator(BaseOperator):
     :param allow_run_dir_outside_base: let a templated ``run_dir`` render to a folder outside
         ``[tfos] run_dir_base`` (by default it must be inside: it may come from ``dag_run.conf``).
     :param emit_asset: when a model goes into service, emit an Asset event for the registry's model
-        (:func:`model_asset`; ``version``, ``model_path``, ``metric``, ``metrics``, ``step`` and ``spec_hash`` in
-        its extra), through the alias :data:`PUBLISHED_MODELS_ALIAS`; a rejected model, or a rerun of the
-        version already in service, emits nothing.
+        (:func:`model_asset`; ``registry``, ``version``, ``model_path``, ``metric``, ``metrics``, ``step``,
+        ``spec_hash`` and the publishing run's ``logical_date`` in its extra), through the alias
+        :data:`PUBLISHED_MODELS_ALIAS`; a rejected model, or a rerun of the version already in service, emits
+        nothing. DAGs scheduled on ``model_asset(registry)`` run once per model put in service.
     """
 
     template_fields: Sequence[str] = ("run_dir", "registry", "version")
@@ -117,6 +118,8 @@ class TFoSPublishModelOperator(BaseOperator):
         self.tolerance = tolerance
         self.fail_if_worse = fail_if_worse
         self.webhdfs_conn_id = webhdfs_conn_id
+        if emit_asset and not templated(registry):
+            self.model_asset()  # a registry that cannot name its Asset fails at parse time
 
     @cached_property
     def run_dir_hook(self) -> RunDirHook:
@@ -133,6 +136,8 @@ class TFoSPublishModelOperator(BaseOperator):
             as_written=self._run_dir_as_written,
             allow_outside_base=self.allow_run_dir_outside_base,
         )
+        if self.emit_asset:
+            self.model_asset()  # the rendered registry names its Asset: checked before anything is published
         rundir = self.run_dir_hook.run_dir_contents
         export = rundir.export_success()
         if export is None:
@@ -187,12 +192,22 @@ class TFoSPublishModelOperator(BaseOperator):
                 raise AirflowException(f"version {self.version} was not published: {decision.reason}")
         return self._result(decision.publish, decision.reason, in_service, added, export, decision)
 
+    def model_asset(self) -> Asset:
+        """The Asset of the registry's model (see ``emit_asset``); an error that names the argument to change."""
+        try:
+            return model_asset(self.registry)
+        except ValueError as exc:
+            raise AirflowException(
+                f"TFoSPublishModelOperator {self.task_id!r}: {exc}; or pass emit_asset=False"
+            ) from None
+
     def emit_model_event(self, context: Context, in_service: dict[str, Any]) -> None:
         """Emit the Asset event of the model just put in service (see ``emit_asset``)."""
         events = context.get("outlet_events") if self.emit_asset else None
         if events is None:
             return
-        asset = model_asset(self.registry)
+        asset = self.model_asset()
+        logical_date = context.get("logical_date")
         extra = {
             "registry": self.registry,
             "version": self.version,
@@ -201,6 +216,7 @@ class TFoSPublishModelOperator(BaseOperator):
             "metrics": in_service.get("metrics") or {},
             "step": in_service.get("step"),
             "spec_hash": in_service.get("spec_hash"),
+            "logical_date": logical_date.isoformat() if logical_date else None,
         }
         events[AssetAlias(PUBLISHED_MODELS_ALIAS)].add(asset, extra=extra)
         self.log.info("Asset event for %s: version %s, %s", asset.uri, self.version, in_service["model_path"])

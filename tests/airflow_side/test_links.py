@@ -20,8 +20,8 @@ from airflow.sdk.execution_time.context import OutletEventAccessors
 from airflow_tfos.hooks.state import AppState
 from airflow_tfos.hooks.tfos import TFoSHook
 from airflow_tfos.links.tfos import SparkApplicationLink, TensorBoardLink, history_server_url
-from airflow_tfos.operators import TFoSPublishModelOperator, model_asset
-from airflow_tfos.operators.publish import PUBLISHED_MODELS_ALIAS, model_asset_uri
+from airflow_tfos.operators import TFoSPublishModelOperator
+from airflow_tfos.operators.publish import PUBLISHED_MODELS_ALIAS, model_asset, model_asset_uri
 from airflow_tfos.shared.registry import ModelRegistry
 from airflow_tfos.shared.rundir import RunDir
 from tests.airflow_side.fakes import FakeBackend, make_context, use_backend
