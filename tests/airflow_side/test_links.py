@@ -6,10 +6,8 @@ history server is a small HTTP server the test starts, standing in for Spark's (
 
 from __future__ import annotations
 
-import http.server
 import json
 import os
-import threading
 import urllib.request
 from dataclasses import replace
 
@@ -24,7 +22,7 @@ from airflow_tfos.operators import TFoSPublishModelOperator
 from airflow_tfos.operators.publish import PUBLISHED_MODELS_ALIAS, model_asset, model_asset_uri
 from airflow_tfos.shared.registry import ModelRegistry
 from airflow_tfos.shared.rundir import RunDir
-from tests.airflow_side.fakes import FakeBackend, make_context, use_backend
+from tests.airflow_side.fakes import FakeBackend, history_server_stand_in, make_context, use_backend
 from tests.airflow_side.test_operators import export, train_op
 
 UI = "http://127.0.0.1:4041"
@@ -121,34 +119,10 @@ class TestApplicationLinkAfterTheEnd:
         assert SparkApplicationLink().get_link(op, ti_key=None) == ""
 
 
-class _HistoryServer(http.server.BaseHTTPRequestHandler):
-    """Stands in for Spark's history server: ``/history/<app id>`` answers with a page naming the application."""
-
-    def do_GET(self):
-        app_id = self.path.removeprefix("/history/").strip("/")
-        ok = self.path.startswith("/history/application_")
-        body = (f"<title>{app_id} - Spark Jobs</title>" if ok else "not found").encode()
-        self.send_response(200 if ok else 404)
-        self.send_header("Content-Type", "text/html")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, *args):
-        pass
-
-
 @pytest.fixture
 def history_server():
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _HistoryServer)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(timeout=10)
+    with history_server_stand_in() as address:
+        yield address
 
 
 class TestHistoryServerUrl:

@@ -470,7 +470,7 @@ def test_spark_application_link_followed_the_application_and_is_gone_with_its_ui
     assert pushed, f"no tracking URL was pushed; while it ran the backend reported {seen}"
     assert pushed == seen.get("tracking_url")
     # the local application's UI ended with it, and no history server is named: no link to a dead page
-    assert stack.links(DAG_ID, drill.run_id, TASK_ID)["extra_links"]["Spark application"] == ""
+    assert not stack.links(DAG_ID, drill.run_id, TASK_ID)["extra_links"]["Spark application"]
 
 
 @pytest.mark.timeout(120)
