@@ -117,6 +117,16 @@ def test_the_task_logs_have_no_failed_xcom_lookups(links_run, stack):
     assert "TensorBoard serves the run at http://" in train_log, train_log[-3000:]
 
 
+@pytest.mark.timeout(60)
+def test_no_task_log_of_the_session_has_a_failed_xcom_lookup(links_run, stack):
+    """Every try of every task the stack ran so far (the drills' deferred ones too, when they ran first)."""
+    logs = sorted((stack.home / "logs").glob("dag_id=*/run_id=*/task_id=*/attempt=*.log"))
+    assert any(f"dag_id={LINKS_DAG}" in str(path) for path in logs), logs
+    failed = [str(path) for path in logs if "XCom not found" in path.read_text(errors="replace")]
+    assert failed == [], failed
+    log.info("no failed XCom lookup in %d task logs", len(logs))
+
+
 @pytest.fixture(scope="module")
 def first_scoring(links_run, stack: AirflowStack):
     """The scoring run that the links run's publish started, once it ended; and how long it took to appear."""
