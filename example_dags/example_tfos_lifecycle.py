@@ -33,7 +33,9 @@ from airflow_tfos.operators import (
 )
 from airflow_tfos.sensors import TFoSCheckpointSensor, YarnApplicationSensor
 
-BASE = os.environ.get("TFOS_EXAMPLE_BASE") or os.path.join(os.environ.get("AIRFLOW_HOME", "."), "tfos-example")
+BASE = os.environ.get("TFOS_EXAMPLE_BASE") or os.path.join(
+    os.environ.get("AIRFLOW_HOME", os.path.expanduser("~/airflow")), "tfos-example"
+)
 DATA = f"{BASE}/data/tfos_lifecycle_digits/{{{{ ds }}}}"
 REGISTRY = f"{BASE}/models/digits-lifecycle"
 PREDICTIONS = f"{BASE}/predictions/tfos_lifecycle_digits/{{{{ ds }}}}"

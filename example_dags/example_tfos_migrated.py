@@ -16,7 +16,9 @@ from pathlib import Path
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 from airflow.sdk import DAG
 
-BASE = os.environ.get("TFOS_EXAMPLE_BASE") or os.path.join(os.environ.get("AIRFLOW_HOME", "."), "tfos-example")
+BASE = os.environ.get("TFOS_EXAMPLE_BASE") or os.path.join(
+    os.environ.get("AIRFLOW_HOME", os.path.expanduser("~/airflow")), "tfos-example"
+)
 DATA = f"{BASE}/data/tfos_migrated_digits/{{{{ ds }}}}"
 HERE = Path(__file__).parent
 SPARK_CONN = "tfos_spark"

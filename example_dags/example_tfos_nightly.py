@@ -29,7 +29,9 @@ from airflow_tfos.hooks.registry import ModelRegistryHook
 from airflow_tfos.operators import TFoSInferenceOperator, TFoSPublishModelOperator, TFoSTrainOperator
 from airflow_tfos.sensors import TFoSCheckpointSensor
 
-BASE = os.environ.get("TFOS_EXAMPLE_BASE") or os.path.join(os.environ.get("AIRFLOW_HOME", "."), "tfos-example")
+BASE = os.environ.get("TFOS_EXAMPLE_BASE") or os.path.join(
+    os.environ.get("AIRFLOW_HOME", os.path.expanduser("~/airflow")), "tfos-example"
+)
 DATA = f"{BASE}/data/tfos_nightly_digits/{{{{ ds }}}}"
 REGISTRY = f"{BASE}/models/digits"
 PREDICTIONS = f"{BASE}/predictions/tfos_nightly_digits/{{{{ ds }}}}"

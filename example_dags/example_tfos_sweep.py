@@ -21,7 +21,9 @@ from airflow.sdk import DAG, task
 
 from airflow_tfos.operators import TFoSPublishModelOperator, TFoSTrainOperator
 
-BASE = os.environ.get("TFOS_EXAMPLE_BASE") or os.path.join(os.environ.get("AIRFLOW_HOME", "."), "tfos-example")
+BASE = os.environ.get("TFOS_EXAMPLE_BASE") or os.path.join(
+    os.environ.get("AIRFLOW_HOME", os.path.expanduser("~/airflow")), "tfos-example"
+)
 DATA = f"{BASE}/data/tfos_sweep_digits/{{{{ ds }}}}"
 REGISTRY = f"{BASE}/models/digits-sweep"
 SPARK_CONN = "tfos_spark"

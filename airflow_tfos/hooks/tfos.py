@@ -12,7 +12,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import shutil
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from functools import cached_property
 from pathlib import Path
 
@@ -34,6 +34,7 @@ from airflow_tfos.hooks.spark_conf import (
 from airflow_tfos.hooks.spark_submit import TrainingSubmit
 from airflow_tfos.hooks.state import AppState
 from airflow_tfos.hooks.user_code import CodePackage, ShippedCode, code_zip
+from airflow_tfos.links.tfos import HISTORY_SERVER_CONF, history_server_url
 
 
 class TFoSHook(BaseHook):
@@ -308,6 +309,22 @@ class TFoSHook(BaseHook):
         return self._user_code
 
     # --- state, search, kill -------------------------------------------------------------------------
+
+    def history_url(self, app: AppState, conf: Mapping[str, str] | None = None) -> str | None:
+        """The Spark history server's page of an ended YARN application, when ``conf`` (the operator's) or the
+        Spark connection's extra names the history server (``spark.yarn.historyServer.address``); else None.
+        A YARN application's own UI (its tracking URL) is gone once it ended: this is where its UI lives on."""
+        if not app.is_terminal or not app.app_id.startswith("application_"):
+            return None
+        address = (conf or {}).get(HISTORY_SERVER_CONF)
+        if not address:
+            try:
+                extra = self.get_connection(self.spark_conn_id).extra_dejson
+            except Exception as exc:  # a link is never worth failing the task for
+                self.log.warning("cannot read the %s connection for the history server: %s", self.spark_conn_id, exc)
+                return None
+            address = extra.get(HISTORY_SERVER_CONF)
+        return history_server_url(str(address), app.app_id) if address else None
 
     def get_state(self, app_id: str) -> AppState:
         """The application's state."""

@@ -19,6 +19,17 @@ TENSORBOARD_URL_KEY = "tensorboard_url"
 REPORT_URL_KEY = "report_url"
 #: XCom key of the resolved run directory (pushed by the train and launch operators).
 RUN_DIR_KEY = "run_dir"
+#: The Spark setting (or ``spark`` connection extra) that names the Spark history server (``host:port``).
+HISTORY_SERVER_CONF = "spark.yarn.historyServer.address"
+
+
+def history_server_url(address: str, app_id: str) -> str:
+    """The history server's page of application ``app_id``; ``address`` is ``host:port`` (``http://`` is
+    added, as YARN does) or a URL."""
+    base = address.strip().rstrip("/")
+    if "://" not in base:
+        base = f"http://{base}"
+    return f"{base}/history/{app_id}"
 
 
 class _XComLink(BaseOperatorLink):
@@ -41,14 +52,16 @@ class _XComLink(BaseOperatorLink):
 
 
 class SparkApplicationLink(_XComLink):
-    """The application's UI (YARN's tracking URL, or the local Spark UI)."""
+    """The application's UI (YARN's tracking URL, or the local Spark UI) while it runs; once it ended, the
+    Spark history server's page when ``spark.yarn.historyServer.address`` is named, else YARN's tracking URL
+    of the ended application (empty for a local application, whose UI ended with it)."""
 
     name = "Spark application"
     key = TRACKING_URL_KEY
 
 
 class TensorBoardLink(_XComLink):
-    """TensorBoard beside the chief, while the run is live."""
+    """TensorBoard beside the chief, while the application runs (empty once it ended: TensorBoard ends with it)."""
 
     name = "TensorBoard"
     key = TENSORBOARD_URL_KEY

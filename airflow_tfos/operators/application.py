@@ -28,7 +28,14 @@ from airflow_tfos.hooks.run_dir import PollPacer, RunDirHook, RunWatch
 from airflow_tfos.hooks.runs import run_tag
 from airflow_tfos.hooks.state import LIVE_STATES, AppState
 from airflow_tfos.hooks.user_code import ShippedCode, UserCodeError, code_package, comma_list
-from airflow_tfos.links.tfos import REPORT_URL_KEY, RUN_DIR_KEY, TRACKING_URL_KEY, SparkApplicationLink
+from airflow_tfos.links.tfos import (
+    REPORT_URL_KEY,
+    RUN_DIR_KEY,
+    TENSORBOARD_URL_KEY,
+    TRACKING_URL_KEY,
+    SparkApplicationLink,
+    TensorBoardLink,
+)
 from airflow_tfos.operators.checks import check_at_parse_time, check_rendered
 from airflow_tfos.operators.run import ApplicationRun, AppResources
 from airflow_tfos.operators.run_dirs import resolve_run_dir, templated
@@ -259,8 +266,24 @@ class _TFoSApplicationOperator(ResumableJobMixin, BaseOperator):
 
     def finish(self, app: AppState) -> dict[str, Any]:
         """The result of an application that ended, or an error that says what failed."""
+        self.settle_links(app)
         self._tfos_result = self.run().finish(app)
         return self._tfos_result
+
+    def settle_links(self, app: AppState) -> None:
+        """What the task's links lead to once ``app`` ended: TensorBoard ended with it (no link); its UI lives on
+        at the Spark history server when one is named, or at YARN's tracking URL of the ended application; a
+        local application's UI ended with it (no link)."""
+        self.link_targets.pop(TENSORBOARD_URL_KEY, None)
+        url = None
+        try:
+            url = self.hook.history_url(app, self.conf) or (app.tracking_url if app.is_terminal else None)
+        except Exception as exc:  # a link is never worth failing the task for
+            self.log.warning("cannot tell where application %s's UI is now: %s", app.app_id, exc)
+        if url:
+            self.link_targets[TRACKING_URL_KEY] = url
+        else:
+            self.link_targets.pop(TRACKING_URL_KEY, None)
 
     # --- hooks ---------------------------------------------------------------------------------------------
 
@@ -333,6 +356,27 @@ class _TFoSApplicationOperator(ResumableJobMixin, BaseOperator):
             self._tracking_url = url
             self.link_targets[TRACKING_URL_KEY] = url
 
+    def push_tensorboard_url(self) -> None:
+        """Push where TensorBoard serves the run (tensorboard.json, written by the node that serves it) under the
+        TensorBoard link's key while the application runs; an empty link once it stopped."""
+        if not getattr(self, "tensorboard", False) or self._ti is None:
+            return
+        try:
+            record = self.run_dir_contents.read_tensorboard()
+        except Exception as exc:
+            self.log.warning("cannot read where TensorBoard serves the run: %s", exc)
+            return
+        url = str(record.get("url") or "") if isinstance(record, dict) else ""
+        if url == self.link_targets.get(TENSORBOARD_URL_KEY, ""):
+            return
+        if url:
+            self.log.info("TensorBoard serves the run at %s", url)
+            self.link_targets[TENSORBOARD_URL_KEY] = url
+        else:
+            self.link_targets.pop(TENSORBOARD_URL_KEY, None)
+        self._ti.xcom_push(key=TENSORBOARD_URL_KEY, value=url)
+        self._ti.xcom_push(key=TensorBoardLink().xcom_key, value=url)  # what the UI shows while the task runs
+
     def wait(self, app: AppState) -> dict[str, Any]:
         """Wait until the application has done this task's work (or defer); return the result."""
         if self.deferrable:
@@ -348,6 +392,7 @@ class _TFoSApplicationOperator(ResumableJobMixin, BaseOperator):
             time.sleep(pacer.next_secs(watch.status, time.time()))
             app = self.hook.get_state(app.app_id)
             self.push_tracking_url(app.tracking_url)
+            self.push_tensorboard_url()
         self.log.info("application %s ended %s/%s", app.app_id, app.state, app.final_status)
         return app
 

@@ -10,7 +10,7 @@ from airflow.sdk.exceptions import AirflowException
 
 from airflow_tfos.hooks.run_dir import RunDirHook
 from airflow_tfos.hooks.runs import RunConfigError
-from airflow_tfos.links.tfos import SparkApplicationLink, TensorBoardLink, TrainingReportLink
+from airflow_tfos.links.tfos import SparkApplicationLink, TrainingReportLink
 from airflow_tfos.operators.application import _TFoSApplicationOperator, shipped_code
 from airflow_tfos.operators.run import ApplicationRun
 from airflow_tfos.shared.fingerprint import changes, inference_fingerprint
@@ -107,7 +107,7 @@ class TFoSInferenceOperator(_TFoSApplicationOperator):
 
     template_fields: Sequence[str] = ("run_dir", "data", "model_path", "output_path", "conf", "env")
     template_fields_renderers = {"data": "json", "conf": "json"}
-    operator_extra_links = (SparkApplicationLink(), TensorBoardLink(), TrainingReportLink())
+    operator_extra_links = (SparkApplicationLink(), TrainingReportLink())
 
     def __init__(
         self,

@@ -2,20 +2,52 @@
 
 from __future__ import annotations
 
+import posixpath
 from collections.abc import Sequence
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
 
-from airflow.sdk import BaseOperator
+from airflow.sdk import Asset, AssetAlias, BaseOperator
 from airflow.sdk.exceptions import AirflowException
 
 from airflow_tfos.hooks.registry import ModelRegistryHook
-from airflow_tfos.hooks.run_dir import RunDirHook
-from airflow_tfos.operators.run_dirs import resolve_run_dir
+from airflow_tfos.hooks.run_dir import HDFS_SCHEMES, RunDirHook
+from airflow_tfos.operators.run_dirs import resolve_run_dir, templated
 from airflow_tfos.shared.registry import RegistryError, decide
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
+
+#: The scheme of a published model's Asset URI (see :func:`model_asset_uri`).
+MODEL_ASSET_SCHEME = "tfos-model"
+#: The alias through which the publish operator emits a model's Asset event: only when the model went into
+#: service (an outlet Asset would get an event on every success, a rejected model's included).
+PUBLISHED_MODELS_ALIAS = "tfos-published-models"
+
+
+def model_asset_uri(registry: str) -> str:
+    """The Asset URI of the model a registry holds: ``tfos-model://<namenode>/<path>`` for an HDFS registry
+    (``hdfs://`` or ``webhdfs://``; ``hdfs`` when the URI names no namenode), ``tfos-model://local/<path>`` for
+    a local one. The registry must be written the same way by the publisher and by the DAGs scheduled on it.
+    """
+    if templated(registry):
+        raise ValueError(f"the registry {registry!r} is templated: name the model's Asset by its rendered value")
+    parsed = urlsplit(registry)
+    if parsed.scheme in ("", "file"):
+        path = parsed.path if parsed.scheme else registry
+        if not posixpath.isabs(path):
+            raise ValueError(f"the registry {registry!r} must be an absolute path or a URI to name its model's Asset")
+        return f"{MODEL_ASSET_SCHEME}://local{posixpath.normpath(path)}"
+    if parsed.scheme in HDFS_SCHEMES:
+        return f"{MODEL_ASSET_SCHEME}://{parsed.hostname or 'hdfs'}{posixpath.normpath(parsed.path or '/')}"
+    raise ValueError(f"the registry {registry!r} is neither a local path nor an HDFS URI")
+
+
+def model_asset(registry: str, **kwargs: Any) -> Asset:
+    """The Airflow Asset of the model a registry holds (:func:`model_asset_uri`): what DAGs that use the
+    published model are scheduled on. ``kwargs`` go to :class:`~airflow.sdk.Asset` (``name``, ``group``...)."""
+    return Asset(uri=model_asset_uri(registry), **kwargs)
 
 
 class TFoSPublishModelOperator(BaseOperator):
@@ -43,6 +75,11 @@ class TFoSPublishModelOperator(BaseOperator):
     :param webhdfs_conn_id: the ``webhdfs`` connection for HDFS run directories and registries.
     :param allow_run_dir_outside_base: let a templated ``run_dir`` render to a folder outside
         ``[tfos] run_dir_base`` (by default it must be inside: it may come from ``dag_run.conf``).
+    :param emit_asset: when a model goes into service, emit an Asset event for the registry's model
+        (:func:`model_asset`; ``registry``, ``version``, ``model_path``, ``metric``, ``metrics``, ``step``,
+        ``spec_hash`` and the publishing run's ``logical_date`` in its extra), through the alias
+        :data:`PUBLISHED_MODELS_ALIAS`; a rejected model, or a rerun of the version already in service, emits
+        nothing. DAGs scheduled on ``model_asset(registry)`` run once per model put in service.
     """
 
     template_fields: Sequence[str] = ("run_dir", "registry", "version")
@@ -60,9 +97,15 @@ class TFoSPublishModelOperator(BaseOperator):
         fail_if_worse: bool = False,
         webhdfs_conn_id: str | None = None,
         allow_run_dir_outside_base: bool = False,
+        emit_asset: bool = True,
         **kwargs: Any,
     ) -> None:
+        if emit_asset:
+            outlets = kwargs.get("outlets") or []
+            outlets = list(outlets) if isinstance(outlets, (list, tuple)) else [outlets]
+            kwargs["outlets"] = [*outlets, AssetAlias(PUBLISHED_MODELS_ALIAS)]
         super().__init__(**kwargs)
+        self.emit_asset = emit_asset
         self.allow_run_dir_outside_base = allow_run_dir_outside_base
         self._run_dir_as_written = run_dir  # before rendering: whether it is templated
         if tolerance < 0:
@@ -75,6 +118,8 @@ class TFoSPublishModelOperator(BaseOperator):
         self.tolerance = tolerance
         self.fail_if_worse = fail_if_worse
         self.webhdfs_conn_id = webhdfs_conn_id
+        if emit_asset and not templated(registry):
+            self.model_asset()  # a registry that cannot name its Asset fails at parse time
 
     @cached_property
     def run_dir_hook(self) -> RunDirHook:
@@ -91,6 +136,8 @@ class TFoSPublishModelOperator(BaseOperator):
             as_written=self._run_dir_as_written,
             allow_outside_base=self.allow_run_dir_outside_base,
         )
+        if self.emit_asset:
+            self.model_asset()  # the rendered registry names its Asset: checked before anything is published
         rundir = self.run_dir_hook.run_dir_contents
         export = rundir.export_success()
         if export is None:
@@ -138,11 +185,41 @@ class TFoSPublishModelOperator(BaseOperator):
         decision, in_service = registry.publish(self.version, added, judge)
         if decision.publish:
             self.log.info("published version %s: %s", self.version, decision.reason)
+            self.emit_model_event(context, in_service or added)
         else:
             self.log.warning("kept version %s in service: %s", (in_service or {}).get("version"), decision.reason)
             if self.fail_if_worse:
                 raise AirflowException(f"version {self.version} was not published: {decision.reason}")
         return self._result(decision.publish, decision.reason, in_service, added, export, decision)
+
+    def model_asset(self) -> Asset:
+        """The Asset of the registry's model (see ``emit_asset``); an error that names the argument to change."""
+        try:
+            return model_asset(self.registry)
+        except ValueError as exc:
+            raise AirflowException(
+                f"TFoSPublishModelOperator {self.task_id!r}: {exc}; or pass emit_asset=False"
+            ) from None
+
+    def emit_model_event(self, context: Context, in_service: dict[str, Any]) -> None:
+        """Emit the Asset event of the model just put in service (see ``emit_asset``)."""
+        events = context.get("outlet_events") if self.emit_asset else None
+        if events is None:
+            return
+        asset = self.model_asset()
+        logical_date = context.get("logical_date")
+        extra = {
+            "registry": self.registry,
+            "version": self.version,
+            "model_path": in_service["model_path"],
+            "metric": self.metric,
+            "metrics": in_service.get("metrics") or {},
+            "step": in_service.get("step"),
+            "spec_hash": in_service.get("spec_hash"),
+            "logical_date": logical_date.isoformat() if logical_date else None,
+        }
+        events[AssetAlias(PUBLISHED_MODELS_ALIAS)].add(asset, extra=extra)
+        self.log.info("Asset event for %s: version %s, %s", asset.uri, self.version, in_service["model_path"])
 
     def _result(self, published, reason, in_service, added, export, decision=None) -> dict[str, Any]:
         metrics = export.get("metrics") or {}

@@ -65,6 +65,7 @@ class _TFoSRunOperator(_TFoSApplicationOperator):
         "env",
         "conf",
         "warm_start",
+        "log_dir",
         "py_files",
         "archives",
         "files",
@@ -100,6 +101,8 @@ class _TFoSRunOperator(_TFoSApplicationOperator):
         training_timeout: float | None = None,
         stop_grace_secs: float = 120.0,
         stall_timeout: float | None = 600.0,
+        tensorboard: bool = False,
+        log_dir: str | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -123,6 +126,8 @@ class _TFoSRunOperator(_TFoSApplicationOperator):
         self.training_timeout = training_timeout
         self.stop_grace_secs = stop_grace_secs
         self.stall_timeout = stall_timeout
+        self.tensorboard = tensorboard
+        self.log_dir = log_dir
         self._check_parameters()
 
     # --- checks at DAG parse time (no I/O) ---------------------------------------------------------------
@@ -229,6 +234,10 @@ class TFoSTrainOperator(_TFoSRunOperator):
     :param stall_timeout: seconds without the training's global step advancing before the TF cluster attempt
         is failed (naming the stalled nodes) and retried from the latest checkpoint; not while a checkpoint
         is saved, a model exported or restored, or the feed's first batch awaited. None: no watchdog.
+    :param tensorboard: start TensorBoard beside the chief (or worker 0) while the run trains; the task's
+        TensorBoard link leads to it while the application runs (not while the task is deferred).
+    :param log_dir: the log directory TensorBoard reads, which the training function finds as ``ctx.log_dir``
+        (templated); default ``<run_dir>/tensorboard`` when ``tensorboard`` is on.
     :param spark_conn_id: the ``spark`` connection (``yarn`` master: YARN; else the local backend).
     :param yarn_conn_id: the ``yarn`` connection (YARN backend).
     :param webhdfs_conn_id: the ``webhdfs`` connection for HDFS run directories.

@@ -280,6 +280,11 @@ def run_driver(
     started = time.monotonic()
     app_id = spark.sparkContext.applicationId
     _record(rundir, events.APPLICATION, application_id=app_id, spec_hash=digest, spark_version=spark.version)
+    if spec.kind == "train" and spec.tensorboard:
+        try:  # a TensorBoard address left by an application that died is no link of this one
+            rundir.clear_tensorboard()
+        except RunDirError as exc:
+            log.warning("%s", exc)
     code = EXIT_FAILED
     try:
         if tables:

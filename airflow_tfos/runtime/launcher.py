@@ -39,6 +39,7 @@ from airflow_tfos.runtime.watchdog import StallMonitor, StallReport
 from airflow_tfos.shared import events
 from airflow_tfos.shared.rundir import RunDir, RunDirError
 from airflow_tfos.shared.spec import RunSpec
+from airflow_tfos.shared.storage import join
 
 log = logging.getLogger(__name__)
 
@@ -200,6 +201,8 @@ class TFClusterRun:
             max_attempts=spec.max_attempts,
             warm_start=spec.warm_start,
             stall_timeout=spec.stall_timeout,
+            tensorboard=spec.tensorboard,
+            log_dir=spec.log_dir or (join(run_dir, "tensorboard") if spec.tensorboard and run_dir else None),
         )
         run.spec = spec
         return run

@@ -45,6 +45,7 @@ from airflow_tfos.runtime.feed.native import WORKER_INDEX_FILE
 from airflow_tfos.runtime.feed.plan import Feed, FeedConfigError
 from airflow_tfos.runtime.feed.rows import RowFeed, RowFeedManager
 from airflow_tfos.runtime.process import ChildProcess, describe_exit
+from airflow_tfos.shared.rundir import RunDir
 from airflow_tfos.shared.spec import RunSpec
 
 log = logging.getLogger(__name__)
@@ -224,6 +225,7 @@ def _launch_node(
         (node_dir / WORKER_INDEX_FILE).write_text(str(role.task_index))
     tb_env = {**env, "TF_CONFIG": tf_config} if tf_config else env
     tensorboard = _tensorboard(job, tb_env, host, tb_port) if tb_port else None
+    recorded = tensorboard is not None and _record_tensorboard(job, tb_url)
     try:
         if is_result:
             _publish_cluster_info(job, cluster_spec, tb_url)
@@ -241,6 +243,8 @@ def _launch_node(
     finally:
         if tensorboard is not None:
             tensorboard.stop(1.0)
+        if recorded:
+            _forget_tensorboard(job)
 
 
 def prestart_node_process(
@@ -452,6 +456,25 @@ def _tensorboard(job: NodeJob, env: dict[str, str], host: str, port: int) -> Chi
 
     log_dir = job.log_dir or str(Path(job.working_dir) / "tensorboard")
     return ChildProcess(tensorboard_argv(log_dir, host, port), env=env, name="TensorBoard").start()
+
+
+def _record_tensorboard(job: NodeJob, url: str | None) -> bool:
+    """Write where TensorBoard serves the run to its run directory (tensorboard.json, the link the task shows)."""
+    if not job.run_dir or not url:
+        return False
+    try:
+        RunDir(job.run_dir).write_tensorboard(url, attempt=job.attempt, run_id=job.run_id, log_dir=job.log_dir)
+    except Exception as exc:  # the link is a convenience: never a reason to fail the node
+        log.warning("cannot record TensorBoard's address %s in %s: %s", url, job.run_dir, exc)
+        return False
+    return True
+
+
+def _forget_tensorboard(job: NodeJob) -> None:
+    try:
+        RunDir(job.run_dir).clear_tensorboard()
+    except Exception as exc:
+        log.warning("cannot remove tensorboard.json from %s: %s", job.run_dir, exc)
 
 
 def _publish_cluster_info(job: NodeJob, cluster_spec: dict, tensorboard_url: str | None) -> None:

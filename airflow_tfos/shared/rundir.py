@@ -19,6 +19,7 @@ atomically, so a sensor never sees half of anything::
     <run_dir>/report/              the training report: report.html and the PNGs it shows
     <run_dir>/lease.json           who started the application writing here (airflow_tfos.shared.lease)
     <run_dir>/attempt.json         the TF cluster attempt that may publish (run id, attempt): the write fence
+    <run_dir>/tensorboard.json     where TensorBoard serves the run, only while a node serves it
 
 A checkpoint or export is written under a temporary name inside the run directory, then renamed into
 place; only then does the manifest (or ``_SUCCESS``) name it. An export that replaces another is swapped
@@ -61,6 +62,7 @@ EXPORT = "export"
 SUCCESS = "_SUCCESS"
 EVENTS = "events"
 PROGRESS = "progress.json"
+TENSORBOARD = "tensorboard.json"
 NODES = "nodes"
 REPORT_DIR = "report"
 REPORT_HTML = "report/report.html"
@@ -521,6 +523,22 @@ class RunDir:
 
     def read_progress(self) -> dict[str, Any] | None:
         return self._read_json(PROGRESS)
+
+    def write_tensorboard(self, url: str, **fields: Any) -> None:
+        """Replace tensorboard.json: the address of the TensorBoard a node started for this run (and when)."""
+        self._write_json({**fields, "url": url, "time": time.time()}, TENSORBOARD)
+
+    def read_tensorboard(self) -> dict[str, Any] | None:
+        """Where TensorBoard serves this run (``url``), or None when no node serves it now."""
+        return self._read_json(TENSORBOARD)
+
+    def clear_tensorboard(self) -> None:
+        """Remove tensorboard.json (its TensorBoard stopped, or a new application starts)."""
+        path = self.path(TENSORBOARD)
+        try:
+            self.storage.delete(path)
+        except OSError as exc:
+            raise RunDirError(f"cannot remove {path}: {exc}") from exc
 
     def write_node_progress(self, node: str, record: dict[str, Any]) -> None:
         """Replace ``nodes/<node>.json``: one training node's global step and phase (``chief-0``...)."""

@@ -106,6 +106,11 @@ class RunSpec:
     warm_start: str | None = field(default=None, metadata=_spec((str, type(None)), TRAINING))
     #: seconds without the global step advancing before an attempt counts as stalled (None: no watchdog)
     stall_timeout: float | None = field(default=600.0, metadata=_spec((int, float, type(None)), WHEN_SET))
+    #: start TensorBoard beside the chief (or worker 0) while the run trains; its address goes to tensorboard.json
+    tensorboard: bool = field(default=False, metadata=_spec(bool, WHEN_SET))
+    #: the log directory TensorBoard reads and the nodes find as ``ctx.log_dir`` (default ``<run_dir>/tensorboard``
+    #: when TensorBoard is on)
+    log_dir: str | None = field(default=None, metadata=_spec((str, type(None)), WHEN_SET))
     #: the hash spec.json was written with (:meth:`RunDir.write_spec`); never part of :meth:`to_json`
     spec_hash: str = field(default="", metadata=_spec(str, NEVER))
     kind: str = field(default="train", metadata=_spec(str))

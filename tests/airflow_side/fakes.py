@@ -6,7 +6,11 @@ against the YARN and WebHDFS emulators and a real local Spark cluster elsewhere.
 
 from __future__ import annotations
 
+import contextlib
+import http.server
 import itertools
+import threading
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -90,6 +94,12 @@ class FakeBackend:
     async def akill(self, app_id: str) -> AppState:
         return self.kill(app_id)
 
+    #: the page an ended application's UI lives on (TFoSHook.history_url); None: no history server is named
+    history: str | None = None
+
+    def history_url(self, app: AppState, conf: dict[str, str] | None = None) -> str | None:
+        return self.history if app.is_terminal else None
+
 
 class FakeStateStore:
     def __init__(self) -> None:
@@ -135,3 +145,34 @@ def use_backend(operator, backend: FakeBackend) -> None:
         client = ApplicationClient(spark_conn_id="spark_default")
         client.__dict__["tfos_hook"] = backend
         operator.__dict__["apps"] = client
+
+
+class _HistoryServer(http.server.BaseHTTPRequestHandler):
+    """Stands in for Spark's history server: ``/history/<app id>`` answers with a page naming the application."""
+
+    def do_GET(self):
+        app_id = self.path.removeprefix("/history/").strip("/")
+        ok = self.path.startswith("/history/application_")
+        body = (f"<title>{app_id} - Spark Jobs</title>" if ok else "not found").encode()
+        self.send_response(200 if ok else 404)
+        self.send_header("Content-Type", "text/html")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args):
+        pass
+
+
+@contextlib.contextmanager
+def history_server_stand_in() -> Iterator[str]:
+    """A stand-in for Spark's history server on 127.0.0.1 (Spark's is not installed here); yields ``host:port``."""
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _HistoryServer)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=10)

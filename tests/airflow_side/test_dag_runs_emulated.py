@@ -20,10 +20,12 @@ from __future__ import annotations
 import getpass
 import json
 import os
+import sqlite3
 import subprocess
 import sys
 import threading
 import time
+import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -38,6 +40,7 @@ from airflow_tfos.shared.storage.webhdfs_client import WebHDFSStorage
 from airflow_tfos.shared.storage.webhdfs_config import WEBHDFS_ENV
 from airflow_tfos.testing.webhdfs import WebHDFSEmulator
 from airflow_tfos.testing.yarn import ResourceManagerEmulator
+from tests.airflow_side.fakes import history_server_stand_in
 from tests.airflow_side.hadoop_site import ha_cluster_conf
 from tests.airflow_side.yarn_driver_fakes import CONTAINER_ENV, YarnDriverBroker, read_calls, write_spark_submit
 from tests.conftest import REPO
@@ -146,12 +149,20 @@ def emulated(tmp_path_factory) -> Iterator[Emulated]:
         yield Emulated(hdfs, rm, broker, env)
 
 
-def test_train_dag_submits_to_yarn_exports_to_hdfs_and_a_rerun_submits_nothing(emulated, tmp_path):
+@pytest.fixture
+def history_server() -> Iterator[str]:
+    with history_server_stand_in() as address:
+        yield address
+
+
+def test_train_dag_submits_to_yarn_exports_to_hdfs_and_a_rerun_submits_nothing(emulated, tmp_path, history_server):
     hdfs, rm, broker = emulated.hdfs, emulated.rm, emulated.broker
     calls = tmp_path / "spark-submit-calls.jsonl"
     lineage = tmp_path / "openlineage.jsonl"
+    spark = {"conn_type": "spark", "host": "yarn", "extra": {"spark.yarn.historyServer.address": history_server}}
     env = {
         **emulated.env,
+        "AIRFLOW_CONN_SPARK_TFOS_EM": json.dumps(spark),
         "AIRFLOW__OPENLINEAGE__TRANSPORT": json.dumps({"type": "file", "log_file_path": str(lineage), "append": True}),
         "FAKE_SPARK_SUBMIT_CALLS": str(calls),
     }
@@ -201,12 +212,27 @@ def test_train_dag_submits_to_yarn_exports_to_hdfs_and_a_rerun_submits_nothing(e
     assert output["facets"]["tfosModel"]["specHash"] == export["spec_hash"]
     assert output["facets"]["tfosModel"]["step"] == 10
 
+    # the ended application's link leads to the history server the connection names (a stand-in here)
+    link = _link(emulated.env["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"], "SparkApplicationLink")
+    assert link == f"http://{history_server}/history/{submission['app_id']}"
+    with urllib.request.urlopen(link, timeout=10) as reply:
+        assert reply.status == 200 and submission["app_id"] in reply.read().decode()
+
     # the same DAG run again: done already, nothing submitted
     again = dags_test(env)
     assert succeeded(again), tail(again, broker)
     assert "nothing to do" in again.stdout + again.stderr
     assert len(read_calls(calls)) == 1 and len(emulated.submissions(DAG_ID)) == 1
     assert rundir.export_success() == export
+
+
+def _link(database: str, link_class: str) -> str:
+    """The target an extra link of tfos_em_train's ``train`` task was given when the task ended."""
+    with sqlite3.connect(database.removeprefix("sqlite:///")) as db:
+        (value,) = db.execute(
+            "SELECT value FROM xcom WHERE dag_id = ? AND task_id = 'train' AND key = ?", (DAG_ID, f"_link_{link_class}")
+        ).fetchone()
+    return json.loads(value)
 
 
 def _application_processes(submission: dict) -> dict[int, tuple[float, str]]:

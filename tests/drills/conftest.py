@@ -39,6 +39,8 @@ def stack(tmp_path_factory, drill_data):
         "SPARK_LOCAL_IP": "127.0.0.1",
         "TF_CPP_MIN_LOG_LEVEL": "2",
         "TFOS_DRILL_DATA": drill_data,
+        "TFOS_DRILL_REGISTRY": str(root / "registry"),
+        "TFOS_DRILL_SCORES": str(root / "scores"),
     }
     airflow = AirflowStack(home, DAGS, env)
     try:

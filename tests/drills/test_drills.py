@@ -461,14 +461,16 @@ def test_report_link_points_at_the_report_of_the_runs_directory(drills, stack):
 
 
 @pytest.mark.timeout(120)
-def test_spark_application_link_points_at_the_application(drills, stack):
+def test_spark_application_link_followed_the_application_and_is_gone_with_its_ui(drills, stack):
     drill = drills["executor"]
     drill.check_ended()
     (record,) = drill.watch.records()
     seen = drill.watch.ui.get(record["app_id"], {})
-    links = stack.links(DAG_ID, drill.run_id, TASK_ID)["extra_links"]
-    assert links["Spark application"], f"no Spark application link; while it ran the backend reported {seen}"
-    assert links["Spark application"] == seen.get("tracking_url")
+    pushed = stack.xcom(DAG_ID, drill.run_id, TASK_ID, "tracking_url")
+    assert pushed, f"no tracking URL was pushed; while it ran the backend reported {seen}"
+    assert pushed == seen.get("tracking_url")
+    # the local application's UI ended with it, and no history server is named: no link to a dead page
+    assert not stack.links(DAG_ID, drill.run_id, TASK_ID)["extra_links"]["Spark application"]
 
 
 @pytest.mark.timeout(120)

@@ -55,8 +55,13 @@ def test_example_dags_parse_with_the_expected_tasks():
     assert lifecycle.get_task("batch_inference").upstream_task_ids == {"publish"}
     sweep = bag.dags["tfos_sweep_digits"]
     assert sweep.get_task("publish").upstream_task_ids == {"pick_best"}
+    scoring = bag.dags["tfos_scoring_digits"]  # runs once per model the nightly DAG puts in service
+    published = nightly.get_task("publish")
+    assert list(scoring.timetable.asset_condition.objects) == [published.model_asset()]
+    assert scoring.get_task("score").upstream_task_ids == {"describe_model"}
     assert set(bag.dags) == {
         "tfos_nightly_digits", "tfos_lifecycle_digits", "tfos_migrated_digits", "tfos_sweep_digits",
+        "tfos_scoring_digits",
     }  # fmt: skip
 
 

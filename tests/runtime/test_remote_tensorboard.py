@@ -14,6 +14,7 @@ import pytest
 
 from airflow_tfos.runtime.compat import TFCluster
 from airflow_tfos.runtime.tensorboard import LogDirMirror, tensorboard_argv
+from airflow_tfos.shared.rundir import RunDir
 from airflow_tfos.shared.storage import storage_for
 from tests.runtime.test_listening import assert_listens_as_documented
 
@@ -101,6 +102,8 @@ def test_tensorboard_url_serves_a_log_dir_on_hdfs_as_it_grows(sc, emu, tmp_path)
     try:
         url = cluster.tensorboard_url()
         assert url and url.startswith("http://127.0.0.1:")
+        run_dir = RunDir(cluster._run.run_dir)
+        assert run_dir.read_tensorboard()["url"] == url  # what the training task's TensorBoard link reads
         # What a training program does on a cluster where TF cannot write HDFS: log locally, upload.
         local = tmp_path / "events"
         writer = tf.summary.create_file_writer(str(local / "train"))
@@ -129,3 +132,4 @@ def test_tensorboard_url_serves_a_log_dir_on_hdfs_as_it_grows(sc, emu, tmp_path)
         cluster.shutdown(timeout=120)
     with pytest.raises(OSError):
         urllib.request.urlopen(url, timeout=5)
+    assert run_dir.read_tensorboard() is None  # TensorBoard stopped: no address is left to link

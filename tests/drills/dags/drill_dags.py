@@ -12,9 +12,12 @@ from datetime import datetime, timedelta
 
 from airflow.sdk import DAG
 
-from airflow_tfos.operators import TFoSTrainOperator
+from airflow_tfos.operators import TFoSInferenceOperator, TFoSPublishModelOperator, TFoSTrainOperator
+from airflow_tfos.operators.publish import model_asset
 
 DATA = {"format": "parquet", "path": os.environ.get("TFOS_DRILL_DATA", "/nonexistent/tfos-drill-data")}
+REGISTRY = os.environ.get("TFOS_DRILL_REGISTRY", "/nonexistent/tfos-drill-registry")
+SCORES = os.environ.get("TFOS_DRILL_SCORES", "/nonexistent/tfos-drill-scores")
 FEED = {"features": ["x"], "label": "y", "batch_size": 30}
 SPARK_CONF = {
     "spark.driver.host": "127.0.0.1",
@@ -69,4 +72,67 @@ with DAG(
         task_id="train",
         args={"epochs": 40, "every": 5, "sleep": 0.3},
         **{**COMMON, "num_nodes": 1, "spark_conn_id": "spark_tfos_drill_one"},
+    )
+
+# TensorBoard on, waited for in the worker (a deferred task cannot update its links), then published by loss.
+with DAG(
+    "tfos_drill_links",
+    schedule=None,
+    start_date=START,
+    catchup=False,
+    is_paused_upon_creation=False,
+    tags=["tfos", "drills"],
+):
+    train = TFoSTrainOperator(
+        task_id="train",
+        args={"epochs": 2, "every": 10, "sleep": 0.3},
+        tensorboard=True,
+        **{**COMMON, "num_nodes": 1, "spark_conn_id": "spark_tfos_drill_one", "deferrable": False},
+    )
+    publish = TFoSPublishModelOperator(
+        task_id="publish",
+        run_dir="{{ ti.xcom_pull(task_ids='train')['run_dir'] }}",
+        registry=REGISTRY,
+        metric="loss",
+        higher_is_better=False,
+    )
+    train >> publish
+
+# Publishes the export of the run directory given in the run's conf (the drill's rejected candidate).
+with DAG(
+    "tfos_drill_publish",
+    schedule=None,
+    start_date=START,
+    catchup=False,
+    is_paused_upon_creation=False,
+    tags=["tfos", "drills"],
+):
+    TFoSPublishModelOperator(
+        task_id="publish",
+        run_dir="{{ dag_run.conf['run_dir'] }}",
+        registry=REGISTRY,
+        metric="loss",
+        higher_is_better=False,
+    )
+
+# Scores the drill data with each model put in service, as soon as it is.
+with DAG(
+    "tfos_drill_scoring",
+    schedule=[model_asset(REGISTRY)],
+    start_date=START,
+    catchup=False,
+    is_paused_upon_creation=False,
+    tags=["tfos", "drills"],
+):
+    TFoSInferenceOperator(
+        task_id="score",
+        model_path="{{ (triggering_asset_events.values() | first | last).extra['model_path'] }}",
+        data=DATA,
+        features=["x"],
+        output_path=SCORES + "/{{ run_id | replace(':', '-') | replace('+', '-') }}",
+        num_executors=1,
+        spark_conn_id="spark_tfos_drill_one",
+        conf=SPARK_CONF,
+        executor_memory="768m",
+        poll_interval=1.0,
     )
