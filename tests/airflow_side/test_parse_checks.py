@@ -126,6 +126,10 @@ class TestArguments:
             ({"feed": {**FEED, "batch_size": 0}}, r"feed field 'batch_size' must be at least 1, got 0"),
             ({"feed": {**FEED, "shuffle_window": 0}}, r"feed field 'shuffle_window' must be at least 1, got 0"),
             ({"feed": {**FEED, "balance": "even"}}, r"feed field 'balance' must be 'pad' or 'drop', got 'even'"),
+            (
+                {"feed": {**FEED, "read": "fast"}},
+                r"feed field 'read' must be 'auto', 'direct' or 'spark', got 'fast'",
+            ),
         ],
     )
     def test_what_the_cluster_would_refuse_is_refused_at_parse_time(self, tmp_path, arguments, message):

@@ -213,17 +213,30 @@ def plan_direct(data, feed: Feed, roles: Sequence[NodeRole], validation_data=Non
     return DirectInput(splits=splits, files=count, reason="plain scan"), line
 
 
+#: About how many bytes of rows are decoded at a time: a row group (128 MiB when Spark wrote it) is never
+#: held in memory whole.
+BATCH_BYTES = 16 * 2**20
+
+
 def read_slices(slices: Iterable[Slice], columns: Sequence[str]) -> Iterator:
-    """Arrow record batches of ``columns`` of the slices' rows, in order, one row group in memory at a time."""
+    """Arrow record batches of ``columns`` of the slices' rows, in order, about ``BATCH_BYTES`` decoded at a time."""
     current, handle = None, None
     for part in slices:
         if part.path != current:
             current, handle = part.path, open_parquet(part.path)
+        group = handle.metadata.row_group(part.row_group)
+        rows = max(1024, int(BATCH_BYTES * group.num_rows / max(group.total_byte_size, 1)))
+        seen = 0
         try:
-            table = handle.read_row_group(part.row_group, columns=list(columns))
-        except Exception as exc:
+            for batch in handle.iter_batches(batch_size=rows, row_groups=[part.row_group], columns=list(columns)):
+                low, high = max(part.start - seen, 0), min(part.stop - seen, batch.num_rows)
+                seen += batch.num_rows
+                if high > low:
+                    yield batch.slice(low, high - low)
+                if seen >= part.stop:
+                    break
+        except Exception as exc:  # a damaged file, or a column of another type in this file
             raise FeedConfigError(f"cannot read row group {part.row_group} of {part.path}: {exc}") from exc
-        yield from table.slice(part.start, part.rows).combine_chunks().to_batches()
 
 
 def spill_direct(direct: DirectInput, executor_id: int, node_dir: str, feed: Feed) -> dict:
