@@ -27,6 +27,7 @@ from urllib.parse import unquote
 
 from airflow_tfos.runtime.cluster import NodeRole
 from airflow_tfos.runtime.feed.plan import NUMERIC_TYPES, Feed, FeedConfigError
+from airflow_tfos.shared.storage.webhdfs_config import WEBHDFS_ENV
 
 #: Spark types whose Parquet form pyarrow reads as Spark's Arrow path sends them.
 DIRECT_TYPES = NUMERIC_TYPES | {"string", "binary", "date"}
@@ -54,11 +55,14 @@ class DirectInput:
 
     :param files: how many files the training (and validation) data span.
     :param reason: why the direct path was taken, for the log.
+    :param webhdfs_config: the driver's WebHDFS settings (``AIRFLOW_TFOS_WEBHDFS``, which holds no secret), for
+        executors that have none of their own.
     """
 
     splits: dict[str, tuple[tuple[Slice, ...], ...]]
     files: int
     reason: str
+    webhdfs_config: str | None = None
 
     def slices(self, split: str, executor_id: int) -> tuple[Slice, ...]:
         return self.splits[split][executor_id]
@@ -105,24 +109,25 @@ def scan_files(df, feed: Feed) -> tuple[list[str] | None, str]:
     return files, "plain scan"
 
 
-def storage_path(uri: str) -> tuple[object, str]:
-    """The storage that reads ``uri`` (as Spark names an input file) and the path to give it."""
+def storage_path(uri: str, webhdfs_config: str | None = None) -> tuple[object, str]:
+    """The storage that reads ``uri`` (as Spark names an input file) and the path to give it; HDFS with
+    ``webhdfs_config`` where this process has no WebHDFS settings of its own (an executor)."""
     if uri.startswith("file:"):
         from airflow_tfos.shared.storage.base import LocalStorage
 
         return LocalStorage(), unquote(uri[len("file:") :].removeprefix("//"))
-    from airflow_tfos.shared.storage.schemes import storage_for
+    from airflow_tfos.runtime.saved_models import storage_of
 
-    return storage_for(uri), uri
+    return storage_of(uri, webhdfs_config), uri
 
 
-def open_parquet(uri: str):
+def open_parquet(uri: str, webhdfs_config: str | None = None):
     """A pyarrow ``ParquetFile`` over ``uri``: a local file as is, a remote one through ranged reads."""
     import pyarrow.parquet as pq
 
     from airflow_tfos.shared.storage.ranged import RangedFile
 
-    storage, path = storage_path(uri)
+    storage, path = storage_path(uri, webhdfs_config)
     local = storage.local_path(path)
     if local is not None:
         return pq.ParquetFile(local)
@@ -210,7 +215,8 @@ def plan_direct(data, feed: Feed, roles: Sequence[NodeRole], validation_data=Non
     count = len({uri for files, _ in found.values() for uri in files})
     columns = len(feed.columns)
     line = f"feed: reading {count} Parquet file(s) directly on the nodes (plain scan, {columns} column(s))"
-    return DirectInput(splits=splits, files=count, reason="plain scan"), line
+    webhdfs_config = os.environ.get(WEBHDFS_ENV) or None
+    return DirectInput(splits=splits, files=count, reason="plain scan", webhdfs_config=webhdfs_config), line
 
 
 #: About how many bytes of rows are decoded at a time: a row group (128 MiB when Spark wrote it) is never
@@ -218,12 +224,12 @@ def plan_direct(data, feed: Feed, roles: Sequence[NodeRole], validation_data=Non
 BATCH_BYTES = 16 * 2**20
 
 
-def read_slices(slices: Iterable[Slice], columns: Sequence[str]) -> Iterator:
+def read_slices(slices: Iterable[Slice], columns: Sequence[str], webhdfs_config: str | None = None) -> Iterator:
     """Arrow record batches of ``columns`` of the slices' rows, in order, about ``BATCH_BYTES`` decoded at a time."""
     current, handle = None, None
     for part in slices:
         if part.path != current:
-            current, handle = part.path, open_parquet(part.path)
+            current, handle = part.path, open_parquet(part.path, webhdfs_config)
         group = handle.metadata.row_group(part.row_group)
         rows = max(1024, int(BATCH_BYTES * group.num_rows / max(group.total_byte_size, 1)))
         seen = 0
@@ -255,7 +261,7 @@ def spill_direct(direct: DirectInput, executor_id: int, node_dir: str, feed: Fee
         for split in direct.splits:
             what = "training data" if split == "train" else "validation data"
             writer = writers[split] = SpillWriter(os.path.join(node_dir, f"{split}.arrow"), feed.columns, what, feed)
-            for batch in read_slices(direct.slices(split, executor_id), feed.columns):
+            for batch in read_slices(direct.slices(split, executor_id), feed.columns, direct.webhdfs_config):
                 writer.write(batch)
                 del batch
                 peak = max(peak, me.memory_info().rss)
