@@ -77,10 +77,13 @@ def scan_files(df, feed: Feed) -> tuple[list[str] | None, str]:
     """The Parquet files ``df`` reads when it is a plain scan of them (at most a selection of plain columns);
     else None and the reason, as the log says it ("the plan has a Filter")."""
     try:
-        plan = df._jdf.queryExecution().optimizedPlan()
-    except Exception as exc:  # not a classic DataFrame (Spark Connect): its plan is not reachable here
-        return None, f"its plan cannot be inspected ({type(exc).__name__})"
-    node = plan
+        return _scan_files(df, feed)
+    except Exception as exc:  # not a classic DataFrame (Spark Connect), or a plan of another Spark's shape
+        return None, f"its plan cannot be inspected ({type(exc).__name__}: {str(exc).splitlines()[0][:200]})"
+
+
+def _scan_files(df, feed: Feed) -> tuple[list[str] | None, str]:
+    node = df._jdf.queryExecution().optimizedPlan()
     while node.nodeName() == "Project":
         projected = node.projectList()
         for i in range(projected.size()):
