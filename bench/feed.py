@@ -24,6 +24,10 @@
 5. ``--types``: for a dense-vector column (100 values), a sparse-vector column (``OneHotEncoder`` of
    10,000 categories: one value set) and a string column (64 characters), the spill's size per worker
    and the rows per second per worker from the driver's call to the first pass's end, and replayed.
+6. The direct path: the same rows written to Parquet files once (as a nightly task before training
+   writes them) and given as ``spark.read.parquet(path)``: the nodes read their shares of the row
+   groups themselves (``Feed(read="direct")``), skipping Spark's JVM-to-Python transfer and the
+   layout shuffle. Timed like the DataFrame path, side by side with it in 1, 2 and 3.
 4. ``--readers``: rows per second out of one node's share on local disk, in one process, for rows of
    784 floats + a label, batches of 256, shuffled: the ``from_generator`` pipeline over the Arrow
    spill (``ctx.dataset()``, MultiWorkerMirroredStrategy) against the fixed-width records read by
@@ -35,6 +39,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
 import sys
 import tempfile
@@ -156,12 +161,18 @@ def pair_frame(spark, rows: int):
     return spark.range(0, rows, numPartitions=4).selectExpr("array(rand(1), rand(2)) as x", "rand(3) as y").cache()
 
 
-def run_ours(sc, frame, batch_size=1024, features="x") -> list[dict]:
+def parquet_copy(frame, folder: str):
+    """``frame``'s rows written as Parquet files under ``folder`` (Spark's defaults), read back as a plain scan."""
+    frame.write.mode("overwrite").parquet(folder)
+    return frame.sparkSession.read.parquet(folder)
+
+
+def run_ours(sc, frame, batch_size=1024, features="x", read="spark") -> list[dict]:
     from airflow_tfos.runtime import run
     from airflow_tfos.runtime.feed import Feed
 
     out = tempfile.mkdtemp(prefix="bench-feed-ours-")
-    feed = Feed(features=features, label="y", batch_size=batch_size, shuffle=False, cast_floats=None)
+    feed = Feed(features=features, label="y", batch_size=batch_size, shuffle=False, cast_floats=None, read=read)
     called = time.time()
     run(sc, ours_feed_main, {"out": out}, num_nodes=2, data=frame, feed=feed, timeout=1200)
     for record in (records := _records(out)):
@@ -212,13 +223,18 @@ def _rates(records: list[dict]) -> list[float]:
     return [r["rows"] / r["seconds"] for r in records]
 
 
-def feed_rates(spark, name: str, frame, rounds: int) -> None:
+def feed_rates(spark, name: str, frame, rounds: int, folder: str) -> None:
     sc = spark.sparkContext
     total = frame.count()
+    files = parquet_copy(frame, folder)
     rdd = frame.rdd.map(lambda row: (list(row.x), row.y)).cache()
     rdd.count()
-    runs = {"tensorflowonspark": lambda: run_tfos(sc, rdd), "airflow-tfos": lambda: run_ours(sc, frame)}
-    results: dict[str, list[dict]] = {"tensorflowonspark": [], "airflow-tfos": [], "spark alone": []}
+    runs = {
+        "tensorflowonspark": lambda: run_tfos(sc, rdd),
+        "airflow-tfos": lambda: run_ours(sc, frame),
+        "direct": lambda: run_ours(sc, files, read="direct"),
+    }
+    results: dict[str, list[dict]] = {"tensorflowonspark": [], "airflow-tfos": [], "direct": [], "spark alone": []}
     for run_once in (*runs.values(), lambda: run_spark_alone(frame)):  # warm-up, not counted
         run_once()
     for number in range(rounds):
@@ -236,61 +252,78 @@ def feed_rates(spark, name: str, frame, rounds: int) -> None:
             f"{r['layout_s']:.2f} s, read from Spark and spilled {r['spill_s']:.2f} s, "
             f"into TF {r['first_pass_s']:.2f} s"
         )
+    for r in results["direct"]:
+        print(
+            f"[{name}] direct: {r['rows']} rows in {r['seconds']:.2f} s: planned and launched "
+            f"{r['layout_s']:.2f} s, read from the Parquet files and spilled {r['spill_s']:.2f} s, "
+            f"into TF {r['first_pass_s']:.2f} s"
+        )
     for r in results["spark alone"]:
         print(f"[{name}] spark alone: {r['rows']} rows in {r['seconds']:.2f} s")
     medians = {system: statistics.median(_rates(records)) for system, records in results.items()}
-    for system in ("tensorflowonspark", "airflow-tfos", "spark alone"):
+    for system in ("tensorflowonspark", "airflow-tfos", "spark alone", "direct"):
         label = "tensorflowonspark=2.2.5" if system == "tensorflowonspark" else system
         print(f"feed_rows_per_s_per_worker[{name}] {label}: {medians[system]:,.0f}")
     ours, tfos, alone = medians["airflow-tfos"], medians["tensorflowonspark"], medians["spark alone"]
+    direct = medians["direct"]
     print(f"feed_ratio[{name}] airflow-tfos/tensorflowonspark: {ours / tfos:.1f}")
     print(f"feed_ratio[{name}] spark-alone/tensorflowonspark: {alone / tfos:.1f}")
     print(f"feed_ratio[{name}] airflow-tfos/spark-alone: {ours / alone:.2f}")
-    replay = statistics.median(r["rows"] / r["second_pass_s"] for r in results["airflow-tfos"])
-    print(f"feed_rows_per_s_per_worker[{name}] airflow-tfos later epochs (replayed from local disk): {replay:,.0f}")
+    print(f"feed_ratio[{name}] direct/tensorflowonspark: {direct / tfos:.1f}")
+    print(f"feed_ratio[{name}] direct/spark-alone: {direct / alone:.2f}")
+    for system in ("airflow-tfos", "direct"):
+        replay = statistics.median(r["rows"] / r["second_pass_s"] for r in results[system])
+        print(f"feed_rows_per_s_per_worker[{name}] {system} later epochs (replayed from local disk): {replay:,.0f}")
 
 
-def training_steps(spark, rows: int) -> None:
+def training_steps(spark, rows: int, folder: str) -> None:
     from airflow_tfos.runtime import run
     from airflow_tfos.runtime.feed import Feed
 
     frame = image_frame(spark, rows)
     frame.count()
-    out = tempfile.mkdtemp(prefix="bench-steps-")
-    feed = Feed(features="x", label="y", batch_size=64, shuffle=False)
-    run(
-        spark.sparkContext,
-        ours_steps_main,
-        {"out": out, "epochs": 3, "rounds": 5},
-        num_nodes=2,
-        data=frame,
-        feed=feed,
-        timeout=1200,
-    )
+    inputs = {"dataframe": (frame, "spark"), "direct": (parquet_copy(frame, folder), "direct")}
+    for path, (data, read) in inputs.items():
+        out = tempfile.mkdtemp(prefix="bench-steps-")
+        feed = Feed(features="x", label="y", batch_size=64, shuffle=False, read=read)
+        run(
+            spark.sparkContext,
+            ours_steps_main,
+            {"out": out, "epochs": 3, "rounds": 5},
+            num_nodes=2,
+            data=data,
+            feed=feed,
+            timeout=1200,
+        )
+        records = _records(out)
+        median = {name: statistics.median(v for r in records for v in r[name]) for name in records[0]}
+        source = "from Spark" if path == "dataframe" else "from the Parquet files directly"
+        for usage in ("repeat", "per-epoch"):
+            fed, ceiling = median[f"fed {usage}"], median[f"memory {usage}"]
+            print(f"train_steps_per_s[{path} {usage}] fed {source}: {fed:.1f}")
+            print(f"train_steps_per_s[{path} {usage}] in-memory tf.data (ceiling): {ceiling:.1f}")
+            print(f"train_steps_ratio[{path} {usage}] fed/ceiling: {fed / ceiling:.2f}")
     frame.unpersist()
-    records = _records(out)
-    median = {name: statistics.median(v for r in records for v in r[name]) for name in records[0]}
-    for usage in ("repeat", "per-epoch"):
-        fed, ceiling = median[f"fed {usage}"], median[f"memory {usage}"]
-        print(f"train_steps_per_s[{usage}] fed from Spark: {fed:.1f}")
-        print(f"train_steps_per_s[{usage}] in-memory tf.data (ceiling): {ceiling:.1f}")
-        print(f"train_steps_ratio[{usage}] fed/ceiling: {fed / ceiling:.2f}")
 
 
-def peak_memory(spark, rows: int) -> None:
-    peaks = {}
+def peak_memory(spark, rows: int, folder: str) -> None:
+    peaks: dict[tuple[str, int], tuple[float, float]] = {}
     for factor in (1, 10):
         frame = image_frame(spark, rows * factor)
         frame.count()
-        records = run_ours(spark.sparkContext, frame)
+        inputs = {"dataframe": (frame, "spark"), "direct": (parquet_copy(frame, f"{folder}/{factor}x"), "direct")}
+        for path, (data, read) in inputs.items():
+            records = run_ours(spark.sparkContext, data, read=read)
+            peak = (max(r["spill_peak_rss_mb"] for r in records), max(r["tf_peak_rss_mb"] for r in records))
+            peaks[path, factor] = peak
+            print(
+                f"peak_rss_mb[{path} {factor}x = {rows * factor} rows of 784 floats] spark task {peak[0]:.0f}, "
+                f"TF process {peak[1]:.0f}"
+            )
         frame.unpersist()
-        peaks[factor] = (max(r["spill_peak_rss_mb"] for r in records), max(r["tf_peak_rss_mb"] for r in records))
-        print(
-            f"peak_rss_mb[{factor}x = {rows * factor} rows of 784 floats] spark task {peaks[factor][0]:.0f}, "
-            f"TF process {peaks[factor][1]:.0f}"
-        )
-    print(f"peak_rss_ratio 10x/1x spark task: {peaks[10][0] / peaks[1][0]:.2f}")
-    print(f"peak_rss_ratio 10x/1x TF process: {peaks[10][1] / peaks[1][1]:.2f}")
+    for path in ("dataframe", "direct"):
+        print(f"peak_rss_ratio[{path}] 10x/1x spark task: {peaks[path, 10][0] / peaks[path, 1][0]:.2f}")
+        print(f"peak_rss_ratio[{path}] 10x/1x TF process: {peaks[path, 10][1] / peaks[path, 1][1]:.2f}")
 
 
 def _image_spill(path: str, rows: int, feed) -> dict[str, int]:
@@ -404,16 +437,18 @@ def main() -> int:
 
     spark = SparkSession.builder.config(conf=conf).getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
+    files = tempfile.mkdtemp(prefix="bench-feed-parquet-")  # the Parquet copies of the direct path
     try:
         if options.types:
             type_rates(spark, int(100_000 * scale))
             return 0
-        feed_rates(spark, "2 floats", pair_frame(spark, int(100_000 * scale)), rounds=3)
-        feed_rates(spark, "784 floats + label", image_frame(spark, int(100_000 * scale)), rounds=2)
-        training_steps(spark, int(20_000 * scale))
-        peak_memory(spark, int(20_000 * scale))
+        feed_rates(spark, "2 floats", pair_frame(spark, int(100_000 * scale)), 3, f"{files}/pairs")
+        feed_rates(spark, "784 floats + label", image_frame(spark, int(100_000 * scale)), 2, f"{files}/images")
+        training_steps(spark, int(20_000 * scale), f"{files}/steps")
+        peak_memory(spark, int(20_000 * scale), f"{files}/memory")
     finally:
         spark.stop()
+        shutil.rmtree(files, ignore_errors=True)
     return 0
 
 

@@ -160,6 +160,7 @@ class TFClusterRun:
         self._error: BaseException | None = None
         self._cancelled = False
         self._frame = None
+        self._direct = None
         #: the spec this run was started from (:meth:`from_spec`), handed to every node
         self.spec: RunSpec | None = None
 
@@ -218,10 +219,7 @@ class TFClusterRun:
         resources = snapshot_resources(self.sc, wanted_slots=self.num_nodes, wait_seconds=self.slot_wait_secs)
         check_cluster(resources, self.num_nodes, gpus_per_node=self.gpus_per_node)
         if self.feed is not None:
-            from airflow_tfos.runtime.feed.spark_side import prepare_dataframe
-
-            # Checks the schema here, on the caller's thread, before anything is launched.
-            self._frame = prepare_dataframe(self.data, self.feed, self.roles, self.validation_data)
+            self._prepare_feed()
         job = self.node_job()
         self._tokens = TokenKeeper.for_run_dir(self.run_dir, f"TF cluster {self.run_id}")
         if self._tokens is not None:
@@ -238,6 +236,21 @@ class TFClusterRun:
             ", ".join(r.label for r in self.roles),
         )
         return self
+
+    def _prepare_feed(self) -> None:
+        """Check the DataFrames' schemas here, on the caller's thread, before anything is launched; then either
+        plan the nodes' direct reads of the Parquet files, or lay the rows out through Spark."""
+        from airflow_tfos.runtime.feed.direct import plan_direct
+        from airflow_tfos.runtime.feed.plan import check_schema
+        from airflow_tfos.runtime.feed.spark_side import prepare_dataframe, schema_fields
+
+        check_schema(schema_fields(self.data), self.feed, "training DataFrame")
+        if self.validation_data is not None:
+            check_schema(schema_fields(self.validation_data), self.feed, "validation DataFrame")
+        self._direct, line = plan_direct(self.data, self.feed, self.roles, self.validation_data)
+        log.info("TF cluster %s: %s", self.run_id, line)
+        if self._direct is None:
+            self._frame = prepare_dataframe(self.data, self.feed, self.roles, self.validation_data)
 
     def node_job(self) -> NodeJob:
         """What every node task of this run gets (built on the driver)."""
@@ -262,6 +275,7 @@ class TFClusterRun:
             env=self.env,
             set_tf_config=self.set_tf_config,
             feed=self.feed,
+            direct=self._direct,
             with_validation=self.validation_data is not None,
             row_feed=self.row_feed,
             warm_start=self.warm_start,
@@ -354,7 +368,7 @@ class TFClusterRun:
             log.warning("cannot record %s in %s: %s", kind, self.run_dir, exc)
 
     def _stage(self, job: NodeJob) -> list[tuple[int, bytes, str]]:
-        if self.feed is not None:
+        if self.feed is not None and self._direct is None:
             frame = self._frame
 
             def node_batches(batches):

@@ -41,6 +41,7 @@ from airflow_tfos.runtime.cluster import (
 )
 from airflow_tfos.runtime.context import NodeContext
 from airflow_tfos.runtime.errors import NodeFailure
+from airflow_tfos.runtime.feed.direct import DirectInput
 from airflow_tfos.runtime.feed.native import WORKER_INDEX_FILE
 from airflow_tfos.runtime.feed.plan import Feed, FeedConfigError
 from airflow_tfos.runtime.feed.rows import RowFeed, RowFeedManager
@@ -72,6 +73,8 @@ class NodeJob:
     :param set_tf_config: whether nodes get TF_CONFIG (TFoS set it only when there was a chief).
     :param kill_grace_secs: how long a node process may take to exit after SIGTERM before it is killed.
     :param feed: InputMode.SPARK from a DataFrame: the partition holds Arrow batches to spill and feed.
+    :param direct: the feed's rows are read by the nodes from Parquet files: each node's slices of them
+        (the partition is then empty).
     :param with_validation: the partition also holds validation rows (tagged by a split column).
     :param row_feed: InputMode.SPARK from an RDD (TFoS's DataFeed): the partition holds Python rows.
     :param attempt: which attempt of the run this is (0 first; a new barrier stage each time).
@@ -97,6 +100,7 @@ class NodeJob:
     set_tf_config: bool = True
     kill_grace_secs: float = 5.0
     feed: Feed | None = None
+    direct: DirectInput | None = None
     with_validation: bool = False
     row_feed: RowFeed | None = None
     attempt: int = 0
@@ -169,10 +173,13 @@ def _launch_node(
 ):
     """The task's part after its node's process was started: data, port exchange, handover, wait."""
     from airflow_tfos.runtime.feed import spark_side
+    from airflow_tfos.runtime.feed.direct import spill_direct
 
     info: dict = {"executor_id": role.executor_id}
     try:
-        if job.feed is not None:
+        if job.direct is not None:
+            info["spill"] = spill_direct(job.direct, role.executor_id, str(node_dir), job.feed)
+        elif job.feed is not None:
             info["spill"] = spark_side.spill_partition(partition, str(node_dir), job.feed, job.with_validation)
         elif job.row_feed is not None:
             info["rows"] = job.row_feed.spill(partition, str(node_dir))

@@ -40,6 +40,8 @@ KERAS_MODES = ("auto", "tf_keras", "keras3")
 MASTER_NODES = ("chief", "master", None)
 #: How a feed evens out its nodes' steps (``airflow_tfos.runtime.feed.plan.BALANCE_MODES``).
 BALANCE_MODES = ("pad", "drop")
+#: How the nodes get a DataFrame's rows (``airflow_tfos.runtime.feed.plan.READ_MODES``).
+READ_MODES = ("auto", "direct", "spark")
 _INFERENCE_FIELDS = {
     "model_path", "features", "output_path", "output_col", "output", "outputs", "signature", "batch_size",
 }  # fmt: skip
@@ -59,6 +61,7 @@ _FEED_FIELDS = {
     "pad": dict,
     "ragged": (list, tuple),
     "densify": (list, tuple),
+    "read": str,
 }
 
 #: When a field is written into spec.json (and so into its hash): ``ALWAYS``; ``TRAINING``, in a spec of
@@ -284,6 +287,9 @@ def check_feed(feed: Any, *, pending: Callable[[Any], bool] = _never) -> None:
     balance = feed.get("balance", "pad")
     if not pending(balance) and balance not in BALANCE_MODES:
         raise SpecError(f"spec.json feed field 'balance' must be 'pad' or 'drop', got {balance!r}")
+    read = feed.get("read", "auto")
+    if not pending(read) and read not in READ_MODES:
+        raise SpecError(f"spec.json feed field 'read' must be 'auto', 'direct' or 'spark', got {read!r}")
 
 
 def split_import_path(path: str, name: str) -> tuple[str, str]:

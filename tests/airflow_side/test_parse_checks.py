@@ -20,7 +20,7 @@ from tests.conftest import REPO
 #: The feed settings, as ``airflow_tfos.runtime.feed.plan.Feed`` names them (``tests/runtime`` pins the spec's
 #: list to that class; the Airflow side must not import the runtime).
 FEED_KEYS = (
-    "balance, batch_size, cast_floats, densify, features, fill, label, pad, ragged, seed, shuffle, "
+    "balance, batch_size, cast_floats, densify, features, fill, label, pad, ragged, read, seed, shuffle, "
     "shuffle_window, weight"
 )
 
@@ -126,6 +126,10 @@ class TestArguments:
             ({"feed": {**FEED, "batch_size": 0}}, r"feed field 'batch_size' must be at least 1, got 0"),
             ({"feed": {**FEED, "shuffle_window": 0}}, r"feed field 'shuffle_window' must be at least 1, got 0"),
             ({"feed": {**FEED, "balance": "even"}}, r"feed field 'balance' must be 'pad' or 'drop', got 'even'"),
+            (
+                {"feed": {**FEED, "read": "fast"}},
+                r"feed field 'read' must be 'auto', 'direct' or 'spark', got 'fast'",
+            ),
         ],
     )
     def test_what_the_cluster_would_refuse_is_refused_at_parse_time(self, tmp_path, arguments, message):
@@ -327,10 +331,11 @@ def test_the_spec_choices_are_the_runtimes():
     """What the Airflow side checks at parse time is what the cluster accepts (the runtime's own lists; importing
     them starts no Spark and no TF)."""
     from airflow_tfos.runtime.cluster import CHIEF, KERAS_MODES, MASTER
-    from airflow_tfos.runtime.feed.plan import BALANCE_MODES, Feed
+    from airflow_tfos.runtime.feed.plan import BALANCE_MODES, READ_MODES, Feed
     from airflow_tfos.shared import spec
 
     assert spec.KERAS_MODES == KERAS_MODES
     assert set(spec.MASTER_NODES) == {CHIEF, MASTER, None}
     assert spec.BALANCE_MODES == BALANCE_MODES
+    assert spec.READ_MODES == READ_MODES
     assert FEED_KEYS.split(", ") == sorted(Feed.__dataclass_fields__)

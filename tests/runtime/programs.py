@@ -622,3 +622,23 @@ def tf_cluster_view(args, ctx):
         "ctx_cluster": ctx.cluster_spec,
         "ctx_task": [ctx.job_name, ctx.task_index],
     }
+
+
+def epoch_ids(args, ctx):
+    """The labels (row ids) this node gets in each of ``args["epochs"]`` epochs of ``ctx.batches``, in order, and
+    those of its validation data; then one epoch of Keras ``fit`` on ``ctx.dataset()`` (a real TF step on the
+    same share). Recorded per node."""
+    import tensorflow as tf
+
+    record = {"steps_per_epoch": ctx.steps_per_epoch, "epochs": [], "validation": []}
+    for epoch in range(args.get("epochs", 2)):
+        record["epochs"].append([int(i) for _, y in ctx.batches("train", epoch) for i in y])
+    if "validation" in ctx.feed_shares:
+        record["validation"] = [int(i) for _, y in ctx.batches("validation") for i in y]
+    width = ctx.feed_shares["train"].widths.get("x", 1)
+    model = tf.keras.Sequential([tf.keras.Input(shape=(width,)), tf.keras.layers.Dense(1)])
+    model.compile(optimizer=tf.keras.optimizers.Adam(0.01), loss="mse")
+    history = model.fit(ctx.dataset(), epochs=1, verbose=0)
+    record["fit_loss"] = history.history["loss"]
+    _write(ctx, "ids", record)
+    return record

@@ -15,6 +15,9 @@ NUMERIC_TYPES = frozenset({"tinyint", "smallint", "int", "bigint", "float", "dou
 #: decimals and timestamps (epoch seconds) are recognised by their prefix.
 FEEDABLE_TYPES = NUMERIC_TYPES | {"string", "binary", "date", "vector"}
 BALANCE_MODES = ("pad", "drop")
+#: How the nodes get the rows of a DataFrame: ``auto`` (read its Parquet files directly when it is a plain
+#: scan of them, else through Spark), ``direct`` (fail unless it is) or ``spark`` (always through Spark).
+READ_MODES = ("auto", "direct", "spark")
 
 
 class FeedConfigError(ValueError):
@@ -43,6 +46,10 @@ class Feed:
     :param pad: array column name to ``[length, value]``: rows are cut or padded (with ``value``) to ``length``.
     :param ragged: array columns whose rows may differ in length, fed as ``tf.RaggedTensor``.
     :param densify: vector columns fed as dense tensors even when some rows are sparse vectors.
+    :param read: ``"auto"``: when the DataFrame is a plain scan of Parquet files (``spark.read.parquet``,
+        at most a select of columns), each node reads its share of the files' row groups itself, skipping
+        Spark's transfer of the rows to Python; else through Spark. ``"direct"``: read the files, and fail
+        if the DataFrame is not such a scan. ``"spark"``: always through Spark.
     """
 
     features: tuple[str, ...]
@@ -58,6 +65,7 @@ class Feed:
     pad: dict[str, Any] = field(default_factory=dict, hash=False)
     ragged: tuple[str, ...] = ()
     densify: tuple[str, ...] = ()
+    read: str = "auto"
 
     def __post_init__(self):
         features = _names(self.features)
@@ -81,6 +89,8 @@ class Feed:
             raise FeedConfigError(f"Feed.batch_size must be a positive integer, got {self.batch_size!r}")
         if self.balance not in BALANCE_MODES:
             raise FeedConfigError(f"Feed.balance must be 'pad' or 'drop', got {self.balance!r}")
+        if self.read not in READ_MODES:
+            raise FeedConfigError(f"Feed.read must be 'auto', 'direct' or 'spark', got {self.read!r}")
         if self.shuffle_window < 1:
             raise FeedConfigError(f"Feed.shuffle_window must be positive, got {self.shuffle_window}")
         self._check_options()

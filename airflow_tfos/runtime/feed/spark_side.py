@@ -47,7 +47,7 @@ def feed_order(roles: Sequence[NodeRole]) -> list[NodeRole]:
     return training_order(roles)
 
 
-def _schema_fields(df) -> list[tuple[str, str]]:
+def schema_fields(df) -> list[tuple[str, str]]:
     return [(f.name, f.dataType.simpleString()) for f in df.schema.fields]
 
 
@@ -85,10 +85,10 @@ def prepare_dataframe(df, feed: Feed, roles: Sequence[NodeRole], validation_df=N
     """Check the schema, then lay ``df`` (and ``validation_df``) out as one partition per TF node."""
     from pyspark.sql import functions as F
 
-    check_schema(_schema_fields(df), feed, "training DataFrame")
+    check_schema(schema_fields(df), feed, "training DataFrame")
     data = df.select(*feed.columns)
     if validation_df is not None:
-        check_schema(_schema_fields(validation_df), feed, "validation DataFrame")
+        check_schema(schema_fields(validation_df), feed, "validation DataFrame")
         data = data.withColumn(SPLIT_COLUMN, F.lit(0)).unionByName(
             validation_df.select(*feed.columns).withColumn(SPLIT_COLUMN, F.lit(1))
         )
@@ -138,11 +138,18 @@ def spill_partition(batches: Iterable, node_dir: str, feed: Feed, with_validatio
                 writers[TRAIN].write(batch)
             del batch
             peak = max(peak, me.memory_info().rss)
-        stats = {name: writer.close() for name, writer in writers.items()}
-        dtypes = {name: _spilled_types(w.path, feed) if stats[name].rows else {} for name, w in writers.items()}
+        return spill_info(writers, feed, started, started_at, peak)
     finally:
         for writer in writers.values():
             writer.abort()  # no thread or open file is left behind; the error on its way out is the one reported
+
+
+def spill_info(writers: dict[str, SpillWriter], feed: Feed, started: float, started_at: float, peak: int) -> dict:
+    """Close the spill writers; return each split's rows, widths, types, path, size and timing."""
+    import time
+
+    stats = {name: writer.close() for name, writer in writers.items()}
+    dtypes = {name: _spilled_types(w.path, feed) if stats[name].rows else {} for name, w in writers.items()}
     seconds = time.monotonic() - started
     return {
         name: {
@@ -193,7 +200,7 @@ def plan_shares(
             plan = balance(counts, feed.batch_size, feed.balance, what)
         notes.append(f"{what}: " + plan.describe(labels, feed.batch_size))
         notes.append(
-            f"{what}: read from Spark once and spilled to local disk: "
+            f"{what}: read from {spilled[0].get('source', 'Spark')} once and spilled to local disk: "
             + ", ".join(
                 f"{label} {s['rows']} rows / {s['bytes'] / 2**20:.1f} MiB in {s['seconds']:.1f} s"
                 for label, s in zip(labels, spilled, strict=True)

@@ -47,6 +47,9 @@ class Storage(Protocol):
     def read_bytes(self, path: str) -> bytes:
         """The file's content; FileNotFoundError if there is none."""
 
+    def read_range(self, path: str, offset: int, length: int) -> bytes:
+        """Up to ``length`` bytes of the file from ``offset`` (fewer at its end), in one request."""
+
     def write_bytes(self, path: str, data: bytes) -> None:
         """Replace the file's content atomically (temporary name, then rename), creating parents."""
 
@@ -98,6 +101,11 @@ class LocalStorage:
     def read_bytes(self, path: str) -> bytes:
         with open(self._strip(path), "rb") as f:
             return f.read()
+
+    def read_range(self, path: str, offset: int, length: int) -> bytes:
+        with open(self._strip(path), "rb") as f:
+            f.seek(offset)
+            return f.read(length)
 
     def write_bytes(self, path: str, data: bytes) -> None:
         target = self._strip(path)

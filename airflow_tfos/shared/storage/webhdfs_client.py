@@ -247,6 +247,16 @@ class WebHDFSStorage:
 
         return self._call("OPEN", hpath, read)
 
+    def read_range(self, path: str, offset: int, length: int) -> bytes:
+        """One OPEN with ``offset`` and ``length``: the datanode sends only those bytes."""
+        _, _, hpath = split_uri(path)
+
+        def read(client) -> bytes:
+            with client.read(hpath, offset=offset, length=length) as reader:
+                return reader.read()
+
+        return self._call("OPEN", hpath, read)
+
     def open(self, path: str, mode: str = "rb") -> BinaryIO:
         """``rb``: the file, downloaded to a local temporary file (seekable, removed on close).
         ``wb``: a local temporary file uploaded atomically (:meth:`write_bytes` rules) when closed."""

@@ -1,0 +1,275 @@
+"""Direct reads: training nodes read their share of Parquet files themselves, not through Spark.
+
+A DataFrame that is a plain scan of Parquet files (``spark.read.parquet(path)``, as the operators'
+``data={"format": "parquet", ...}`` builds, with at most a selection of plain columns) holds nothing that
+Spark computes: its rows are the files' rows. Then :func:`plan_direct`, on the driver, reads each file's
+footer (row-group sizes only), cuts the rows into one share per training node, equal to a row, and hands
+each node its list of :class:`Slice` (file, row group, rows); in the barrier task, :func:`spill_direct`
+reads those row groups with pyarrow (local files, or HDFS through the storage layer's ranged reads) and
+writes them into the same spill file the Spark path writes. From there on nothing differs: the same
+balancing (``pad``/``drop``), steps per epoch, shuffle of record batches and of rows within a window,
+``ctx.dataset()``, parameter-server records. What is skipped is Spark's JVM-to-Python row transfer and
+the shuffle that lays rows out on the nodes.
+
+Any other DataFrame (a filter, a computed column, a join, a cached frame, a partitioned table whose
+partition columns are fed, a type whose Arrow form Spark converts) keeps the Spark path; the driver's log
+says which path was taken and why. ``Feed(read="direct")`` fails on such a DataFrame, naming why;
+``Feed(read="spark")`` always goes through Spark.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from urllib.parse import unquote
+
+from airflow_tfos.runtime.cluster import NodeRole
+from airflow_tfos.runtime.feed.plan import NUMERIC_TYPES, Feed, FeedConfigError
+from airflow_tfos.shared.storage.webhdfs_config import WEBHDFS_ENV
+
+#: Spark types whose Parquet form pyarrow reads as Spark's Arrow path sends them.
+DIRECT_TYPES = NUMERIC_TYPES | {"string", "binary", "date"}
+_PARQUET_FORMAT = "org.apache.spark.sql.execution.datasources.parquet.ParquetFileFormat"
+
+
+@dataclass(frozen=True)
+class Slice:
+    """Rows ``start`` to ``stop`` (exclusive) of row group ``row_group`` of the Parquet file ``path``."""
+
+    path: str
+    row_group: int
+    start: int
+    stop: int
+
+    @property
+    def rows(self) -> int:
+        return self.stop - self.start
+
+
+@dataclass(frozen=True)
+class DirectInput:
+    """What each node reads, per split (``train``, ``validation``): slices indexed by executor id (nodes
+    that are not fed get none).
+
+    :param files: how many files the training (and validation) data span.
+    :param reason: why the direct path was taken, for the log.
+    :param webhdfs_config: the driver's WebHDFS settings (``AIRFLOW_TFOS_WEBHDFS``, which holds no secret), for
+        executors that have none of their own.
+    """
+
+    splits: dict[str, tuple[tuple[Slice, ...], ...]]
+    files: int
+    reason: str
+    webhdfs_config: str | None = None
+
+    def slices(self, split: str, executor_id: int) -> tuple[Slice, ...]:
+        return self.splits[split][executor_id]
+
+
+def _children(plan) -> list:
+    children = plan.children()
+    return [children.apply(i) for i in range(children.size())]
+
+
+def scan_files(df, feed: Feed) -> tuple[list[str] | None, str]:
+    """The Parquet files ``df`` reads when it is a plain scan of them (at most a selection of plain columns);
+    else None and the reason, as the log says it ("the plan has a Filter")."""
+    try:
+        return _scan_files(df, feed)
+    except Exception as exc:  # not a classic DataFrame (Spark Connect), or a plan of another Spark's shape
+        return None, f"its plan cannot be inspected ({type(exc).__name__}: {str(exc).splitlines()[0][:200]})"
+
+
+def _scan_files(df, feed: Feed) -> tuple[list[str] | None, str]:
+    node = df._jdf.queryExecution().optimizedPlan()
+    while node.nodeName() == "Project":
+        projected = node.projectList()
+        for i in range(projected.size()):
+            if projected.apply(i).getClass().getSimpleName() != "AttributeReference":
+                return None, "the plan computes or renames a column"
+        node = _children(node)[0]
+    if node.nodeName() != "LogicalRelation":
+        return None, f"the plan has a {node.nodeName()}"
+    relation = node.relation()
+    if relation.getClass().getSimpleName() != "HadoopFsRelation":
+        return None, f"it reads a {relation.getClass().getSimpleName()}, not files"
+    if relation.fileFormat().getClass().getName() != _PARQUET_FORMAT:
+        return None, f"its files are {relation.fileFormat().toString()}, not Parquet"
+    partition_columns = set(relation.partitionSchema().fieldNames())
+    fed_partition_columns = sorted(partition_columns & set(feed.columns))
+    if fed_partition_columns:
+        return None, f"the fed column(s) {fed_partition_columns} are partition columns (not in the files)"
+    for f in df.schema.fields:
+        kind = f.dataType.simpleString()
+        numeric_array = kind.startswith("array<") and kind[6:-1] in NUMERIC_TYPES
+        if f.name in feed.columns and kind not in DIRECT_TYPES and not numeric_array:
+            return None, f"column {f.name!r} has type {kind}, which Spark converts on its way"
+    files = list(df.inputFiles())
+    if not files:
+        return None, "it lists no files"
+    return files, "plain scan"
+
+
+def storage_path(uri: str, webhdfs_config: str | None = None) -> tuple[object, str]:
+    """The storage that reads ``uri`` (as Spark names an input file) and the path to give it; HDFS with
+    ``webhdfs_config`` where this process has no WebHDFS settings of its own (an executor)."""
+    if uri.startswith("file:"):
+        from airflow_tfos.shared.storage.base import LocalStorage
+
+        return LocalStorage(), unquote(uri[len("file:") :].removeprefix("//"))
+    from airflow_tfos.runtime.saved_models import storage_of
+
+    return storage_of(uri, webhdfs_config), uri
+
+
+def open_parquet(uri: str, webhdfs_config: str | None = None):
+    """A pyarrow ``ParquetFile`` over ``uri``: a local file as is, a remote one through ranged reads."""
+    import pyarrow.parquet as pq
+
+    from airflow_tfos.shared.storage.ranged import RangedFile
+
+    storage, path = storage_path(uri, webhdfs_config)
+    local = storage.local_path(path)
+    if local is not None:
+        return pq.ParquetFile(local)
+    infos = storage.list(path)
+    if not infos:
+        raise FileNotFoundError(f"no file {uri}")
+    return pq.ParquetFile(RangedFile(storage, path, infos[0].size))
+
+
+def row_groups(files: Sequence[str]) -> list[tuple[str, int, int]]:
+    """``(file, row group, rows)`` of every non-empty row group of ``files`` (their footers only)."""
+    found = []
+    for uri in files:
+        try:
+            metadata = open_parquet(uri).metadata
+        except Exception as exc:
+            raise FeedConfigError(f"cannot read the Parquet footer of {uri}: {exc}") from exc
+        found.extend((uri, i, metadata.row_group(i).num_rows) for i in range(metadata.num_row_groups))
+    return [g for g in found if g[2]]
+
+
+def split_rows(groups: Sequence[tuple[str, int, int]], nodes: int, seed: int = 0) -> list[list[Slice]]:
+    """Cut the row groups into ``nodes`` shares whose row counts differ by at most one.
+
+    Row groups are taken in a seeded order (so that a node's share spans many files, not the first few),
+    and each share is a run of whole row groups, cut at most once at each end.
+    """
+    import numpy as np
+
+    order = np.random.default_rng([seed, len(groups)]).permutation(len(groups)).tolist()
+    total = sum(g[2] for g in groups)
+    targets = [total // nodes + (1 if i < total % nodes else 0) for i in range(nodes)]
+    shares: list[list[Slice]] = [[] for _ in range(nodes)]
+    node, room = 0, targets[0]
+    for index in order:
+        path, group, rows = groups[index]
+        start = 0
+        while start < rows:
+            while room == 0 and node + 1 < nodes:
+                node += 1
+                room = targets[node]
+            take = min(room, rows - start)
+            shares[node].append(Slice(path, group, start, start + take))
+            start += take
+            room -= take
+    return shares
+
+
+def plan_direct(data, feed: Feed, roles: Sequence[NodeRole], validation_data=None) -> tuple[DirectInput | None, str]:
+    """Decide the path for ``data`` (and ``validation_data``) by ``feed.read``; return the nodes' slices when
+    they read the files themselves (else None), and the line for the driver's log."""
+    from airflow_tfos.runtime.feed.spark_side import TRAIN, VALIDATION, feed_order
+
+    if feed.read == "spark":
+        return None, "feed: through Spark (Feed(read='spark'))"
+    found = {TRAIN: scan_files(data, feed)}
+    if validation_data is not None:
+        found[VALIDATION] = scan_files(validation_data, feed)
+    for split, (files, reason) in found.items():
+        if files is None:
+            what = "training" if split == TRAIN else "validation"
+            if feed.read == "direct":
+                raise FeedConfigError(
+                    f"Feed(read='direct') needs the {what} DataFrame to be a plain scan of Parquet files "
+                    f"(spark.read.parquet(...), at most a select of columns), but {reason}: "
+                    "write the transformed rows to Parquet first, or use read='auto' or 'spark'"
+                )
+            return None, f"feed: through Spark (the {what} DataFrame: {reason})"
+    try:
+        for files, _ in found.values():
+            for uri in files:
+                storage_path(uri)
+    except Exception as exc:  # a scheme the storage layer does not read (s3a://, abfs://...) or no HDFS settings
+        if feed.read == "direct":
+            raise FeedConfigError(f"Feed(read='direct') cannot read the input files: {exc}") from exc
+        return None, f"feed: through Spark ({str(exc).splitlines()[0]})"
+    order = feed_order(roles)
+    splits = {}
+    for split, (files, _) in found.items():
+        shares = split_rows(row_groups(files), len(order), feed.seed)
+        by_executor: list[tuple[Slice, ...]] = [() for _ in roles]
+        for role, share in zip(order, shares, strict=True):
+            by_executor[role.executor_id] = tuple(share)
+        splits[split] = tuple(by_executor)
+    count = len({uri for files, _ in found.values() for uri in files})
+    columns = len(feed.columns)
+    line = f"feed: reading {count} Parquet file(s) directly on the nodes (plain scan, {columns} column(s))"
+    webhdfs_config = os.environ.get(WEBHDFS_ENV) or None
+    return DirectInput(splits=splits, files=count, reason="plain scan", webhdfs_config=webhdfs_config), line
+
+
+#: About how many bytes of rows are decoded at a time: a row group (128 MiB when Spark wrote it) is never
+#: held in memory whole.
+BATCH_BYTES = 16 * 2**20
+
+
+def read_slices(slices: Iterable[Slice], columns: Sequence[str], webhdfs_config: str | None = None) -> Iterator:
+    """Arrow record batches of ``columns`` of the slices' rows, in order, about ``BATCH_BYTES`` decoded at a time."""
+    current, handle = None, None
+    for part in slices:
+        if part.path != current:
+            current, handle = part.path, open_parquet(part.path, webhdfs_config)
+        group = handle.metadata.row_group(part.row_group)
+        rows = max(1024, int(BATCH_BYTES * group.num_rows / max(group.total_byte_size, 1)))
+        seen = 0
+        try:
+            for batch in handle.iter_batches(batch_size=rows, row_groups=[part.row_group], columns=list(columns)):
+                low, high = max(part.start - seen, 0), min(part.stop - seen, batch.num_rows)
+                seen += batch.num_rows
+                if high > low:
+                    yield batch.slice(low, high - low)
+                if seen >= part.stop:
+                    break
+        except Exception as exc:  # a damaged file, or a column of another type in this file
+            raise FeedConfigError(f"cannot read row group {part.row_group} of {part.path}: {exc}") from exc
+
+
+def spill_direct(direct: DirectInput, executor_id: int, node_dir: str, feed: Feed) -> dict:
+    """Read this node's slices of every split into local spill files; return what
+    :func:`~airflow_tfos.runtime.feed.spark_side.spill_partition` returns."""
+    import psutil
+
+    from airflow_tfos.runtime.feed.spark_side import spill_info
+    from airflow_tfos.runtime.feed.spill import SpillWriter
+
+    me = psutil.Process()
+    peak = me.memory_info().rss
+    started, started_at = time.monotonic(), time.time()
+    writers = {}
+    try:
+        for split in direct.splits:
+            what = "training data" if split == "train" else "validation data"
+            writer = writers[split] = SpillWriter(os.path.join(node_dir, f"{split}.arrow"), feed.columns, what, feed)
+            for batch in read_slices(direct.slices(split, executor_id), feed.columns, direct.webhdfs_config):
+                writer.write(batch)
+                del batch
+                peak = max(peak, me.memory_info().rss)
+        info = spill_info(writers, feed, started, started_at, peak)
+        return {split: {**stats, "source": "the Parquet files"} for split, stats in info.items()}
+    finally:
+        for writer in writers.values():
+            writer.abort()
