@@ -165,6 +165,27 @@ def test_a_filtered_dataframe_goes_through_spark_and_read_direct_fails_naming_wh
     assert sum(s.rows for share in direct.splits["train"] for s in share) == 1257
 
 
+def test_files_on_a_kerberized_hdfs_go_through_spark_as_the_tasks_hold_no_ticket(monkeypatch):
+    import json
+
+    from airflow_tfos.runtime.feed import direct as direct_reads
+    from airflow_tfos.shared.storage.webhdfs_config import WEBHDFS_ENV
+
+    uri = "hdfs://nn.example:8020/data/part-0.parquet"
+    monkeypatch.setattr(direct_reads, "scan_files", lambda df, feed: ([uri], "plain scan"))
+    roles = plan_roles(2, num_ps=0, master_node="chief")
+    monkeypatch.setenv(WEBHDFS_ENV, json.dumps({"namenodes": ["http://127.0.0.1:9"], "auth": "kerberos"}))
+    direct, line = plan_direct(object(), Feed(features="x", label="y"), roles)
+    assert direct is None
+    assert line.startswith(f"feed: through Spark ({uri} is on a Kerberized HDFS")
+    with pytest.raises(FeedConfigError, match=r"read='direct'\) cannot read the input files: .* Kerberized HDFS"):
+        plan_direct(object(), Feed(features="x", label="y", read="direct"), roles)
+    monkeypatch.setenv(WEBHDFS_ENV, json.dumps({"namenodes": ["http://127.0.0.1:9"]}))
+    monkeypatch.setattr(direct_reads, "row_groups", lambda files: [(uri, 0, 10)])
+    direct, line = plan_direct(object(), Feed(features="x", label="y"), roles)
+    assert direct is not None and line.startswith("feed: reading 1 Parquet file(s) directly")
+
+
 @pytest.mark.integration
 def test_bad_parquet_input_fails_as_on_the_spark_path(spark, tmp_path):
     folder = tmp_path / "bad"

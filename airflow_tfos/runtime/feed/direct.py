@@ -202,8 +202,13 @@ def plan_direct(data, feed: Feed, roles: Sequence[NodeRole], validation_data=Non
     try:
         for files, _ in found.values():
             for uri in files:
-                storage_path(uri)
-    except Exception as exc:  # a scheme the storage layer does not read (s3a://, abfs://...) or no HDFS settings
+                storage, _ = storage_path(uri)
+                if getattr(getattr(storage, "config", None), "auth", None) == "kerberos":
+                    raise FeedConfigError(
+                        f"{uri} is on a Kerberized HDFS, and the Spark tasks that would read it hold no "
+                        "Kerberos ticket (Spark itself reads it with the application's delegation tokens)"
+                    )
+    except Exception as exc:  # a scheme the storage layer does not read (s3a://, abfs://...), no HDFS settings
         if feed.read == "direct":
             raise FeedConfigError(f"Feed(read='direct') cannot read the input files: {exc}") from exc
         return None, f"feed: through Spark ({str(exc).splitlines()[0]})"
