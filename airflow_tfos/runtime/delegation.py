@@ -7,6 +7,10 @@ token for the run directory's namenodes and hands it to each node process on its
 (never in the run directory, the spec, events, logs, the environment or a command line). The nodes send it
 as ``delegation=`` on every WebHDFS call. While the run lives, the driver renews the token when half of its
 remaining lifetime has passed; at the end it cancels it.
+
+A driver that was handed a token by the hook that submitted it (YARN cluster mode, where the driver has no
+Python Kerberos login: :data:`SUBMITTED_TOKEN_ENV`) uses that token instead: the hook renews and cancels
+it, so the keeper only lends it.
 """
 
 from __future__ import annotations
@@ -16,7 +20,7 @@ import threading
 import time
 
 from airflow_tfos.shared.storage import storage_for
-from airflow_tfos.shared.storage.kerberos import keep_out_of_logs
+from airflow_tfos.shared.storage.kerberos import delegation_token, keep_out_of_logs
 
 log = logging.getLogger(__name__)
 
@@ -40,6 +44,8 @@ class TokenKeeper:
         self.renewals = 0
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        #: the token is this process's own (handed over by whoever started it), which renews and cancels it
+        self.borrowed = False
 
     @classmethod
     def for_run_dir(cls, run_dir: str | None, what: str) -> TokenKeeper | None:
@@ -52,7 +58,27 @@ class TokenKeeper:
             return None
         return cls(storage, what).start()
 
+    @classmethod
+    def for_hdfs(cls, uri: str | None, what: str) -> TokenKeeper | None:
+        """A started keeper for ``uri`` (see :meth:`for_run_dir`) or, when ``uri`` is not on HDFS, for the
+        namenodes of ``AIRFLOW_TFOS_WEBHDFS`` when those use Kerberos (what a program's own ``hdfs://``
+        paths reach); None when neither uses Kerberos."""
+        keeper = cls.for_run_dir(uri, what)
+        if keeper is not None:
+            return keeper
+        from airflow_tfos.shared.storage.webhdfs_config import WebHDFSConfig
+
+        config = WebHDFSConfig.from_env()
+        if config is None or config.auth != "kerberos" or not config.namenodes:
+            return None
+        return cls.for_run_dir("hdfs:///", what)
+
     def start(self) -> TokenKeeper:
+        own = delegation_token()
+        if own:  # handed to this process (by the submitting hook): its giver renews and cancels it
+            self.token, self.borrowed = own, True
+            log.info("%s: the TF nodes get the WebHDFS delegation token this driver was given", self.what)
+            return self
         self.token = self.storage.get_delegation_token()
         keep_out_of_logs(self.token)
         self.expires = self.storage.renew_delegation_token(self.token)
@@ -91,6 +117,8 @@ class TokenKeeper:
         if self.token is None:
             return
         token, self.token = self.token, None
+        if self.borrowed:
+            return
         try:
             self.storage.cancel_delegation_token(token)
             log.info("%s: delegation token cancelled (%d renewal(s))", self.what, self.renewals)

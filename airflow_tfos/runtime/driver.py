@@ -29,6 +29,7 @@ import sys
 import time
 from typing import Any
 
+from airflow_tfos.runtime.delegation import TokenKeeper
 from airflow_tfos.runtime.errors import ClusterConfigError, RunCancelledError, TFoSRuntimeError
 from airflow_tfos.runtime.feed.plan import FeedConfigError
 from airflow_tfos.runtime.heartbeat import DriverWatch
@@ -217,17 +218,24 @@ def run_inference_job(spark, spec: RunSpec) -> dict[str, Any]:
 
     job = spec.inference or {}
     frame = build_input(spark, spec.data, "data")
-    scored = predict(
-        frame,
-        job["model_path"],
-        job["features"],
-        output_col=job.get("output_col", "prediction"),
-        output=job.get("output"),
-        outputs=job.get("outputs"),
-        signature=job.get("signature", "serving_default"),
-        batch_size=int(job.get("batch_size", 1024)),
-    )
-    rows = write_predictions(scored, job["output_path"])  # the previous predictions stay until these are whole
+    # A model on a Kerberized HDFS: the executors fetch it with a delegation token, alive until the rows are written.
+    tokens = TokenKeeper.for_hdfs(job["model_path"], "batch inference")
+    try:
+        scored = predict(
+            frame,
+            job["model_path"],
+            job["features"],
+            output_col=job.get("output_col", "prediction"),
+            output=job.get("output"),
+            outputs=job.get("outputs"),
+            signature=job.get("signature", "serving_default"),
+            batch_size=int(job.get("batch_size", 1024)),
+            webhdfs_token=tokens.token if tokens is not None else None,
+        )
+        rows = write_predictions(scored, job["output_path"])  # the previous predictions stay until these are whole
+    finally:
+        if tokens is not None:
+            tokens.stop()
     log.info("wrote %d predictions to %s", rows, job["output_path"])
     return {"rows": rows, "output_path": job["output_path"]}
 

@@ -4,7 +4,10 @@ No TF cluster is needed: every partition is scored on its own (``mapInArrow`` wi
 many executors as there are partitions. The model is loaded once per Python worker and kept for the
 next tasks that worker runs (Spark reuses its Python workers). A SavedModel on ``hdfs://`` or
 ``webhdfs://`` is fetched into a local cache first, by the driver and on each executor
-(:mod:`airflow_tfos.runtime.saved_models`), and fetched again when the export has changed.
+(:mod:`airflow_tfos.runtime.saved_models`), and fetched again when the export has changed. On a Kerberized
+HDFS the executors, which hold no Kerberos ticket, fetch it with the WebHDFS delegation token the driver
+obtained (:mod:`airflow_tfos.runtime.delegation`): it travels inside the scoring function, like the training
+nodes' job, and is this Python worker's only while it scores a partition.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from typing import Any
 
 from airflow_tfos.runtime import saved_models
 from airflow_tfos.runtime.feed.plan import Feed, FeedConfigError, check_schema
+from airflow_tfos.shared.storage.kerberos import delegation_token, use_delegation_token
 from airflow_tfos.shared.storage.webhdfs_config import WEBHDFS_ENV
 
 log = logging.getLogger(__name__)
@@ -165,6 +169,7 @@ def predict(
     outputs: str | Sequence[str] | None = None,
     signature: str = "serving_default",
     batch_size: int = 1024,
+    webhdfs_token: str | None = None,
 ):
     """Return ``df`` with a column of the model's predictions, row for row.
 
@@ -185,6 +190,9 @@ def predict(
         named after it.
     :param signature: the SavedModel signature to call.
     :param batch_size: rows per call of the model (Arrow batches are split to this size).
+    :param webhdfs_token: for a model on a Kerberized HDFS: the WebHDFS delegation token the executors fetch
+        it with (:class:`~airflow_tfos.runtime.delegation.TokenKeeper`, kept alive until the scored rows are
+        written); default: the token this process was given, if any.
     """
     from pyspark.sql.types import StructField, StructType
 
@@ -203,8 +211,20 @@ def predict(
     schema = StructType([*df.schema.fields, *(StructField(o.column, o.spark_type(), nullable=False) for o in written)])
     columns = list(feed.features)
     sparse = _sparse_inputs(fn, columns)
+    token = webhdfs_token or delegation_token()
 
     def score(batches: Iterator) -> Iterator:
+        if not token:
+            yield from _score(batches)
+            return
+        previous = delegation_token()
+        use_delegation_token(token)  # this Python worker's, while it scores this partition
+        try:
+            yield from _score(batches)
+        finally:
+            use_delegation_token(previous)
+
+    def _score(batches: Iterator) -> Iterator:
         import pyarrow as pa
 
         from airflow_tfos.runtime.feed.columns import normalize_column, to_numpy

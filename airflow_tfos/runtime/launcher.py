@@ -222,6 +222,8 @@ class TFClusterRun:
             self._prepare_feed()
         job = self.node_job()
         self._tokens = TokenKeeper.for_run_dir(self.run_dir, f"TF cluster {self.run_id}")
+        if self._tokens is None and self.tensorboard:  # TensorBoard's log directory alone may be on HDFS
+            self._tokens = TokenKeeper.for_run_dir(self.log_dir, f"TF cluster {self.run_id}")
         if self._tokens is not None:
             job = dataclasses.replace(job, webhdfs_token=self._tokens.token)
         self._started_at = time.monotonic()

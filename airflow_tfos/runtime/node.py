@@ -359,7 +359,9 @@ def run_inference_partition(job: NodeJob, index: int, rows: Iterable) -> Iterato
             log_dir=job.log_dir,
             mgr=mgr,
         )
-        proc = start_node_process(job, node_dir, ctx, node_env(job, None), f"TF inference node {index}").start()
+        # Started as the training nodes are: the context, and the run's WebHDFS delegation token if any, on stdin.
+        proc = prestart_node_process(job, node_dir, node_env(job, None), f"TF inference node {index}")
+        hand_over(proc, node_dir, ctx, None, {}, role, host, webhdfs_token=job.webhdfs_token)
         code = _wait_for(proc, mgr, role, host)
         if code != 0:
             raise RuntimeError(node_failure(role, host, node_dir, proc, code).encode())
@@ -459,10 +461,16 @@ def _tensorboard(job: NodeJob, env: dict[str, str], host: str, port: int) -> Chi
     if importlib.util.find_spec("tensorboard") is None:
         log.warning("tensorboard=True but the tensorboard package is not installed on this executor")
         return None
+    from airflow_tfos.runtime.saved_models import is_remote
     from airflow_tfos.runtime.tensorboard import tensorboard_argv  # a mirror first for hdfs:// log directories
 
     log_dir = job.log_dir or str(Path(job.working_dir) / "tensorboard")
-    return ChildProcess(tensorboard_argv(log_dir, host, port), env=env, name="TensorBoard").start()
+    token = job.webhdfs_token if is_remote(log_dir) else None
+    argv = tensorboard_argv(log_dir, host, port, token_on_stdin=bool(token))
+    board = ChildProcess(argv, env=env, name="TensorBoard", takes_input=bool(token)).start()
+    if token and not board.send(token.encode()):  # on its stdin only, as the nodes get it
+        log.warning("TensorBoard exited before it got the run's WebHDFS delegation token")
+    return board
 
 
 def _record_tensorboard(job: NodeJob, url: str | None) -> bool:

@@ -7,7 +7,9 @@ instead (``python -m airflow_tfos.runtime.tensorboard``): it mirrors the remote 
 temporary directory through :mod:`airflow_tfos.shared.storage` every ``--sync-secs`` seconds while
 TensorBoard, in the same process, reads the mirror. Event files only grow, so a file that grew gets its
 new bytes appended (TensorBoard keeps reading the file it has open); a file that shrank or was replaced is
-written anew. Each sync downloads the files that changed whole (WebHDFS reads from the start).
+written anew. Each sync downloads the files that changed whole (WebHDFS reads from the start). On a
+Kerberized HDFS the node hands this process the run's WebHDFS delegation token on its stdin
+(``--token-on-stdin``), as it hands its TF process: executors hold no Kerberos ticket.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ import threading
 
 from airflow_tfos.runtime.saved_models import is_remote, list_tree
 from airflow_tfos.shared.storage import Storage, storage_for
+from airflow_tfos.shared.storage.kerberos import use_delegation_token
 
 log = logging.getLogger(__name__)
 
@@ -31,12 +34,16 @@ log = logging.getLogger(__name__)
 SYNC_SECS = 2.0
 
 
-def tensorboard_argv(log_dir: str, host: str, port: int, python: str = sys.executable) -> list[str]:
+def tensorboard_argv(
+    log_dir: str, host: str, port: int, python: str = sys.executable, *, token_on_stdin: bool = False
+) -> list[str]:
     """The command line of TensorBoard serving ``log_dir`` at ``host:port``: TensorBoard itself for a local
-    directory, this module (a mirror, then TensorBoard) for a remote one."""
+    directory, this module (a mirror, then TensorBoard) for a remote one (``token_on_stdin``: it reads its
+    WebHDFS delegation token from its stdin first)."""
     serve = ["--host", host, "--port", str(port)]
     if is_remote(log_dir):
-        return [python, "-m", "airflow_tfos.runtime.tensorboard", "--logdir", log_dir, *serve]
+        token = ["--token-on-stdin"] if token_on_stdin else []
+        return [python, "-m", "airflow_tfos.runtime.tensorboard", "--logdir", log_dir, *serve, *token]
     return [python, "-m", "tensorboard.main", "--logdir", log_dir.removeprefix("file://"), *serve]
 
 
@@ -98,8 +105,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--sync-secs", type=float, default=SYNC_SECS)
+    parser.add_argument(
+        "--token-on-stdin",
+        action="store_true",
+        help="read the WebHDFS delegation token to authenticate with from stdin (Kerberized HDFS)",
+    )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    if args.token_on_stdin:
+        token = sys.stdin.read().strip()
+        if not token:
+            log.error("no WebHDFS delegation token came on stdin: the node that started TensorBoard went away")
+            return 1
+        use_delegation_token(token)  # in this process's memory only
 
     from tensorboard import program
 

@@ -14,6 +14,7 @@ Differences from TFoS 2.2.5, all in the direction of failing clearly:
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import tempfile
@@ -23,6 +24,7 @@ from pathlib import Path
 
 from airflow_tfos.runtime.cluster import ClusterConfigError
 from airflow_tfos.runtime.compat.TFSparkNode import TFoSMain
+from airflow_tfos.runtime.delegation import TokenKeeper
 from airflow_tfos.runtime.feed.rows import RowFeed
 from airflow_tfos.runtime.launcher import TFClusterRun
 from airflow_tfos.runtime.node import CLUSTER_INFO, run_inference_partition
@@ -52,6 +54,7 @@ class TFCluster:
         self.cluster_id = self._run.run_id
         self._trained = False
         self._result = None
+        self._tokens: TokenKeeper | None = None
         if input_mode == InputMode.TENSORFLOW:
             self._run.start()
 
@@ -116,6 +119,10 @@ class TFCluster:
         job = self._make_run(
             data=dataRDD, row_feed=RowFeed(train_mode=False, feed_timeout=float(feed_timeout))
         ).node_job()
+        if self._tokens is None:  # HDFS with Kerberos: the node processes get a delegation token, until shutdown()
+            self._tokens = TokenKeeper.for_hdfs(self._run.run_dir, f"TF cluster {self.cluster_id} inference")
+        if self._tokens is not None:
+            job = dataclasses.replace(job, webhdfs_token=self._tokens.token)
         return dataRDD.mapPartitionsWithIndex(lambda index, rows: run_inference_partition(job, index, rows))
 
     def shutdown(self, ssc=None, grace_secs=0, timeout=259200):
@@ -127,11 +134,16 @@ class TFCluster:
         """
         if ssc is not None:
             raise NotImplementedError("Spark Streaming (ssc) is not supported: pass ssc=None")
-        if self.input_mode == InputMode.SPARK:
-            result = self._result  # train() already waited for the nodes
-        else:
-            wait = None if timeout is None or timeout <= 0 else float(timeout)
-            result = self._run.wait(wait)
+        try:
+            if self.input_mode == InputMode.SPARK:
+                result = self._result  # train() already waited for the nodes
+            else:
+                wait = None if timeout is None or timeout <= 0 else float(timeout)
+                result = self._run.wait(wait)
+        finally:
+            if self._tokens is not None:  # inference()'s token: its RDDs are computed by now
+                self._tokens.stop()
+                self._tokens = None
         if grace_secs:
             time.sleep(grace_secs)
         log.info("TF cluster %s shut down", self.cluster_id)
