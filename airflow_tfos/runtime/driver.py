@@ -258,7 +258,7 @@ def run_driver(
         rundir = RunDir(run_dir)
         raw = rundir.read_spec()
     except (RunDirError, ValueError) as exc:
-        return _fail(None, f"cannot read the run directory {run_dir}: {exc}", EXIT_BAD_INPUT)
+        return _fail(None, f"{exc}; run directory {run_dir}", EXIT_BAD_INPUT)
     if raw is None:
         return _fail(rundir, f"no spec.json in {run_dir}: write the spec first", EXIT_BAD_INPUT)
     try:

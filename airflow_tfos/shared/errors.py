@@ -35,6 +35,14 @@ class SpecError(TFoSError, ValueError):
 class RunDirError(TFoSError, RuntimeError):
     """The run directory cannot be read or written as the contract says; the message says why."""
 
+    @classmethod
+    def from_storage(cls, exc: BaseException, doing: str, hint: str = "") -> RunDirError:
+        """The error of a failed storage call: its cause first (which says what to change), then what could
+        not be done, and where (``doing``: "cannot read hdfs://.../status.json"), then ``hint``."""
+        # An OSError's strerror without "[Errno N]" and the file name (``doing`` names the path).
+        cause = getattr(exc, "strerror", None) or str(exc) or type(exc).__name__
+        return cls(f"{cause} ({doing}{'; ' + hint if hint else ''})")
+
 
 class StaleAttemptError(RunDirError):
     """A TF cluster that is no longer the run's current attempt tried to publish (its writes are fenced)."""

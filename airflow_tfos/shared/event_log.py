@@ -99,7 +99,7 @@ def _read_many(storage: Storage, paths: list[str]) -> list[bytes | None]:
         except FileNotFoundError:
             return None
         except OSError as exc:
-            raise RunDirError(f"cannot read {path}: {exc}") from exc
+            raise RunDirError.from_storage(exc, f"cannot read {path}") from exc
 
     if len(paths) <= 1:
         return [read(p) for p in paths]

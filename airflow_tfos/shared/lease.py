@@ -91,7 +91,9 @@ def read_lease(rundir: RunDir) -> Lease | None:
     except FileNotFoundError:
         return None
     except (OSError, ValueError, TypeError) as exc:
-        raise RunDirError(f"cannot read the lease {path}: {exc}; delete it if no application works on the run") from exc
+        raise RunDirError.from_storage(
+            exc, f"cannot read the lease {path}", "delete it if no application works on the run"
+        ) from exc
 
 
 def take_lease(
@@ -111,7 +113,7 @@ def take_lease(
     try:
         rundir.storage.write_bytes(rundir.path(LEASE), json.dumps(asdict(lease), indent=1, sort_keys=True).encode())
     except OSError as exc:
-        raise RunDirError(f"cannot write the lease {rundir.path(LEASE)}: {exc}") from exc
+        raise RunDirError.from_storage(exc, f"cannot write the lease {rundir.path(LEASE)}") from exc
     return lease
 
 

@@ -213,7 +213,7 @@ class RunDir:
         except FileNotFoundError:
             return None
         except OSError as exc:
-            raise RunDirError(f"cannot read {path}: {exc}") from exc
+            raise RunDirError.from_storage(exc, f"cannot read {path}") from exc
         try:
             return json.loads(data)
         except ValueError as exc:
@@ -223,7 +223,7 @@ class RunDir:
         try:
             self.storage.write_bytes(self.path(*parts), _dumps(value))
         except OSError as exc:
-            raise RunDirError(f"cannot write {self.path(*parts)}: {exc}") from exc
+            raise RunDirError.from_storage(exc, f"cannot write {self.path(*parts)}") from exc
 
     # --- spec and status ---------------------------------------------------------------------------
 
@@ -239,18 +239,16 @@ class RunDir:
             else:
                 make_private(self.uri)
         except OSError as exc:
-            raise RunDirError(
-                f"cannot create the run directory {self.uri} private to its owner (0700): {exc}; "
-                "give a run directory that this user can create, or owns"
+            raise RunDirError.from_storage(
+                exc,
+                f"cannot create the run directory {self.uri} private to its owner (0700)",
+                "give a run directory that this user can create, or owns",
             ) from exc
 
     def write_spec(self, spec: dict[str, Any]) -> str:
         """Create the run directory private to its owner if needed, write spec.json with its hash; return the hash."""
         digest = spec_hash(spec)
-        try:
-            self.make_private()
-        except RunDirError as exc:
-            raise RunDirError(f"cannot write {self.path(SPEC)}: {exc}") from exc
+        self.make_private()  # its error names the directory and what to change
         self._write_json({**spec, "spec_hash": digest}, SPEC)
         return digest
 
@@ -444,7 +442,7 @@ class RunDir:
             except FileNotFoundError:
                 continue  # withdrawn meanwhile
             except OSError as exc:
-                raise RunDirError(f"cannot read {path}: {exc}") from exc
+                raise RunDirError.from_storage(exc, f"cannot read {path}") from exc
             request = _feed_request(feed_id, raw)
             if request is None:
                 log.warning("skipping the feed request %s: it does not hold the feed id its name gives", name)
@@ -460,7 +458,7 @@ class RunDir:
                 if self.storage.exists(path):
                     self.storage.delete(path)
             except OSError as exc:
-                raise RunDirError(f"cannot remove {path}: {exc}") from exc
+                raise RunDirError.from_storage(exc, f"cannot remove {path}") from exc
 
     def mark_feed_done(self, feed_id: str, **result: Any) -> None:
         check_feed_id(feed_id)
@@ -538,7 +536,7 @@ class RunDir:
         try:
             self.storage.delete(path)
         except OSError as exc:
-            raise RunDirError(f"cannot remove {path}: {exc}") from exc
+            raise RunDirError.from_storage(exc, f"cannot remove {path}") from exc
 
     def write_node_progress(self, node: str, record: dict[str, Any]) -> None:
         """Replace ``nodes/<node>.json``: one training node's global step and phase (``chief-0``...)."""
@@ -560,7 +558,7 @@ class RunDir:
         try:
             event_log.write_one(self.storage, self.path(EVENTS), event)
         except OSError as exc:
-            raise RunDirError(f"cannot write an event into {self.path(EVENTS)}: {exc}") from exc
+            raise RunDirError.from_storage(exc, f"cannot write an event into {self.path(EVENTS)}") from exc
         return event
 
     def add_events(self, events: list[tuple[str, dict[str, Any]]]) -> list[dict[str, Any]]:
@@ -570,7 +568,7 @@ class RunDir:
         try:
             event_log.write_batch(self.storage, self.path(EVENTS), recorded)
         except OSError as exc:
-            raise RunDirError(f"cannot write events into {self.path(EVENTS)}: {exc}") from exc
+            raise RunDirError.from_storage(exc, f"cannot write events into {self.path(EVENTS)}") from exc
         return recorded
 
     def events(self, kind: str | None = None) -> list[dict[str, Any]]:
@@ -583,4 +581,4 @@ class RunDir:
         try:
             return event_log.compact(self.storage, self.path(EVENTS), min_files)
         except OSError as exc:
-            raise RunDirError(f"cannot fold the events of {self.uri}: {exc}") from exc
+            raise RunDirError.from_storage(exc, f"cannot fold the events of {self.uri}") from exc
