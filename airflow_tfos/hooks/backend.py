@@ -103,6 +103,9 @@ class Submission:
     :param properties_file: the user's Spark properties file.
     :param load_spark_defaults: add ``--load-spark-defaults`` when a properties file is used.
     :param secret_env: environment for the driver and executors that must stay off the command line.
+    :param driver_secret_env: environment for the driver alone that must stay off the command line (on YARN,
+        ``spark.yarn.appMasterEnv.*`` in the private properties file): the WebHDFS delegation token the hook
+        obtained for a driver without a Kerberos login.
     :param env_vars: the user's environment for the driver and executors.
     :param gpu_script: a GPU discovery script this installation wrote (not the user's own), for backends
         whose executors do not share this machine's disk to ship.
@@ -131,6 +134,7 @@ class Submission:
     properties_file: str | None = None
     load_spark_defaults: bool = True
     secret_env: Mapping[str, str] = field(default_factory=dict)
+    driver_secret_env: Mapping[str, str] = field(default_factory=dict, repr=False)
     env_vars: Mapping[str, str] = field(default_factory=dict)
     gpu_script: str | None = None
     ship_runtime: bool = True

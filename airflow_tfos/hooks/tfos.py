@@ -9,6 +9,7 @@ to the backend its connection's master picks.
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import json
 import shutil
@@ -35,6 +36,7 @@ from airflow_tfos.hooks.spark_submit import TrainingSubmit
 from airflow_tfos.hooks.state import AppState
 from airflow_tfos.hooks.user_code import CodePackage, ShippedCode, code_zip
 from airflow_tfos.links.tfos import HISTORY_SERVER_CONF, history_server_url
+from airflow_tfos.shared.storage.kerberos import SUBMITTED_TOKEN_ENV
 
 
 class TFoSHook(BaseHook):
@@ -55,6 +57,13 @@ class TFoSHook(BaseHook):
     Secrets (the WebHDFS connection's settings) never go on the command line: they reach the driver and
     executors through a properties file readable only by this user (deleted after submission), and are
     registered with Airflow's secret masker. ``env_vars`` and ``conf`` do go on the command line.
+
+    On YARN with the run directory on a Kerberized WebHDFS, the driver (whose Python process has no Kerberos
+    login: ``--principal/--keytab`` log in only Spark's JVM) gets a WebHDFS delegation token that this hook
+    obtains with its own login before spark-submit: in ``spark.yarn.appMasterEnv.`` of that properties file, for
+    the driver alone, which takes it out of its environment at start. The hook renews it while the task waits
+    (:meth:`hand_off_driver_token` passes it to the deferred trigger) and cancels it when the task ends
+    (:meth:`end_driver_token`).
 
     :param spark_conn_id: the ``spark`` connection (host ``yarn``, ``local-cluster[N,C,MB]``, ``local[N]`` or
         ``spark://host:port``; extras ``queue``, ``spark-binary``, ``principal``, ``keytab`` as in the Spark provider).
@@ -126,6 +135,7 @@ class TFoSHook(BaseHook):
         self.heartbeat_secs = heartbeat_secs
         self.openlineage_parent = openlineage_parent
         self._user_code: ShippedCode | None = None
+        self._driver_token = None  # a TokenKeeper: the delegation token handed to the driver (YARN, Kerberos)
 
     # --- connections ---------------------------------------------------------------------------------
 
@@ -299,7 +309,61 @@ class TFoSHook(BaseHook):
             gpu_script=gpu_script if gpu_script and not self.gpu_discovery_script else None,
             ship_runtime=self.ship_runtime,
         )
-        return backend.submit(submission)
+        token = self._obtain_driver_token(run_dir, name) if backend.name == "yarn" else None
+        if token:
+            submission = dataclasses.replace(submission, driver_secret_env={SUBMITTED_TOKEN_ENV: token})
+        try:
+            return backend.submit(submission)
+        except BaseException:
+            self.end_driver_token()  # nothing will use it
+            raise
+
+    # --- the driver's WebHDFS delegation token (YARN, Kerberos) ------------------------------------------
+
+    def _obtain_driver_token(self, run_dir: str, name: str) -> str | None:
+        """A new WebHDFS delegation token for the driver when ``run_dir`` is on a Kerberized WebHDFS, obtained
+        with this hook's Kerberos login (the webhdfs connection's) and renewed from now on; else None."""
+        from airflow.sdk.log import mask_secret
+
+        from airflow_tfos.hooks.run_dir import RunDirHook
+        from airflow_tfos.shared.storage.tokens import TokenKeeper
+
+        if "://" not in run_dir or run_dir.startswith("file://"):
+            return None
+        storage = RunDirHook(run_dir, webhdfs_conn_id=self.webhdfs_conn_id).storage
+        if not TokenKeeper.uses_kerberos(storage):
+            return None
+        self.end_driver_token()
+        self._driver_token = TokenKeeper(storage, f"driver of {name}").start()
+        mask_secret(self._driver_token.token)
+        return self._driver_token.token
+
+    @property
+    def holds_driver_token(self) -> bool:
+        """Whether this hook renews a delegation token it handed the driver."""
+        return self._driver_token is not None
+
+    def hand_off_driver_token(self) -> str | None:
+        """Stop renewing the driver's token without cancelling it; return it sealed with Airflow's Fernet key
+        (:func:`~airflow_tfos.triggers.tfos.seal_token`) for the trigger a task defers to, which renews and
+        cancels it from then on. None when the driver was given none, or when no Fernet key is configured (the
+        token would reach the database in clear: the hook keeps it, and the task waits in the worker)."""
+        from airflow_tfos.triggers.tfos import seal_token
+
+        if self._driver_token is None or self._driver_token.token is None:
+            return None
+        sealed = seal_token(self._driver_token.token)
+        if sealed is None:
+            return None
+        keeper, self._driver_token = self._driver_token, None
+        keeper.hand_off()
+        return sealed
+
+    def end_driver_token(self) -> None:
+        """Cancel the driver's delegation token, if this hook handed it one (idempotent)."""
+        keeper, self._driver_token = self._driver_token, None
+        if keeper is not None:
+            keeper.stop()
 
     def ship_user_code(self, packages: Sequence[CodePackage]) -> ShippedCode | None:
         """Zip the user's ``packages`` (content-hashed, cached beside the runtime zip) and ship the zip with

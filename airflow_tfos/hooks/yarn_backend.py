@@ -51,6 +51,7 @@ class YarnBackend(Backend):
         limit = self.hook.get_max_allocation()
         check_container_fits(submission.conf, max_memory_mb=limit.memory_mb, max_vcores=limit.vcores)
         secret_conf = env_conf(submission.secret_env, backend=self.name)
+        secret_conf.update({f"spark.yarn.appMasterEnv.{k}": v for k, v in submission.driver_secret_env.items()})
         runtime = [str(runtime_zip(submission.cache_dir))] if submission.ship_runtime else []
         gpu_script = [submission.gpu_script] if submission.gpu_script else []
         with tag_lock(self.tracker_dir, submission.tag):

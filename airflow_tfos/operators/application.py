@@ -194,7 +194,12 @@ class _TFoSApplicationOperator(ResumableJobMixin, BaseOperator):
     def execute(self, context: Context) -> Any:
         """Return the result at once if the run is done; else reattach or submit, then wait (or defer)."""
         done = self.prepare(context)
-        return done if done is not None else self.execute_resumable(context)
+        if done is not None:
+            return done
+        try:
+            return self.execute_resumable(context)
+        finally:  # success or failure; a deferred task handed its driver's token to the trigger already
+            self.hook.end_driver_token()
 
     # --- the run -------------------------------------------------------------------------------------------
 
@@ -397,8 +402,18 @@ class _TFoSApplicationOperator(ResumableJobMixin, BaseOperator):
         return app
 
     def defer_until_end(self, app: AppState) -> None:
+        token = self.hook.hand_off_driver_token()  # the trigger renews it, and cancels it when the application ends
+        if token is None and self.hook.holds_driver_token:
+            self.log.warning(
+                "not deferring: the driver's WebHDFS delegation token would be stored in clear with the trigger's "
+                "arguments, as no Fernet key is configured ([core] fernet_key); waiting in the worker, which "
+                "renews it"
+            )
+            return
         self.defer(
-            trigger=TFoSApplicationTrigger(application_id=app.app_id, kill_on_kill=True, **watch_arguments(self)),
+            trigger=TFoSApplicationTrigger(
+                application_id=app.app_id, kill_on_kill=True, webhdfs_token=token, **watch_arguments(self)
+            ),
             method_name="execute_complete",
             timeout=self.defer_timeout(),
         )
@@ -413,6 +428,8 @@ class _TFoSApplicationOperator(ResumableJobMixin, BaseOperator):
         return self.finish(app)
 
     def on_kill(self) -> None:
+        if "hook" in self.__dict__:  # only a hook this try made can hold a driver's token
+            self.hook.end_driver_token()
         app_id = None
         try:
             app_id = self._live_app_id()

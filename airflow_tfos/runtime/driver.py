@@ -39,6 +39,7 @@ from airflow_tfos.runtime.table_fingerprint import already_trained, has_table_in
 from airflow_tfos.shared import events
 from airflow_tfos.shared.rundir import RunDir, RunDirError, verified_spec_hash
 from airflow_tfos.shared.spec import check_data
+from airflow_tfos.shared.storage.kerberos import take_submitted_token
 from airflow_tfos.shared.storage.webhdfs_config import WebHDFSConfigError, add_config_option, use_config
 
 log = logging.getLogger("airflow_tfos.driver")
@@ -432,6 +433,9 @@ def _jsonable(value: Any) -> Any:
 
 
 def main(argv: list[str] | None = None) -> int:
+    # First: the submitting hook's WebHDFS delegation token leaves the environment before Spark's JVM, the TF
+    # nodes or anything else could copy it; it is this process's, in memory (TokenKeeper lends it to the nodes).
+    from_hook = take_submitted_token()
     parser = argparse.ArgumentParser(prog="python -m airflow_tfos.runtime.driver", description=__doc__.splitlines()[0])
     parser.add_argument("--run-dir", required=True, help="the run directory (path or URI) holding spec.json")
     parser.add_argument("--master", help="Spark master, when not started by spark-submit")
@@ -446,6 +450,8 @@ def main(argv: list[str] | None = None) -> int:
     add_config_option(parser)
     options = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if from_hook:
+        log.info("WebHDFS is reached with the delegation token of the hook that submitted this driver")
     if options.webhdfs_config:
         try:  # the TF nodes get it from the environment too (TFClusterRun passes AIRFLOW_TFOS_* on)
             use_config(options.webhdfs_config)

@@ -22,6 +22,26 @@ MAX_POLL_ERRORS = 10
 WATCH_ARGUMENTS = ("run_dir", "webhdfs_conn_id", "spark_conn_id", "yarn_conn_id", "poll_interval")
 
 
+def seal_token(token: str) -> str | None:
+    """``token`` encrypted with Airflow's Fernet key (``[core] fernet_key``), for a trigger's arguments, which
+    Airflow stores in its database as they are; None when no key is configured (or Airflow's core is absent)."""
+    try:
+        from airflow.models.crypto import get_fernet
+    except ImportError:
+        return None
+    fernet = get_fernet()
+    if not getattr(fernet, "is_encrypted", False):
+        return None
+    return fernet.encrypt(token.encode()).decode()
+
+
+def unseal_token(sealed: str) -> str:
+    """The token :func:`seal_token` encrypted."""
+    from airflow.models.crypto import get_fernet
+
+    return get_fernet().decrypt(sealed.encode()).decode()
+
+
 def watch_arguments(task: Any, **overrides: Any) -> dict[str, Any]:
     """The run directory, connections and poll interval a trigger watches with, as the deferring ``task``
     holds them (its attributes named in :data:`WATCH_ARGUMENTS`), with ``overrides`` on top."""
@@ -42,6 +62,10 @@ class TFoSApplicationTrigger(BaseTrigger):
     :param webhdfs_conn_id: the ``webhdfs`` connection for HDFS run directories.
     :param poll_interval: seconds between polls.
     :param kill_on_kill: kill the application when a user kills the deferred task (mark failed, clear).
+    :param webhdfs_token: the WebHDFS delegation token the task's hook handed the driver (YARN, Kerberized
+        run directory), sealed with Airflow's Fernet key (:func:`seal_token`: the trigger's arguments are stored
+        in Airflow's database as they are): renewed while the trigger waits, cancelled when the application
+        ends or the task is killed.
     """
 
     def __init__(
@@ -56,6 +80,7 @@ class TFoSApplicationTrigger(BaseTrigger):
         webhdfs_conn_id: str | None = None,
         poll_interval: float = 15.0,
         kill_on_kill: bool = False,
+        webhdfs_token: str | None = None,
     ) -> None:
         super().__init__()
         if not application_id and not tag:
@@ -69,11 +94,17 @@ class TFoSApplicationTrigger(BaseTrigger):
         self.webhdfs_conn_id = webhdfs_conn_id
         self.poll_interval = poll_interval
         self.kill_on_kill = kill_on_kill
+        self.webhdfs_token = webhdfs_token
+        self._token_keeper = None
+
+    def __repr__(self) -> str:  # BaseTrigger's shows every argument: never the token
+        return f"<{type(self).__qualname__} application_id={self.application_id!r} tag={self.tag!r}>"
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return (
             f"{type(self).__module__}.{type(self).__qualname__}",
             {
+                "webhdfs_token": self.webhdfs_token,
                 "application_id": self.application_id,
                 "tag": self.tag,
                 "target_states": self.target_states,
@@ -101,11 +132,39 @@ class TFoSApplicationTrigger(BaseTrigger):
             return state.is_terminal
         return state.state in self.target_states or state.is_terminal
 
+    async def _keep_token(self) -> None:
+        """Renew the driver's token from now on (in a thread of the keeper's)."""
+        if not self.webhdfs_token or self._token_keeper is not None or not self.run_dir:
+            return
+        from airflow_tfos.shared.storage.tokens import TokenKeeper
+
+        storage = RunDirHook(self.run_dir, webhdfs_conn_id=self.webhdfs_conn_id).storage
+        keeper = TokenKeeper(storage, f"driver of {self.application_id or self.tag}")
+        self._token_keeper = await asyncio.to_thread(keeper.adopt, unseal_token(self.webhdfs_token))
+
+    async def _end_token(self) -> None:
+        """Cancel the driver's token (the application ended, or the task was killed)."""
+        if not self.webhdfs_token:
+            return
+        if self._token_keeper is None:
+            try:
+                await self._keep_token()
+            except Exception as exc:  # expired or cancelled already: nothing left to cancel
+                self.log.warning("cannot renew the driver's WebHDFS delegation token to cancel it: %s", exc)
+                return
+        keeper, self._token_keeper = self._token_keeper, None
+        if keeper is not None:
+            await asyncio.to_thread(keeper.stop)
+
     async def run(self) -> AsyncIterator[TriggerEvent]:
         client = self._client()
         run_dir_hook = RunDirHook(self.run_dir, webhdfs_conn_id=self.webhdfs_conn_id) if self.run_dir else None
         errors, last_line, tracking_url = 0, None, None
         pacer = PollPacer(self.poll_interval)
+        try:
+            await self._keep_token()
+        except Exception as exc:  # the driver meets the expired token and fails with what it says
+            self.log.error("cannot renew the driver's WebHDFS delegation token: %s", exc)
         while True:
             try:
                 state = await self._state(client)
@@ -114,6 +173,7 @@ class TFoSApplicationTrigger(BaseTrigger):
                 errors += 1
                 self.log.warning("cannot read the application state (%d/%d): %s", errors, MAX_POLL_ERRORS, exc)
                 if errors >= MAX_POLL_ERRORS:
+                    await self._end_token()  # the task fails
                     yield TriggerEvent({"status": ERROR, "message": str(exc), "application_id": self.application_id})
                     return
                 await asyncio.sleep(self.poll_interval)
@@ -121,6 +181,8 @@ class TFoSApplicationTrigger(BaseTrigger):
             # the last UI address seen: a local application's UI is gone once it ends, YARN's stays
             tracking_url = (state.tracking_url if state else None) or tracking_url
             if self._reached(state):
+                if state.is_terminal:
+                    await self._end_token()
                 yield TriggerEvent({"status": DONE, "app": state.to_json(), "tracking_url": tracking_url})
                 return
             status = None
@@ -136,8 +198,13 @@ class TFoSApplicationTrigger(BaseTrigger):
             await asyncio.sleep(pacer.next_secs(status, time.time()))
 
     async def on_kill(self) -> None:
-        if not self.kill_on_kill:
-            return
+        try:
+            if self.kill_on_kill:
+                await self._kill()
+        finally:
+            await self._end_token()  # the driver's token, once its application is killed
+
+    async def _kill(self) -> None:
         client = self._client()
         app_id = self.application_id
         if app_id is None:

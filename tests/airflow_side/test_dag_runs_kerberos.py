@@ -1,8 +1,12 @@
 """A real DAG run (``airflow dags test``) against both emulators Kerberized, with a real MIT KDC: the Airflow side
 logs in from the connections' keytab (the YARN and WebHDFS connections, the deferred training task's trigger
-and the export sensor), the driver from its ticket cache, and the TF nodes, which hold no ticket, write the
-checkpoints and the export with the driver's delegation token. Neither the token nor the keytab's path is in
-the run directory, the task logs or the driver's log."""
+and the export sensor). The driver, as on YARN in cluster mode, has no Kerberos login at all (no ticket cache,
+no keytab): the training task's hook obtains a WebHDFS delegation token before spark-submit and hands it to
+the driver in ``spark.yarn.appMasterEnv`` of its private properties file; the driver takes it out of its
+environment and lends it to the TF nodes, which write the checkpoints and the export; the deferred trigger
+renews it and cancels it when the application ends. Neither the token nor the keytab's path is in the run
+directory, the task logs, the driver's log, Airflow's database, a properties file left behind, or a command
+line (nor, but for the driver's own, in a process environment) seen while the DAG ran."""
 
 from __future__ import annotations
 
@@ -10,6 +14,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -33,10 +38,11 @@ def kerberized(kdc, tmp_path_factory) -> Iterator[tuple]:
     home = tmp_path / "airflow"
     bin_dir = write_spark_submit(tmp_path / "bin").parent
     python_path = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
-    driver_cache = f"FILE:{tmp_path}/driver-ccache"  # the driver's ticket, as a cluster's keytab login leaves it
-    kdc.kinit("alice", kdc.alice_keytab, driver_cache)
-    driver_env = {k: v for k, v in os.environ.items() if k != WEBHDFS_ENV}
-    driver_env.update({"PYTHONPATH": python_path, "SPARK_LOCAL_IP": "127.0.0.1", "KRB5CCNAME": driver_cache})
+    # The driver has no Kerberos login: no ticket cache, no client keytab (as in a YARN container).
+    driver_env = {k: v for k, v in os.environ.items() if k not in (WEBHDFS_ENV, "KRB5_CLIENT_KTNAME")}
+    driver_env.update(
+        {"PYTHONPATH": python_path, "SPARK_LOCAL_IP": "127.0.0.1", "KRB5CCNAME": "FILE:/nonexistent/driver-ccache"}
+    )
     login = {"auth": "kerberos", "principal": "alice@TFOS.TEST", "keytab": kdc.alice_keytab}
     with (
         WebHDFSEmulator(kerberos_keytab=kdc.http_keytab, token_renew_interval=5.0) as hdfs,
@@ -49,6 +55,7 @@ def kerberized(kdc, tmp_path_factory) -> Iterator[tuple]:
         env = {
             **{k: v for k, v in os.environ.items() if k != WEBHDFS_ENV},
             "AIRFLOW_HOME": str(home),
+            "AIRFLOW__CORE__FERNET_KEY": "dGhpcy1pcy1hLXRlc3Qta2V5LW9mLTMyLWJ5dGVzISE=",  # encrypts trigger arguments
             "AIRFLOW__CORE__DAGS_FOLDER": str(DAGS),
             "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
             "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{home}/airflow.db",
@@ -72,9 +79,38 @@ def kerberized(kdc, tmp_path_factory) -> Iterator[tuple]:
         yield hdfs, rm, broker, env, home
 
 
+class ProcessWatch:
+    """Read every visible process's command line (and environment, where readable) while the test runs."""
+
+    def __init__(self) -> None:
+        self.seen: dict[int, tuple[str, str]] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+
+    def _loop(self) -> None:
+        while not self._stop.wait(0.2):
+            for entry in Path("/proc").iterdir():
+                if entry.name.isdigit():
+                    try:
+                        cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+                        environ = (entry / "environ").read_bytes().replace(b"\0", b"\n").decode(errors="replace")
+                    except OSError:
+                        continue
+                    self.seen[int(entry.name)] = (cmdline, environ)
+
+    def __enter__(self) -> ProcessWatch:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self._stop.set()
+        self._thread.join(timeout=10)
+
+
 def test_a_train_dag_on_kerberized_yarn_and_hdfs(kerberized, kdc):
     hdfs, rm, broker, env, home = kerberized
-    done = dags_test(env)
+    with ProcessWatch() as processes:
+        done = dags_test(env)
     assert succeeded(done), tail(done, broker)
 
     run_dir = default_run_dir(
@@ -85,8 +121,10 @@ def test_a_train_dag_on_kerberized_yarn_and_hdfs(kerberized, kdc):
     assert json.loads((local_run / "export" / "_SUCCESS").read_text())["step"] == 10
     # The ResourceManager was asked only with SPNEGO, as alice; HDFS as alice, by Kerberos or the run's token.
     assert rm.principals and set(rm.principals) == {"alice@TFOS.TEST"}
-    (token,) = hdfs.tokens.requested
-    assert not hdfs.tokens.is_live(token)  # cancelled when the TF cluster ended
+    (token,) = hdfs.tokens.requested  # the hook's: the driver, without a login, could not have asked for one
+    with pytest.raises(Exception, match="not known"):  # cancelled once the application ended (not just expired)
+        hdfs.tokens.verify(token)
+    assert hdfs.tokens.renewals.get(token, 0) >= 2  # by the hook, then by the deferred trigger (it lives 5 s)
     # The checkpoints were written by the TF nodes with the token (the driver and the operator only read them).
     writes = ("CREATE", "MKDIRS", "RENAME")
     checkpoints = {
@@ -99,8 +137,22 @@ def test_a_train_dag_on_kerberized_yarn_and_hdfs(kerberized, kdc):
     texts.update({str(p): p.read_text(errors="replace") for p in (home / "logs").rglob("*") if p.is_file()})
     texts.update({s["app_id"]: s["log"].read_text(errors="replace") for s in broker.submissions})
     texts["dags test output"] = done.stdout + done.stderr
+    texts["airflow.db"] = (home / "airflow.db").read_bytes().decode("latin-1")  # the trigger's arguments
+    texts["spark-submit calls"] = Path(env["FAKE_SPARK_SUBMIT_CALLS"]).read_text()
+    assert '"--properties-file"' in texts["spark-submit calls"]
+    left = list(Path(env["AIRFLOW_TFOS_LOCAL_DIR"]).rglob("*.properties"))
+    assert left == []  # the private properties file was deleted after the submission
+    commands = {f"cmdline of {pid}": cmd for pid, (cmd, _) in processes.seen.items()}
+    assert any("airflow_tfos.runtime.driver" in c for c in commands.values())
+    assert any("airflow_tfos.runtime.child" in c for c in commands.values())  # the TF nodes were seen too
+    texts.update(commands)
+    # The driver's own environment held the token when it started (YARN's appMasterEnv); nothing it started did
+    # (Spark's JVM, the executors, the TF nodes). Environments do hold the keytab's path (the connections).
+    environs = [e for cmd, e in processes.seen.values() if "runtime.driver" not in cmd]
+    assert [t[:6] for t in hdfs.tokens.issued if any(t in e for e in environs)] == []
     # The task logs (`airflow dags test` prints them) and the driver's log were read, and say what happened.
     assert "exported" in texts["dags test output"] and "train" in texts["dags test output"]
-    assert any("obtained a WebHDFS delegation token" in texts[s["app_id"]] for s in broker.submissions)
+    assert any("delegation token of the hook that submitted" in texts[s["app_id"]] for s in broker.submissions)
+    assert "obtained a WebHDFS delegation token" not in "".join(texts[s["app_id"]] for s in broker.submissions)
     leaks = [f"{name}: {s[:6]}..." for name, text in texts.items() for s in secrets if s in text]
     assert leaks == []

@@ -13,7 +13,10 @@ fallback to simple authentication.
 Delegation tokens: processes that hold no Kerberos credentials (Spark executors, TF nodes) authenticate
 to WebHDFS with a delegation token that the driver obtained; :func:`use_delegation_token` gives it to this
 process (in memory only: it is never written to a file, an environment variable or a command line), and
-every WebHDFS request of the process then carries ``delegation=<token>`` instead of SPNEGO.
+every WebHDFS request of the process then carries ``delegation=<token>`` instead of SPNEGO. A driver on YARN,
+which has no Python Kerberos login, gets the token of the hook that submitted it in its environment
+(:data:`SUBMITTED_TOKEN_ENV`, set through ``spark.yarn.appMasterEnv``); :func:`take_submitted_token` moves it
+from there into the process's memory before anything else starts.
 """
 
 from __future__ import annotations
@@ -36,8 +39,13 @@ __all__ = [
     "delegation_token",
     "negotiate_header",
     "set_default_login",
+    "take_submitted_token",
     "use_delegation_token",
 ]
+
+#: The driver's environment variable holding the WebHDFS delegation token the submitting hook obtained (its
+#: name holds "token", so that Spark redacts the ``spark.yarn.appMasterEnv.`` setting in its UI and event log).
+SUBMITTED_TOKEN_ENV = "AIRFLOW_TFOS_SUBMITTED_WEBHDFS_TOKEN"
 
 #: WebHDFS operations that must be authenticated by Kerberos, never by a delegation token.
 TOKEN_OPS = frozenset({"GETDELEGATIONTOKEN", "RENEWDELEGATIONTOKEN", "CANCELDELEGATIONTOKEN"})
@@ -132,6 +140,17 @@ def use_delegation_token(token: str | None) -> None:
         keep_out_of_logs(token)
     with _lock:
         _token = token
+
+
+def take_submitted_token(environ=None) -> bool:
+    """Move the token of :data:`SUBMITTED_TOKEN_ENV` out of the environment (``os.environ``) into this process's
+    memory (:func:`use_delegation_token`), so that no process started later inherits it; False when there is none.
+    """
+    token = (os.environ if environ is None else environ).pop(SUBMITTED_TOKEN_ENV, "").strip()
+    if not token:
+        return False
+    use_delegation_token(token)
+    return True
 
 
 def delegation_token() -> str | None:
