@@ -200,3 +200,15 @@ def test_the_processs_token_is_kept_out_of_debug_logs_of_the_http_libraries(kdc,
         with caplog.at_level(logging.DEBUG, logger="urllib3.connectionpool"):
             storage(hdfs).exists(hdfs.uri("/"))
         assert "delegation=<delegation token>" in caplog.text and token not in caplog.text
+
+
+def test_the_driver_moves_the_submitted_token_from_its_environment_into_memory():
+    from airflow_tfos.shared.storage.kerberos import SUBMITTED_TOKEN_ENV, delegation_token, take_submitted_token
+
+    environ = {SUBMITTED_TOKEN_ENV: "opaque-token", "OTHER": "x"}
+    try:
+        assert take_submitted_token(environ) and environ == {"OTHER": "x"}  # a child started now inherits none
+        assert delegation_token() == "opaque-token"
+        assert not take_submitted_token(environ)  # none there: the process keeps its Kerberos login
+    finally:
+        kerberos.use_delegation_token(None)

@@ -330,6 +330,15 @@ class TFoSHook(BaseHook):
 
         if "://" not in run_dir or run_dir.startswith("file://"):
             return None
+        from airflow_tfos.hooks.webhdfs_connection import DEFAULT_CONN_ID, webhdfs_config_from_connection
+        from airflow_tfos.shared.storage.webhdfs_config import WebHDFSConfigError
+
+        try:
+            config = webhdfs_config_from_connection(self.webhdfs_conn_id or DEFAULT_CONN_ID)
+        except WebHDFSConfigError:  # no HDFS settings here: the cluster's own reach the driver
+            return None
+        if getattr(config, "auth", None) != "kerberos":
+            return None
         storage = RunDirHook(run_dir, webhdfs_conn_id=self.webhdfs_conn_id).storage
         if not TokenKeeper.uses_kerberos(storage):
             return None
@@ -345,11 +354,9 @@ class TFoSHook(BaseHook):
 
     def hand_off_driver_token(self) -> str | None:
         """Stop renewing the driver's token without cancelling it; return it sealed with Airflow's Fernet key
-        (:func:`~airflow_tfos.triggers.tfos.seal_token`) for the trigger a task defers to, which renews and
+        (:func:`seal_token`) for the trigger a task defers to, which renews and
         cancels it from then on. None when the driver was given none, or when no Fernet key is configured (the
         token would reach the database in clear: the hook keeps it, and the task waits in the worker)."""
-        from airflow_tfos.triggers.tfos import seal_token
-
         if self._driver_token is None or self._driver_token.token is None:
             return None
         sealed = seal_token(self._driver_token.token)
@@ -423,6 +430,26 @@ class TFoSHook(BaseHook):
     async def akill(self, app_id: str, grace_secs: float = 30) -> AppState:
         """:meth:`kill` without blocking the event loop."""
         return await self._backend.akill(app_id, grace_secs)
+
+
+def seal_token(token: str) -> str | None:
+    """``token`` encrypted with Airflow's Fernet key (``[core] fernet_key``), for a trigger's arguments, which
+    Airflow stores in its database as they are; None when no key is configured (or Airflow's core is absent)."""
+    try:
+        from airflow.models.crypto import get_fernet
+    except ImportError:
+        return None
+    fernet = get_fernet()
+    if not getattr(fernet, "is_encrypted", False):
+        return None
+    return fernet.encrypt(token.encode()).decode()
+
+
+def unseal_token(sealed: str) -> str:
+    """The token :func:`seal_token` encrypted."""
+    from airflow.models.crypto import get_fernet
+
+    return get_fernet().decrypt(sealed.encode()).decode()
 
 
 def openlineage_parent_conf(conf: dict[str, str]) -> dict[str, str]:

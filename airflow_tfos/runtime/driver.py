@@ -220,7 +220,7 @@ def run_inference_job(spark, spec: RunSpec) -> dict[str, Any]:
     job = spec.inference or {}
     frame = build_input(spark, spec.data, "data")
     # A model on a Kerberized HDFS: the executors fetch it with a delegation token, alive until the rows are written.
-    tokens = TokenKeeper.for_hdfs(job["model_path"], "batch inference")
+    tokens = TokenKeeper.for_run_dir(job["model_path"], "batch inference")
     try:
         scored = predict(
             frame,

@@ -22,26 +22,6 @@ MAX_POLL_ERRORS = 10
 WATCH_ARGUMENTS = ("run_dir", "webhdfs_conn_id", "spark_conn_id", "yarn_conn_id", "poll_interval")
 
 
-def seal_token(token: str) -> str | None:
-    """``token`` encrypted with Airflow's Fernet key (``[core] fernet_key``), for a trigger's arguments, which
-    Airflow stores in its database as they are; None when no key is configured (or Airflow's core is absent)."""
-    try:
-        from airflow.models.crypto import get_fernet
-    except ImportError:
-        return None
-    fernet = get_fernet()
-    if not getattr(fernet, "is_encrypted", False):
-        return None
-    return fernet.encrypt(token.encode()).decode()
-
-
-def unseal_token(sealed: str) -> str:
-    """The token :func:`seal_token` encrypted."""
-    from airflow.models.crypto import get_fernet
-
-    return get_fernet().decrypt(sealed.encode()).decode()
-
-
 def watch_arguments(task: Any, **overrides: Any) -> dict[str, Any]:
     """The run directory, connections and poll interval a trigger watches with, as the deferring ``task``
     holds them (its attributes named in :data:`WATCH_ARGUMENTS`), with ``overrides`` on top."""
@@ -63,9 +43,9 @@ class TFoSApplicationTrigger(BaseTrigger):
     :param poll_interval: seconds between polls.
     :param kill_on_kill: kill the application when a user kills the deferred task (mark failed, clear).
     :param webhdfs_token: the WebHDFS delegation token the task's hook handed the driver (YARN, Kerberized
-        run directory), sealed with Airflow's Fernet key (:func:`seal_token`: the trigger's arguments are stored
-        in Airflow's database as they are): renewed while the trigger waits, cancelled when the application
-        ends or the task is killed.
+        run directory), sealed with Airflow's Fernet key (:func:`~airflow_tfos.hooks.tfos.seal_token`: the
+        trigger's arguments are stored in Airflow's database as they are): renewed while the trigger waits,
+        cancelled when the application ends or the task is killed.
     """
 
     def __init__(
@@ -136,6 +116,7 @@ class TFoSApplicationTrigger(BaseTrigger):
         """Renew the driver's token from now on (in a thread of the keeper's)."""
         if not self.webhdfs_token or self._token_keeper is not None or not self.run_dir:
             return
+        from airflow_tfos.hooks.tfos import unseal_token
         from airflow_tfos.shared.storage.tokens import TokenKeeper
 
         storage = RunDirHook(self.run_dir, webhdfs_conn_id=self.webhdfs_conn_id).storage

@@ -48,6 +48,15 @@ class FakeBackend:
         self.apps[app_id] = app
         return app
 
+    # The driver's WebHDFS delegation token (TFoSHook on YARN with Kerberos): a fake run needs none.
+    holds_driver_token = False
+
+    def hand_off_driver_token(self) -> str | None:
+        return None
+
+    def end_driver_token(self) -> None:
+        pass
+
     def submit(self, run_dir: str, *, tag: str, name: str, num_nodes: int, **options: Any) -> str:
         app_id = f"application_1700000000000_{next(self._ids):04d}"
         self.submitted.append({"run_dir": run_dir, "tag": tag, "name": name, "num_nodes": num_nodes, **options})

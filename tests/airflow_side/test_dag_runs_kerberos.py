@@ -137,6 +137,10 @@ def test_a_train_dag_on_kerberized_yarn_and_hdfs(kerberized, kdc):
     texts.update({str(p): p.read_text(errors="replace") for p in (home / "logs").rglob("*") if p.is_file()})
     texts.update({s["app_id"]: s["log"].read_text(errors="replace") for s in broker.submissions})
     texts["dags test output"] = done.stdout + done.stderr
+    # The task deferred; its trigger took the token over, renewed it and cancelled it at the application's end.
+    assert "Pausing task as DEFERRED" in texts["dags test output"]
+    assert "renewing the WebHDFS delegation token of the run" in texts["dags test output"]
+    assert "WebHDFS delegation token cancelled" in texts["dags test output"]
     texts["airflow.db"] = (home / "airflow.db").read_bytes().decode("latin-1")  # the trigger's arguments
     texts["spark-submit calls"] = Path(env["FAKE_SPARK_SUBMIT_CALLS"]).read_text()
     assert '"--properties-file"' in texts["spark-submit calls"]

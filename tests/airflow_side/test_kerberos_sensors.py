@@ -87,3 +87,46 @@ def test_the_webhdfs_connection_test_logs_in_from_the_keytab_and_names_a_missing
     connect(monkeypatch, "webhdfs_none", hdfs)
     ok, message = WebHDFSAccessHook("webhdfs_none").test_connection()
     assert not ok and "no Kerberos ticket for the principal of the ticket cache" in message
+
+
+def test_the_drivers_token_goes_sealed_to_the_trigger_and_a_kill_cancels_it(hdfs, kdc, monkeypatch):
+    from airflow.models.crypto import get_fernet
+    from cryptography.fernet import Fernet
+
+    from airflow_tfos.hooks.tfos import TFoSHook
+    from airflow_tfos.triggers.tfos import TFoSApplicationTrigger
+
+    connect(monkeypatch, "webhdfs_krb", hdfs, principal="alice@TFOS.TEST", keytab=kdc.alice_keytab)
+    run_dir = hdfs.uri("/runs/killed")
+
+    def cancelled(token: str) -> bool:
+        with pytest.raises(Exception, match="not known"):
+            hdfs.tokens.verify(token)
+        return True
+
+    try:
+        # No Fernet key: the token would be stored in clear with the trigger's arguments; the hook keeps it.
+        monkeypatch.setenv("AIRFLOW__CORE__FERNET_KEY", "")
+        get_fernet.cache_clear()
+        hook = TFoSHook(webhdfs_conn_id="webhdfs_krb")
+        first = hook._obtain_driver_token(run_dir, "tfos killed")
+        assert first and hook.hand_off_driver_token() is None and hook.holds_driver_token
+        hook.end_driver_token()  # what the operator does when the task ends or is killed in the worker
+        assert cancelled(first) and not hook.holds_driver_token
+
+        monkeypatch.setenv("AIRFLOW__CORE__FERNET_KEY", Fernet.generate_key().decode())
+        get_fernet.cache_clear()
+        token = hook._obtain_driver_token(run_dir, "tfos killed")
+        sealed = hook.hand_off_driver_token()
+        assert sealed and token not in sealed and not hook.holds_driver_token
+        trigger = roundtrip(
+            TFoSApplicationTrigger(
+                application_id="application_1_1", run_dir=run_dir, webhdfs_conn_id="webhdfs_krb", webhdfs_token=sealed
+            )
+        )
+        assert token not in json.dumps(trigger.serialize()[1]) and token not in repr(trigger)
+        assert hdfs.tokens.is_live(token)  # handed off, not cancelled
+        asyncio.run(trigger.on_kill())  # the deferred task was killed
+        assert cancelled(token)
+    finally:
+        get_fernet.cache_clear()

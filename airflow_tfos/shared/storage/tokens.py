@@ -90,7 +90,7 @@ class TokenKeeper:
         keep_out_of_logs(self.token)
         self.expires = self.storage.renew_delegation_token(self.token)
         log.info(
-            "%s: obtained a WebHDFS delegation token for the TF nodes (expires in %.0f s; renewed while the run lives)",
+            "%s: obtained a WebHDFS delegation token (expires in %.0f s; renewed while the run lives)",
             self.what,
             self.expires - time.time(),
         )
