@@ -326,13 +326,12 @@ class TFoSHook(BaseHook):
         from airflow.sdk.log import mask_secret
 
         from airflow_tfos.hooks.run_dir import RunDirHook
+        from airflow_tfos.hooks.webhdfs_connection import DEFAULT_CONN_ID, webhdfs_config_from_connection
         from airflow_tfos.shared.storage.tokens import TokenKeeper
+        from airflow_tfos.shared.storage.webhdfs_config import WebHDFSConfigError
 
         if "://" not in run_dir or run_dir.startswith("file://"):
             return None
-        from airflow_tfos.hooks.webhdfs_connection import DEFAULT_CONN_ID, webhdfs_config_from_connection
-        from airflow_tfos.shared.storage.webhdfs_config import WebHDFSConfigError
-
         try:
             config = webhdfs_config_from_connection(self.webhdfs_conn_id or DEFAULT_CONN_ID)
         except WebHDFSConfigError:  # no HDFS settings here: the cluster's own reach the driver
@@ -354,9 +353,9 @@ class TFoSHook(BaseHook):
 
     def hand_off_driver_token(self) -> str | None:
         """Stop renewing the driver's token without cancelling it; return it sealed with Airflow's Fernet key
-        (:func:`seal_token`) for the trigger a task defers to, which renews and
-        cancels it from then on. None when the driver was given none, or when no Fernet key is configured (the
-        token would reach the database in clear: the hook keeps it, and the task waits in the worker)."""
+        (:func:`seal_token`) for the trigger a task defers to, which renews and cancels it from then on. None
+        when the driver was given none, or when no Fernet key is configured (the token would reach the database
+        in clear: the hook keeps it, and the task waits in the worker)."""
         if self._driver_token is None or self._driver_token.token is None:
             return None
         sealed = seal_token(self._driver_token.token)

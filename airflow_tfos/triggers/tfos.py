@@ -138,14 +138,23 @@ class TFoSApplicationTrigger(BaseTrigger):
             await asyncio.to_thread(keeper.stop)
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
-        client = self._client()
-        run_dir_hook = RunDirHook(self.run_dir, webhdfs_conn_id=self.webhdfs_conn_id) if self.run_dir else None
-        errors, last_line, tracking_url = 0, None, None
-        pacer = PollPacer(self.poll_interval)
         try:
             await self._keep_token()
         except Exception as exc:  # the driver meets the expired token and fails with what it says
             self.log.error("cannot renew the driver's WebHDFS delegation token: %s", exc)
+        try:
+            async for event in self._watch():
+                yield event
+        finally:  # cancelled (the task timed out, or the trigger moves to another triggerer): stop renewing here
+            if self._token_keeper is not None:
+                self._token_keeper.hand_off()
+                self._token_keeper = None
+
+    async def _watch(self) -> AsyncIterator[TriggerEvent]:
+        client = self._client()
+        run_dir_hook = RunDirHook(self.run_dir, webhdfs_conn_id=self.webhdfs_conn_id) if self.run_dir else None
+        errors, last_line, tracking_url = 0, None, None
+        pacer = PollPacer(self.poll_interval)
         while True:
             try:
                 state = await self._state(client)

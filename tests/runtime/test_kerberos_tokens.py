@@ -84,7 +84,7 @@ def test_batch_inference_executors_fetch_a_kerberized_model_with_the_runs_token(
     monkeypatch.setattr("tempfile.tempdir", str(tmp_path / "driver-tmp"))
     os.mkdir(tmp_path / "driver-tmp")
     publish_linear_model(tmp_path / "model", "hdfs://ns/models/linear", (3.0, -2.0), 1.0)
-    data = write_linear_parquet(tmp_path / "data", seed=5, parts=2, rows=75)
+    data = write_linear_parquet(tmp_path / "data", seed=5, parts=1, rows=150)
     spec = RunSpec(
         kind="inference",
         num_nodes=1,
