@@ -426,6 +426,7 @@ def main() -> int:
     parser.add_argument("--small", action="store_true", help="a quick run on less data")
     parser.add_argument("--readers", action="store_true", help="only the two readers of a share, no Spark")
     parser.add_argument("--types", action="store_true", help="only vector and string columns")
+    parser.add_argument("--rates", action="store_true", help="only the rates of 784-float rows")
     options = parser.parse_args()
     scale = 0.2 if options.small else 1.0
     if options.readers:
@@ -441,6 +442,9 @@ def main() -> int:
     try:
         if options.types:
             type_rates(spark, int(100_000 * scale))
+            return 0
+        if options.rates:
+            feed_rates(spark, "784 floats + label", image_frame(spark, int(100_000 * scale)), 3, f"{files}/images")
             return 0
         feed_rates(spark, "2 floats", pair_frame(spark, int(100_000 * scale)), 3, f"{files}/pairs")
         feed_rates(spark, "784 floats + label", image_frame(spark, int(100_000 * scale)), 2, f"{files}/images")
