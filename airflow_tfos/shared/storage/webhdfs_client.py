@@ -67,7 +67,6 @@ class WebHDFSStorage:
     # --- requests, retries, errors ---------------------------------------------------------------------
 
     def _make_clients(self) -> list[Any]:
-        import requests
         from hdfs import InsecureClient
 
         clients = []
