@@ -1,13 +1,13 @@
 """InputMode.SPARK plumbing: the driver lays the data out on the nodes; each task spills its share.
 
-On the driver, :func:`prepare_dataframe` keeps the fed columns, tags validation rows, and repartitions
-so that partition ``i`` is TF node ``i``'s data: rows go round-robin to the training nodes (chief or
-master, then workers; under parameter servers with a chief, the workers alone) and parameter servers
-and evaluators get none. A DataFrame already dealt out round-robin into one partition per node (e.g. a
-cached ``df.repartition(num_nodes)``), with every node fed and no validation data, is used as it is: a
-second shuffle would only move balanced rows around. In each barrier task, :func:`spill_partition`
-writes the partition to local disk and :func:`plan_shares` turns every node's row count (exchanged with ``allGather``) into the same
-number of steps per epoch everywhere; under parameter servers :func:`write_native_shares` then
+On the driver, :func:`prepare_dataframe` keeps the fed columns, tags validation rows, and repartitions so
+that partition ``i`` is TF node ``i``'s data: rows go round-robin to the training nodes (chief or master,
+then workers; under parameter servers with a chief, the workers alone) and parameter servers and evaluators
+get none. A DataFrame already dealt out round-robin into one partition per node (e.g. a cached
+``df.repartition(num_nodes)``), with every node fed and no validation data, is used as it is: a second
+shuffle would only move balanced rows around. In each barrier task, :func:`spill_partition` writes the
+partition to local disk and :func:`plan_shares` turns every node's row count (exchanged with ``allGather``)
+into the same number of steps per epoch everywhere; under parameter servers :func:`write_native_shares` then
 rewrites each worker's share as the record file its TF process reads (:mod:`.native`).
 """
 
