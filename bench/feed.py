@@ -219,6 +219,13 @@ def run_spark_alone(frame) -> list[dict]:
     return [{"rows": r["rows"], "seconds": r["drained_at"] - called} for r in done]
 
 
+def run_spark_alone_dealt_out(frame) -> list[dict]:
+    """A frame already dealt out into one partition per barrier task, drained into Python as it is."""
+    called = time.time()
+    done = frame.mapInArrow(_drain, "rows long, drained_at double", barrier=True).collect()
+    return [{"rows": r["rows"], "seconds": r["drained_at"] - called} for r in done]
+
+
 def _rates(records: list[dict]) -> list[float]:
     return [r["rows"] / r["seconds"] for r in records]
 
@@ -229,20 +236,29 @@ def feed_rates(spark, name: str, frame, rounds: int, folder: str) -> None:
     files = parquet_copy(frame, folder)
     rdd = frame.rdd.map(lambda row: (list(row.x), row.y)).cache()
     rdd.count()
+    dealt = frame.repartition(2).cache()  # already one round-robin partition per node: no layout shuffle
+    dealt.count()
     runs = {
         "tensorflowonspark": lambda: run_tfos(sc, rdd),
         "airflow-tfos": lambda: run_ours(sc, frame),
         "direct": lambda: run_ours(sc, files, read="direct"),
+        "dealt out": lambda: run_ours(sc, dealt),
     }
-    results: dict[str, list[dict]] = {"tensorflowonspark": [], "airflow-tfos": [], "direct": [], "spark alone": []}
-    for run_once in (*runs.values(), lambda: run_spark_alone(frame)):  # warm-up, not counted
+    drains = {
+        "spark alone": lambda: run_spark_alone(frame),
+        "spark alone, dealt out": lambda: run_spark_alone_dealt_out(dealt),
+    }
+    results: dict[str, list[dict]] = {system: [] for system in (*runs, *drains)}
+    for run_once in (*runs.values(), *drains.values()):  # warm-up, not counted
         run_once()
     for number in range(rounds):
         order = list(runs) if number % 2 == 0 else list(reversed(runs))
         for system in order:
             results[system] += runs[system]()
-        results["spark alone"] += run_spark_alone(frame)
+        for system, run_once in drains.items():
+            results[system] += run_once()
     rdd.unpersist()
+    dealt.unpersist()
     print(f"[{name}] {total} rows, 2 workers, {rounds} rounds")
     for r in results["tensorflowonspark"]:
         print(f"[{name}] tensorflowonspark: {r['rows']} rows in {r['seconds']:.2f} s")
@@ -258,8 +274,15 @@ def feed_rates(spark, name: str, frame, rounds: int, folder: str) -> None:
             f"{r['layout_s']:.2f} s, read from the Parquet files and spilled {r['spill_s']:.2f} s, "
             f"into TF {r['first_pass_s']:.2f} s"
         )
-    for r in results["spark alone"]:
-        print(f"[{name}] spark alone: {r['rows']} rows in {r['seconds']:.2f} s")
+    for r in results["dealt out"]:
+        print(
+            f"[{name}] airflow-tfos, frame already dealt out: {r['rows']} rows in {r['seconds']:.2f} s: launched "
+            f"{r['layout_s']:.2f} s, read from Spark and spilled {r['spill_s']:.2f} s, "
+            f"into TF {r['first_pass_s']:.2f} s"
+        )
+    for system in drains:
+        for r in results[system]:
+            print(f"[{name}] {system}: {r['rows']} rows in {r['seconds']:.2f} s")
     medians = {system: statistics.median(_rates(records)) for system, records in results.items()}
     for system in ("tensorflowonspark", "airflow-tfos", "spark alone", "direct"):
         label = "tensorflowonspark=2.2.5" if system == "tensorflowonspark" else system
@@ -271,6 +294,10 @@ def feed_rates(spark, name: str, frame, rounds: int, folder: str) -> None:
     print(f"feed_ratio[{name}] airflow-tfos/spark-alone: {ours / alone:.2f}")
     print(f"feed_ratio[{name}] direct/tensorflowonspark: {direct / tfos:.1f}")
     print(f"feed_ratio[{name}] direct/spark-alone: {direct / alone:.2f}")
+    dealt_ours, dealt_alone = medians["dealt out"], medians["spark alone, dealt out"]
+    print(f"feed_rows_per_s_per_worker[{name}] airflow-tfos, frame already dealt out: {dealt_ours:,.0f}")
+    print(f"feed_rows_per_s_per_worker[{name}] spark alone, frame already dealt out: {dealt_alone:,.0f}")
+    print(f"feed_ratio[{name}] airflow-tfos/spark-alone, frame already dealt out: {dealt_ours / dealt_alone:.2f}")
     for system in ("airflow-tfos", "direct"):
         replay = statistics.median(r["rows"] / r["second_pass_s"] for r in results[system])
         print(f"feed_rows_per_s_per_worker[{name}] {system} later epochs (replayed from local disk): {replay:,.0f}")
@@ -426,6 +453,7 @@ def main() -> int:
     parser.add_argument("--small", action="store_true", help="a quick run on less data")
     parser.add_argument("--readers", action="store_true", help="only the two readers of a share, no Spark")
     parser.add_argument("--types", action="store_true", help="only vector and string columns")
+    parser.add_argument("--rates", action="store_true", help="only the rates of 784-float rows")
     options = parser.parse_args()
     scale = 0.2 if options.small else 1.0
     if options.readers:
@@ -441,6 +469,9 @@ def main() -> int:
     try:
         if options.types:
             type_rates(spark, int(100_000 * scale))
+            return 0
+        if options.rates:
+            feed_rates(spark, "784 floats + label", image_frame(spark, int(100_000 * scale)), 3, f"{files}/images")
             return 0
         feed_rates(spark, "2 floats", pair_frame(spark, int(100_000 * scale)), 3, f"{files}/pairs")
         feed_rates(spark, "784 floats + label", image_frame(spark, int(100_000 * scale)), 2, f"{files}/images")

@@ -3,11 +3,8 @@ under connections and AIRFLOW_TFOS_WEBHDFS, and the connection tests, against th
 
 from __future__ import annotations
 
-import datetime as dt
 import getpass
-import ipaddress
 import json
-import ssl
 from pathlib import Path
 
 import pytest
@@ -16,6 +13,7 @@ from airflow_tfos.hooks.hadoop_conf import HadoopConf, HadoopConfError, read_sit
 from airflow_tfos.hooks.webhdfs_connection import WebHDFSAccessHook, webhdfs_config_from_connection
 from airflow_tfos.hooks.yarn import YarnHook
 from airflow_tfos.shared.storage.webhdfs_config import WEBHDFS_ENV, WebHDFSConfig, WebHDFSConfigError
+from airflow_tfos.testing.tls import self_signed
 from airflow_tfos.testing.webhdfs import WebHDFSEmulator
 from airflow_tfos.testing.yarn import ResourceManagerEmulator
 from tests.airflow_side.hadoop_site import ha_cluster_conf, write_site
@@ -248,37 +246,8 @@ def test_webhdfs_connection_test_outcomes(tmp_path, monkeypatch):
     assert not ok and "no connection 'webhdfs_absent'" in message
 
 
-def _self_signed(tmp_path: Path) -> ssl.SSLContext:
-    from cryptography import x509
-    from cryptography.hazmat.primitives import hashes, serialization
-    from cryptography.hazmat.primitives.asymmetric import ec
-    from cryptography.x509.oid import NameOID
-
-    key = ec.generate_private_key(ec.SECP256R1())
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")])
-    now = dt.datetime.now(dt.UTC)
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(name)
-        .issuer_name(name)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - dt.timedelta(minutes=1))
-        .not_valid_after(now + dt.timedelta(hours=1))
-        .add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), False)
-        .sign(key, hashes.SHA256())
-    )
-    (tmp_path / "cert.pem").write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    (tmp_path / "key.pem").write_bytes(
-        key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
-    )
-    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    context.load_cert_chain(tmp_path / "cert.pem", tmp_path / "key.pem")
-    return context
-
-
 def test_connection_tests_name_a_tls_failure(tmp_path, monkeypatch):
-    context = _self_signed(tmp_path)
+    context, bundle = self_signed(tmp_path)
     with ResourceManagerEmulator(ssl_context=context) as rm, WebHDFSEmulator(ssl_context=context) as hdfs:
         conn(monkeypatch, "yarn_tls", "yarn", host=rm.addresses[0], schema="https", login="etl")
         ok, message = YarnHook("yarn_tls").test_connection()
@@ -288,7 +257,6 @@ def test_connection_tests_name_a_tls_failure(tmp_path, monkeypatch):
         ok, message = WebHDFSAccessHook("webhdfs_tls").test_connection()
         assert not ok and f"https://{nn}: TLS error (CERTIFICATE_VERIFY_FAILED" in message, message
         # with the certificate as the CA bundle, both answer
-        bundle = str(tmp_path / "cert.pem")
         conn(
             monkeypatch, "yarn_ca", "yarn", host=rm.addresses[0], schema="https", login="etl", extra={"verify": bundle}
         )

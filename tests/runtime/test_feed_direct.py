@@ -148,6 +148,33 @@ def test_nodes_read_their_row_groups_directly_every_row_once_per_epoch(spark, tm
 
 
 @pytest.mark.integration
+def test_balance_drop_on_direct_reads_stops_every_node_at_the_smallest_shares_full_batches(spark, tmp_path):
+    ids = write_ids(tmp_path / "train")  # 1257 rows: shares of 629 and 628
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    batch = 64
+    run_cluster(
+        spark.sparkContext,
+        programs.epoch_ids,
+        {"epochs": 2},
+        num_nodes=2,
+        run_dir=str(run_dir),
+        data=spark.read.parquet(str(tmp_path / "train")).select("x", "y"),
+        feed=Feed(features="x", label="y", batch_size=batch, balance="drop", read="direct"),
+    )
+    records = read_records(str(run_dir), "ids")
+    expected = (len(ids) // 2) // batch  # full batches of the smaller share, computed here
+    assert {r["steps_per_epoch"] for r in records.values()} == {expected}
+    shares = []
+    for name, record in records.items():
+        for epoch in record["epochs"]:
+            assert len(epoch) == expected * batch, name
+            assert len(set(epoch)) == len(epoch), name  # nothing repeated: drop never pads
+        shares.append(set(record["epochs"][0]) | set(record["epochs"][1]))
+    assert not shares[0] & shares[1] and shares[0] | shares[1] <= set(ids)  # each row on one node at most
+
+
+@pytest.mark.integration
 def test_a_filtered_dataframe_goes_through_spark_and_read_direct_fails_naming_why(spark, tmp_path, caplog):
     write_ids(tmp_path / "train")
     frame = spark.read.parquet(str(tmp_path / "train"))

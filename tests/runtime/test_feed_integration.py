@@ -331,3 +331,43 @@ def test_a_sparse_vector_width_mismatch_fails_naming_the_column_and_sizes(spark)
             data=spark.createDataFrame(rows, schema).repartition(1),
             feed=Feed(features="v", label="y", batch_size=4),
         )
+
+
+def test_a_frame_already_dealt_out_one_partition_per_node_is_fed_without_a_second_shuffle(spark, tmp_path, caplog):
+    from airflow_tfos.runtime.feed.spark_side import round_robin_partitions
+
+    rows = spark.range(0, 1001, numPartitions=3).selectExpr("array(cast(id as float), 1.0f) as x", "id as y")
+    assert round_robin_partitions(rows) is None
+    assert round_robin_partitions(rows.repartition(2, "y")) is None  # hashed: no balance promised
+    assert round_robin_partitions(rows.repartition(3)) == 3
+    frame = rows.repartition(2).cache()
+    frame.count()
+    assert round_robin_partitions(frame.select("x", "y")) == 2
+    sc = spark.sparkContext
+    with caplog.at_level("INFO", logger="airflow_tfos"):
+        tf_run = TFClusterRun(
+            sc,
+            programs.epoch_ids,
+            {"epochs": 2},
+            num_nodes=2,
+            run_dir=str(tmp_path),
+            data=frame,
+            feed=Feed(features="x", label="y", batch_size=50),
+        ).start()
+        try:
+            tf_run.wait(300)
+        finally:
+            assert_no_node_processes(tf_run.run_id)
+    assert "already dealt out round-robin into 2 partitions, one per node: no layout shuffle" in caplog.text
+    tracker = sc.statusTracker()
+    stages = [s for j in tracker.getJobIdsForGroup(tf_run.job_group) for s in tracker.getJobInfo(j).stageIds]
+    ran = [(s, info.name) for s in stages if (info := tracker.getStageInfo(s)) and info.numCompletedTasks]
+    assert len(ran) == 1, ran  # the barrier stage alone ran (the cached frame's own shuffle is skipped)
+    records = read_records(str(tmp_path), "ids")
+    owned = []
+    for name, record in records.items():
+        assert record["steps_per_epoch"] == 11, name  # 501 and 500 rows in batches of 50, padded to the larger
+        assert len(set(record["epochs"][0])) in (500, 501), name
+        owned.append(set(record["epochs"][0]))
+    assert not owned[0] & owned[1] and owned[0] | owned[1] == set(range(1001))
+    frame.unpersist()

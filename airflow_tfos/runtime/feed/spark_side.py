@@ -1,17 +1,20 @@
 """InputMode.SPARK plumbing: the driver lays the data out on the nodes; each task spills its share.
 
-On the driver, :func:`prepare_dataframe` keeps the fed columns, tags validation rows, and repartitions
-so that partition ``i`` is TF node ``i``'s data: rows go round-robin to the training nodes (chief or
-master, then workers; under parameter servers with a chief, the workers alone) and parameter servers
-and evaluators get none. In each barrier task, :func:`spill_partition` writes the partition to local
-disk and :func:`plan_shares` turns every node's row count (exchanged with ``allGather``) into the same
-number of steps per epoch everywhere; under parameter servers :func:`write_native_shares` then
+On the driver, :func:`prepare_dataframe` keeps the fed columns, tags validation rows, and repartitions so
+that partition ``i`` is TF node ``i``'s data: rows go round-robin to the training nodes (chief or master,
+then workers; under parameter servers with a chief, the workers alone) and parameter servers and evaluators
+get none. A DataFrame already dealt out round-robin into one partition per node (e.g. a cached
+``df.repartition(num_nodes)``), with every node fed and no validation data, is used as it is: a second
+shuffle would only move balanced rows around. In each barrier task, :func:`spill_partition` writes the
+partition to local disk and :func:`plan_shares` turns every node's row count (exchanged with ``allGather``)
+into the same number of steps per epoch everywhere; under parameter servers :func:`write_native_shares` then
 rewrites each worker's share as the record file its TF process reads (:mod:`.native`).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import logging
 import os
 from collections.abc import Iterable, Sequence
 
@@ -20,6 +23,8 @@ from airflow_tfos.runtime.feed.dataset import FeedShare
 from airflow_tfos.runtime.feed.native import NativeShares, record_columns
 from airflow_tfos.runtime.feed.plan import Feed, FeedConfigError, balance, balance_once, check_schema
 from airflow_tfos.runtime.feed.spill import SpillWriter
+
+log = logging.getLogger(__name__)
 
 NODE_COLUMN = "__airflow_tfos_node"
 SPLIT_COLUMN = "__airflow_tfos_split"
@@ -93,6 +98,12 @@ def prepare_dataframe(df, feed: Feed, roles: Sequence[NodeRole], validation_df=N
             validation_df.select(*feed.columns).withColumn(SPLIT_COLUMN, F.lit(1))
         )
     n = len(roles)
+    if validation_df is None and len(feed_order(roles)) == n and round_robin_partitions(data) == n:
+        log.info(
+            "feed: the DataFrame is already dealt out round-robin into %d partitions, one per node: no layout shuffle",
+            n,
+        )
+        return data
     keys = partition_keys(n)
     targets = [keys[r.executor_id] for r in feed_order(roles)]
     pick = (F.pmod(F.monotonically_increasing_id(), F.lit(len(targets))) + 1).cast("int")
@@ -100,6 +111,22 @@ def prepare_dataframe(df, feed: Feed, roles: Sequence[NodeRole], validation_df=N
     # The node column stays: dropping it would make Spark copy every (possibly wide) row once more
     # after the shuffle; the spill keeps only the fed columns anyway.
     return data.withColumn(NODE_COLUMN, node).repartition(n, NODE_COLUMN)
+
+
+def round_robin_partitions(df) -> int | None:
+    """How many partitions ``df``'s rows were dealt out into round-robin (``df.repartition(n)``, cached or not,
+    followed by per-row operators only); None for any other layout."""
+    try:
+        plan = df._jdf.queryExecution().executedPlan()
+        if plan.getClass().getSimpleName() == "AdaptiveSparkPlanExec":  # not run yet: its plan as planned
+            plan = plan.inputPlan()
+        partitioning = plan.outputPartitioning()
+        if partitioning.getClass().getSimpleName() != "RoundRobinPartitioning":
+            return None
+        return int(partitioning.numPartitions())
+    except Exception as exc:  # a plan Spark cannot show here: lay the rows out as usual
+        log.debug("cannot read the DataFrame's partitioning: %s", exc)
+        return None
 
 
 def prepare_rdd(rdd, roles: Sequence[NodeRole]):

@@ -67,12 +67,11 @@ class WebHDFSStorage:
     # --- requests, retries, errors ---------------------------------------------------------------------
 
     def _make_clients(self) -> list[Any]:
-        import requests
         from hdfs import InsecureClient
 
         clients = []
         for url in self.config.namenodes:
-            session = requests.Session()
+            session = _session_class()()
             session.verify = self.config.verify
             session.hooks["response"].append(raise_for_server_error)
             if self.config.auth == "kerberos":
@@ -490,3 +489,25 @@ def clear_cached_storages() -> None:
     """Forget the storages made so far (tests that change ``AIRFLOW_TFOS_WEBHDFS`` call it)."""
     with _STORAGES_LOCK:
         _STORAGES.clear()
+
+
+_SESSION_CLASS: type | None = None
+
+
+def _session_class() -> type:
+    """A ``requests.Session`` whose own ``verify`` (the configured CA bundle, or False) wins over
+    ``REQUESTS_CA_BUNDLE`` / ``CURL_CA_BUNDLE``: plain requests lets those variables replace a session's
+    bundle, so a cluster's own CA would be ignored wherever the machine sets them."""
+    global _SESSION_CLASS
+    if _SESSION_CLASS is None:
+        import requests
+
+        class ConfiguredVerifySession(requests.Session):
+            def merge_environment_settings(self, url, proxies, stream, verify, cert):
+                settings = super().merge_environment_settings(url, proxies, stream, verify, cert)
+                if verify is None and self.verify is not True:
+                    settings["verify"] = self.verify
+                return settings
+
+        _SESSION_CLASS = ConfiguredVerifySession
+    return _SESSION_CLASS
