@@ -47,6 +47,23 @@ def run_cluster(sc, main_fun, args=None, **kwargs):
         assert_no_node_processes(tf_run.run_id)
 
 
+def epoch_ids_of(spark, tmp_path: Path, frame, feed: Feed, validation=None) -> dict[str, dict]:
+    """Run :func:`programs.epoch_ids` for 2 epochs on 2 nodes; return each node's record."""
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    run_cluster(
+        spark.sparkContext,
+        programs.epoch_ids,
+        {"epochs": 2},
+        num_nodes=2,
+        run_dir=str(run_dir),
+        data=frame,
+        validation_data=validation,
+        feed=feed,
+    )
+    return read_records(str(run_dir), "ids")
+
+
 # --- planning and reading, no Spark -------------------------------------------------------------------------
 
 
@@ -111,23 +128,13 @@ def test_nodes_read_their_row_groups_directly_every_row_once_per_epoch(spark, tm
     validation_ids = write_ids(tmp_path / "validation", files=((90, 40),), first=10_000)
     frame = spark.read.parquet(str(tmp_path / "train")).select("x", "y")
     validation = spark.read.parquet(str(tmp_path / "validation"))
-    run_dir = tmp_path / "run"
-    run_dir.mkdir()
     batch = 64
     with caplog.at_level("INFO", logger="airflow_tfos"):
-        run_cluster(
-            spark.sparkContext,
-            programs.epoch_ids,
-            {"epochs": 2},
-            num_nodes=2,
-            run_dir=str(run_dir),
-            data=frame,
-            validation_data=validation,
-            feed=Feed(features="x", label="y", batch_size=batch, shuffle_window=50),
+        records = epoch_ids_of(
+            spark, tmp_path, frame, Feed(features="x", label="y", batch_size=batch, shuffle_window=50), validation
         )
     assert "feed: reading 4 Parquet file(s) directly on the nodes (plain scan, 2 column(s))" in caplog.text
     assert "training data: read from the Parquet files once and spilled to local disk: chief:0 629 rows" in caplog.text
-    records = read_records(str(run_dir), "ids")
     assert sorted(records) == ["chief:0", "worker:0"]
     steps = {r["steps_per_epoch"] for r in records.values()}
     total = len(ids)
@@ -150,19 +157,11 @@ def test_nodes_read_their_row_groups_directly_every_row_once_per_epoch(spark, tm
 @pytest.mark.integration
 def test_balance_drop_on_direct_reads_stops_every_node_at_the_smallest_shares_full_batches(spark, tmp_path):
     ids = write_ids(tmp_path / "train")  # 1257 rows: shares of 629 and 628
-    run_dir = tmp_path / "run"
-    run_dir.mkdir()
     batch = 64
-    run_cluster(
-        spark.sparkContext,
-        programs.epoch_ids,
-        {"epochs": 2},
-        num_nodes=2,
-        run_dir=str(run_dir),
-        data=spark.read.parquet(str(tmp_path / "train")).select("x", "y"),
-        feed=Feed(features="x", label="y", batch_size=batch, balance="drop", read="direct"),
+    frame = spark.read.parquet(str(tmp_path / "train")).select("x", "y")
+    records = epoch_ids_of(
+        spark, tmp_path, frame, Feed(features="x", label="y", batch_size=batch, balance="drop", read="direct")
     )
-    records = read_records(str(run_dir), "ids")
     expected = (len(ids) // 2) // batch  # full batches of the smaller share, computed here
     assert {r["steps_per_epoch"] for r in records.values()} == {expected}
     shares = []
