@@ -81,6 +81,12 @@ def multihost(target: str) -> int:
         print(f"{name} event at fault{line[0]:+.1f} s: {line[1]} attempt {line[2]} step {line[3]} {line[4]}".rstrip())
     print(f"{name} node processes left on {seen['host']} afterwards: {seen['left_on_host'] or 'none'}")
     if target == "partition":
+        back = seen["mended_secs"]
+        print(
+            f"{name} host cut off for {seen['partition_secs']:.0f} s, "
+            + (f"back at fault{back:+.1f} s" if back is not None else "back only after the run ended")
+            + f"; its executor declared lost before: {'yes' if seen['executor_lost_before_mend'] else 'no'}"
+        )
         published = [w for w in seen["writes_from_host_after_fault"] if "/checkpoints/" in w[1] or "/export" in w[1]]
         print(f"{name} checkpoint or export writes from {seen['host']} after the cut: {published or 'none'}")
     print(f"{name} logs: {work}")

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import socket
 import subprocess
 import textwrap
 import time
@@ -21,7 +20,7 @@ from airflow_tfos.hooks.local_backend import LocalSparkBackend
 from airflow_tfos.hooks.standalone import carries_tag
 from airflow_tfos.shared.lease import read_lease, take_lease, wait_for_lease
 from airflow_tfos.shared.rundir import RunDir
-from tests.conftest import wait_for
+from tests.conftest import free_port, wait_for
 
 pytestmark = pytest.mark.integration
 log = logging.getLogger(__name__)
@@ -52,12 +51,6 @@ APP = textwrap.dedent(
     sc.stop()
     """
 )
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def master_json(webui: str) -> dict:

@@ -13,13 +13,9 @@ import json
 import os
 import re
 import secrets
-import signal
-import socket
 import struct
 import subprocess
 import sys
-import time
-import urllib.error
 import urllib.parse
 import urllib.request
 import zlib
@@ -46,6 +42,7 @@ from airflow_tfos.shared.rundir import RunDir
 from airflow_tfos.shared.storage.webhdfs_client import WebHDFSStorage
 from airflow_tfos.testing.webhdfs import WebHDFSEmulator
 from tests.airflow_side.hadoop_site import ha_cluster_conf
+from tests.api_server import dag_readers_env, http_get, running_api_server, sign_in
 from tests.conftest import REPO
 
 PAGE = b'<!doctype html><html><body><h1>Training report</h1><img src="metrics.png" alt="m"></body></html>'
@@ -396,26 +393,10 @@ def test_the_provider_registers_the_plugin_and_its_option():
 ENTRY_POINT_REGISTERED = any(
     e.value.startswith("airflow_tfos.plugins.reports") for e in entry_points(group="airflow.plugins")
 )
-API_SERVER_START_SECS = 45
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def http_get(url: str, headers: dict[str, str] | None = None) -> tuple[int, bytes, dict[str, str]]:
-    request = urllib.request.Request(url, headers=headers or {})
-    try:
-        with urllib.request.urlopen(request, timeout=10) as reply:
-            return reply.status, reply.read(), dict(reply.headers)
-    except urllib.error.HTTPError as exc:
-        return exc.code, exc.read(), dict(exc.headers)
 
 
 @contextlib.contextmanager
-def running_api_server(tmp_path: Path, extra_env: dict[str, str] | None = None):
+def fresh_api_server(tmp_path: Path, extra_env: dict[str, str] | None = None):
     """A real ``airflow api-server`` on 127.0.0.1 with a fresh SQLite home; yields its base URL and env."""
     home = tmp_path / "airflow"
     (home / "dags").mkdir(parents=True)
@@ -435,53 +416,12 @@ def running_api_server(tmp_path: Path, extra_env: dict[str, str] | None = None):
         [sys.executable, "-m", "airflow", "db", "migrate"], env=env, capture_output=True, text=True, timeout=120
     )
     assert done.returncode == 0, done.stderr[-3000:]
-    port = free_port()
-    log_path = tmp_path / "api-server.log"
-    with open(log_path, "wb") as out:
-        server = subprocess.Popen(
-            [sys.executable, "-m", "airflow", "api-server", "--host", "127.0.0.1", "--port", str(port), "-w", "1"],
-            env=env,
-            stdin=subprocess.DEVNULL,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-    base_url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + API_SERVER_START_SECS
-        while True:
-            assert server.poll() is None, f"the api-server exited:\n{log_path.read_text()[-3000:]}"
-            with contextlib.suppress(OSError):
-                if http_get(f"{base_url}/api/v2/version")[0] == 200:
-                    break
-            assert time.monotonic() < deadline, (
-                f"no api-server after {API_SERVER_START_SECS} s:\n{log_path.read_text()[-3000:]}"
-            )
-            time.sleep(0.5)
-        yield SimpleNamespace(url=base_url, env=env, log=log_path)
-    finally:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(server.pid, signal.SIGTERM)
-        try:
-            server.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(server.pid, signal.SIGKILL)
-            server.wait(timeout=10)
+    with running_api_server(env, tmp_path / "api-server.log") as server:
+        yield server
 
 
 #: Users of the per-Dag api-server: who may read which Dag's task instances (admin: every Dag).
 PASSWORDS = {"alice": "alice-secret", "bob": "bob-secret", "admin": "admin-secret"}
-
-
-def sign_in(base_url: str, user: str) -> dict[str, str]:
-    """A bearer token for ``user``, from the api-server's login endpoint (the simple auth manager's)."""
-    body = json.dumps({"username": user, "password": PASSWORDS[user]}).encode()
-    request = urllib.request.Request(
-        f"{base_url}/auth/token", data=body, headers={"Content-Type": "application/json"}, method="POST"
-    )
-    with urllib.request.urlopen(request, timeout=10) as reply:
-        return {"Authorization": f"Bearer {json.loads(reply.read())['access_token']}"}
 
 
 @pytest.fixture(scope="module")
@@ -489,17 +429,10 @@ def api_server(tmp_path_factory):
     """A real api-server whose auth manager lets alice read Dag nightly_a only, bob nightly_b only, and admin
     every Dag (:mod:`tests.airflow_side.dag_readers`); ``signed`` holds each user's bearer token."""
     root = tmp_path_factory.mktemp("api-server")
-    passwords = root / "passwords.json"
-    passwords.write_text(json.dumps(PASSWORDS))
-    env = {
-        "AIRFLOW__CORE__AUTH_MANAGER": "tests.airflow_side.dag_readers.DagReadersAuthManager",
-        "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS": "False",
-        "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": "alice:viewer,bob:viewer,admin:admin",
-        "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(passwords),
-        "AIRFLOW_TFOS_TEST_DAG_READERS": "alice=nightly_a;bob=nightly_b",
-    }
-    with running_api_server(root, env) as server:
-        server.signed = {user: sign_in(server.url, user) for user in PASSWORDS}
+    roles = {"alice": "viewer", "bob": "viewer", "admin": "admin"}
+    env = dag_readers_env(root, PASSWORDS, roles, "alice=nightly_a;bob=nightly_b")
+    with fresh_api_server(root, env) as server:
+        server.signed = {user: sign_in(server.url, user, password) for user, password in PASSWORDS.items()}
         yield server
 
 

@@ -12,7 +12,6 @@ import json
 import os
 import secrets
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -23,7 +22,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from tests.conftest import REPO
+from tests.conftest import REPO, free_port
 
 COMPONENTS = ("api-server", "scheduler", "dag-processor", "triggerer")
 #: Their command lines. The scheduler and triggerer serve no logs over HTTP (that server would listen on
@@ -40,13 +39,6 @@ STOP_GRACE_SECS = 20.0
 
 class StackError(RuntimeError):
     """The Airflow stack did not do what a drill waited for; the message says what and in which state."""
-
-
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that nothing listens on right now."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def tail(path: Path, lines: int = 40) -> str:

@@ -61,12 +61,14 @@ def links_run(stack: AirflowStack):
     stack.trigger(LINKS_DAG, "2026-04-01T00:00:00+00:00", RUN_ID)
     opened: dict[str, tuple[str, str]] = {}  # link name -> (address, page) opened with HTTP 200 while it ran
     errors: dict[str, str] = {}
+    seen: dict[str, float] = {}  # when train was first seen running, and when its links were all open
 
     def look() -> bool:
         stack.check_alive()
         state = stack.task_instance(LINKS_DAG, RUN_ID, "train")["state"]
         if state != "running":
             return state in ("success", "failed", "up_for_retry")  # ended: stop looking
+        seen.setdefault("running", time.monotonic())
         for name, url in stack.links(LINKS_DAG, RUN_ID, "train")["extra_links"].items():
             if name in LIVE_LINKS and url and name not in opened:
                 try:
@@ -76,10 +78,26 @@ def links_run(stack: AirflowStack):
                     continue
                 if status == 200:
                     opened[name] = (url, page)
-        return all(name in opened for name in LIVE_LINKS)
+        if all(name in opened for name in LIVE_LINKS):
+            seen["opened"] = time.monotonic()
+            return True
+        return False
 
     wait_for(look, timeout=300, what="the training task to run with its links opened", every=0.5)
+    wait_for(
+        lambda: stack.task_instance(LINKS_DAG, RUN_ID, "train")["state"] != "running",
+        timeout=300,
+        what="the training task to end",
+        every=0.5,
+    )
+    train_ended = time.monotonic()
     run = stack.wait_run_ended(LINKS_DAG, RUN_ID, timeout=300)
+    if "opened" in seen:
+        log.info(
+            "the links opened %.1f s after the training task was seen running, %.1f s before it ended",
+            seen["opened"] - seen["running"],
+            train_ended - seen["opened"],
+        )
     return {"run": run, "opened": opened, "errors": errors, "ended": time.monotonic()}
 
 

@@ -14,12 +14,8 @@ from __future__ import annotations
 import contextlib
 import html
 import json
-import os
 import re
 import secrets
-import signal
-import subprocess
-import sys
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -30,9 +26,10 @@ import pytest
 from airflow_tfos.plugins.report_urls import report_link
 from airflow_tfos.plugins.reports import NOT_FOUND, RUN_TAB_ROUTE, TASK_TAB_ROUTE
 from airflow_tfos.shared.rundir import OWNER
+from tests.api_server import dag_readers_env, running_api_server, sign_in
 from tests.conftest import REPO
 from tests.drills import browser
-from tests.drills.stack import AirflowStack, StackError, free_port, wait_for
+from tests.drills.stack import AirflowStack, StackError
 
 pytestmark = [pytest.mark.integration, pytest.mark.drills]
 
@@ -44,6 +41,7 @@ RUN_ID = "report_tab"
 TOTAL_STEPS = 60
 IMAGE = REPO / "docs" / "images" / "report-tab.png"
 PASSWORDS = {"alice": "alice-secret", "bob": "bob-secret"}
+ROLES = {"alice": "viewer", "bob": "viewer"}
 
 
 def finished_run(stack: AirflowStack) -> dict[str, str] | None:
@@ -156,60 +154,13 @@ def test_the_report_tab_inside_the_airflow_ui(stack, trained, tmp_path):
 def secure_api_server(stack: AirflowStack, tmp_path: Path):
     """A second api-server on the stack's metadata database, whose users may each read one Dag only
     (``tests.airflow_side.dag_readers``); its own signing key, so the stack's admin tokens mean nothing there."""
-    passwords = tmp_path / "passwords.json"
-    passwords.write_text(json.dumps(PASSWORDS))
-    port = free_port()
     env = {
         **stack.env,
-        "AIRFLOW__CORE__AUTH_MANAGER": "tests.airflow_side.dag_readers.DagReadersAuthManager",
-        "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS": "False",
-        "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": "alice:viewer,bob:viewer",
-        "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(passwords),
-        "AIRFLOW_TFOS_TEST_DAG_READERS": f"alice={OTHER_DAG_ID};bob={DAG_ID}",
+        **dag_readers_env(tmp_path, PASSWORDS, ROLES, f"alice={OTHER_DAG_ID};bob={DAG_ID}"),
         "AIRFLOW__API_AUTH__JWT_SECRET": secrets.token_hex(16),
-        "AIRFLOW__API__BASE_URL": f"http://127.0.0.1:{port}",
-        "AIRFLOW__API__PORT": str(port),
     }
-    log_path = tmp_path / "secure-api-server.log"
-    with open(log_path, "wb") as out:
-        server = subprocess.Popen(
-            [sys.executable, "-m", "airflow", "api-server", "--host", "127.0.0.1", "--port", str(port)],
-            env=env,
-            cwd=REPO,
-            stdin=subprocess.DEVNULL,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-    base_url = f"http://127.0.0.1:{port}"
-    try:
-
-        def up() -> bool:
-            assert server.poll() is None, log_path.read_text()[-3000:]
-            with contextlib.suppress(OSError):
-                return open_url(f"{base_url}/api/v2/version")[0] == 200
-            return False
-
-        wait_for(up, timeout=90, what="the second api-server", every=0.5)
-        yield base_url
-    finally:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(server.pid, signal.SIGTERM)
-        try:
-            server.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(server.pid, signal.SIGKILL)
-            server.wait(timeout=10)
-
-
-def sign_in(base_url: str, user: str) -> dict[str, str]:
-    body = json.dumps({"username": user, "password": PASSWORDS[user]}).encode()
-    request = urllib.request.Request(
-        f"{base_url}/auth/token", data=body, headers={"Content-Type": "application/json"}, method="POST"
-    )
-    with urllib.request.urlopen(request, timeout=30) as reply:
-        return {"Authorization": f"Bearer {json.loads(reply.read())['access_token']}"}
+    with running_api_server(env, tmp_path / "secure-api-server.log") as server:
+        yield server.url
 
 
 @pytest.mark.timeout(300)
@@ -218,7 +169,7 @@ def test_a_user_who_may_not_read_the_dag_sees_no_report_in_the_tab(stack, traine
     report = Path(run_dir, "report", "report.html").read_bytes()
     not_found = json.dumps({"detail": NOT_FOUND}, separators=(",", ":")).encode()
     with secure_api_server(stack, tmp_path) as base_url:
-        alice, bob = sign_in(base_url, "alice"), sign_in(base_url, "bob")
+        alice, bob = (sign_in(base_url, user, PASSWORDS[user]) for user in ("alice", "bob"))
         query = urllib.parse.urlencode({"dag_id": DAG_ID, "run_id": run_id})
         for url in (task_tab(base_url, DAG_ID, run_id), f"{base_url}/tfos/tab/run?{query}"):
             assert open_url(url, bob)[::2] == (200, report), url  # a reader of tfos_drill

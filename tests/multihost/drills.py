@@ -6,7 +6,7 @@ until the chief has trained past step 25, disturbs the chief's host, and measure
 final step, and what the disturbed host still runs or wrote afterwards.
 
 Targets: ``host`` (every process of the chief's host killed at once), ``partition`` (the chief's host cut off
-for ``PARTITION_SECS``, then back), ``freeze-executor`` (the chief's executor JVM stopped with SIGSTOP),
+for ``partition_secs``, then back), ``freeze-executor`` (the chief's executor JVM stopped with SIGSTOP),
 ``freeze-tf`` (the chief's TF process stopped), ``slow`` (every packet of the chief's host delayed by ``tc
 netem``; where the kernel has no netem, every process of the host given about a quarter of its time).
 """
@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import threading
 import time
@@ -38,6 +39,7 @@ OPTIONS = {
         "spark.network.timeoutInterval": "5s",
     },
 }
+#: How long ``partition`` keeps the chief's host cut off, unless the caller says otherwise (``bench/recovery.py``).
 PARTITION_SECS = 60
 SLOW_MS = 40
 STARVED_SHARE = 0.25
@@ -93,15 +95,33 @@ def _executor_of(lab, host: str, child_name: str) -> psutil.Process:
     raise AssertionError(f"no {child_name} process on {host}: {[p.cmdline()[:3] for p in node_processes(lab, host)]}")
 
 
-def run_drill(lab, user_code: Path, data: str, target: str) -> dict:
-    """Run one drill to its end; return what it measured (seconds, steps) and what it saw."""
+def executor_lost(lab, name: str, address: str) -> bool:
+    """Whether the driver whose output is ``<log_dir>/<name>.out`` has declared an executor on ``address`` lost."""
+    try:
+        out = (lab.hosts.log_dir / f"{name}.out").read_text(errors="replace")
+    except OSError:
+        return False
+    return re.search(rf"Lost executor \d+ on {re.escape(address)}\b", out) is not None
+
+
+def run_drill(
+    lab, user_code: Path, data: str, target: str, *, partition_secs: float = PARTITION_SECS, epochs: int | None = None
+) -> dict:
+    """Run one drill to its end; return what it measured (seconds, steps) and what it saw.
+
+    :param partition_secs: for ``partition``, how long the chief's host stays cut off.
+    :param epochs: epochs to train (default ``ARGS``'s 10: 130 steps on the tests' data); the fault comes past step 25.
+    """
     if target not in TARGETS:
         raise ValueError(f"target must be one of {TARGETS}, got {target!r}")
+    if partition_secs <= 0:
+        raise ValueError(f"partition_secs must be positive, got {partition_secs}")
     run_path = f"/drills/{target}-{uuid.uuid4().hex[:6]}"
     name = f"drill-{target}"
-    driver = start_training(lab, user_code, lab.hdfs.uri(run_path), data, ARGS, OPTIONS, name=name)
+    args = ARGS if epochs is None else {**ARGS, "epochs": epochs}
+    driver = start_training(lab, user_code, lab.hdfs.uri(run_path), data, args, OPTIONS, name=name)
     nodes = lab.hdfs.local_path(f"{run_path}/nodes")
-    mend_timer, slowed = None, None
+    mend_timer, slowed, mended = None, None, {}
     try:
         _wait("the chief trained past step 25", 240, lambda: any(
             (r.get("step") or 0) >= 25 for r in _json_files(nodes)) or driver.poll() is not None)  # fmt: skip
@@ -114,7 +134,14 @@ def run_drill(lab, user_code: Path, data: str, target: str) -> dict:
             lab.hosts.kill_host(host)
         elif target == "partition":
             lab.hosts.cut(host)
-            mend_timer = threading.Timer(PARTITION_SECS, lab.hosts.mend, [host])
+
+            def mend(host=host):
+                # what the driver had noticed by the time the host came back
+                mended["executor_lost"] = executor_lost(lab, name, lab.address(host))
+                mended["time"] = time.time()
+                lab.hosts.mend(host)
+
+            mend_timer = threading.Timer(partition_secs, mend)
             mend_timer.start()
         elif target == "freeze-executor":
             _executor_of(lab, host, "CoarseGrainedExecutorBackend").send_signal(signal.SIGSTOP)
@@ -145,7 +172,8 @@ def run_drill(lab, user_code: Path, data: str, target: str) -> dict:
         if driver.poll() is None:
             driver.kill()
         if mend_timer is not None:
-            mend_timer.join(PARTITION_SECS + 5)
+            mend_timer.cancel()  # the run ended first: mend now (below)
+            mend_timer.join(10)
             lab.hosts.mend(host)
         if target == "slow":
             lab.hosts.delay(host, None)
@@ -161,6 +189,7 @@ def run_drill(lab, user_code: Path, data: str, target: str) -> dict:
             break
         time.sleep(1)
     restores = _events(lab, run_path, "restore")
+    failed = [e for e in _events(lab, run_path, "attempt_failed") if e["time"] >= fault_at]
     stalls = _events(lab, run_path, "stall")
     after = fault_at + 1
     requests = list(lab.hdfs.requests)
@@ -180,6 +209,10 @@ def run_drill(lab, user_code: Path, data: str, target: str) -> dict:
         "step_at_fault": step_at_fault,
         "stall_secs": (stalls[0]["time"] - fault_at) if stalls else None,
         "resumed_secs": (resumed_at - fault_at) if resumed_at else None,
+        "failed_secs": (failed[0]["time"] - fault_at) if failed else None,
+        "partition_secs": partition_secs if target == "partition" else None,
+        "mended_secs": (mended["time"] - fault_at) if "time" in mended else None,
+        "executor_lost_before_mend": mended.get("executor_lost"),
         "restored": restores[-1]["step"] if restores else None,
         "last_step_before": last_old["step"],
         "redone": (last_old["step"] - restores[-1]["step"]) if restores else 0,
