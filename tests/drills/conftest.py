@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -23,10 +24,21 @@ def drill_data(tmp_path_factory) -> str:
 
 
 @pytest.fixture(scope="session")
-def stack(tmp_path_factory, drill_data):
+def krb_hdfs(kdc):
+    """A Kerberized WebHDFS emulator (the session's real KDC) that the stack's ``webhdfs_tfos_drill_krb``
+    connection names, with alice's keytab."""
+    from airflow_tfos.testing.webhdfs import WebHDFSEmulator
+
+    with WebHDFSEmulator(kerberos_keytab=kdc.http_keytab) as emulator:
+        yield emulator
+
+
+@pytest.fixture(scope="session")
+def stack(tmp_path_factory, drill_data, kdc, krb_hdfs):
     """api-server, scheduler, dag-processor and triggerer (LocalExecutor, SQLite) with the drill DAGs.
 
-    Stopped at the end of the session, and with it every Spark application its tasks left running.
+    Every component runs with the session's KDC settings (no ticket cache: a login comes from a connection's
+    keytab). Stopped at the end of the session, and with it every Spark application its tasks left running.
     """
     root = tmp_path_factory.mktemp("drill-stack")
     home = root / "airflow"
@@ -41,6 +53,17 @@ def stack(tmp_path_factory, drill_data):
         "TFOS_DRILL_DATA": drill_data,
         "TFOS_DRILL_REGISTRY": str(root / "registry"),
         "TFOS_DRILL_SCORES": str(root / "scores"),
+        "AIRFLOW_CONN_WEBHDFS_TFOS_DRILL_KRB": json.dumps(
+            {
+                "conn_type": "webhdfs",
+                "host": "127.0.0.1",
+                "port": int(krb_hdfs.url.rsplit(":", 1)[1]),
+                "extra": {"auth": "kerberos", "principal": kdc.principal("alice"), "keytab": kdc.alice_keytab},
+            }
+        ),
+        "TFOS_DRILL_KRB_RUN_DIR": krb_hdfs.uri("/runs/drill-sensor"),
+        **kdc.env(),
+        "KRB5CCNAME": os.environ.get("KRB5CCNAME", ""),
     }
     airflow = AirflowStack(home, DAGS, env)
     try:

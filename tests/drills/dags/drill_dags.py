@@ -14,6 +14,7 @@ from airflow.sdk import DAG
 
 from airflow_tfos.operators import TFoSInferenceOperator, TFoSPublishModelOperator, TFoSTrainOperator
 from airflow_tfos.operators.publish import model_asset
+from airflow_tfos.sensors import TFoSCheckpointSensor
 
 DATA = {"format": "parquet", "path": os.environ.get("TFOS_DRILL_DATA", "/nonexistent/tfos-drill-data")}
 REGISTRY = os.environ.get("TFOS_DRILL_REGISTRY", "/nonexistent/tfos-drill-registry")
@@ -135,4 +136,24 @@ with DAG(
         conf=SPARK_CONF,
         executor_memory="768m",
         poll_interval=1.0,
+    )
+
+# Waits, deferred to the triggerer, for a checkpoint in a run directory on a Kerberized HDFS: the trigger reads it
+# with the webhdfs connection's keytab.
+with DAG(
+    "tfos_drill_kerberos_sensor",
+    schedule=None,
+    start_date=START,
+    catchup=False,
+    is_paused_upon_creation=False,
+    tags=["tfos", "drills"],
+):
+    TFoSCheckpointSensor(
+        task_id="wait_for_checkpoint",
+        run_dir=os.environ.get("TFOS_DRILL_KRB_RUN_DIR", "/nonexistent/tfos-drill-krb-run"),
+        webhdfs_conn_id="webhdfs_tfos_drill_krb",
+        min_step=3,
+        deferrable=True,
+        poke_interval=1.0,
+        timeout=600,
     )
