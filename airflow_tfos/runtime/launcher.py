@@ -24,9 +24,6 @@ from typing import Any
 from airflow_tfos.runtime.checks import check_cluster, snapshot_resources
 from airflow_tfos.runtime.cluster import KERAS_MODES, ClusterConfigError, decider_ids, plan_roles
 from airflow_tfos.runtime.delegation import TokenKeeper
-from airflow_tfos.runtime.eviction import DROP_GRACE_SECS, describe, drop_executors, executors_to_drop, is_local
-from airflow_tfos.runtime.eviction import job_ids as group_job_ids
-from airflow_tfos.runtime.eviction import wait_for_tasks
 from airflow_tfos.runtime.errors import (
     NodeFailedError,
     RunCancelledError,
@@ -35,6 +32,15 @@ from airflow_tfos.runtime.errors import (
     TFoSRuntimeError,
     decode_node_failure,
 )
+from airflow_tfos.runtime.eviction import (
+    DROP_GRACE_SECS,
+    describe,
+    drop_executors,
+    executors_to_drop,
+    is_local,
+    wait_for_tasks,
+)
+from airflow_tfos.runtime.eviction import job_ids as group_job_ids
 from airflow_tfos.runtime.feed.plan import Feed, FeedConfigError
 from airflow_tfos.runtime.feed.rows import RowFeed
 from airflow_tfos.runtime.node import NodeJob, run_node
@@ -311,9 +317,7 @@ class TFClusterRun:
                     return
                 reason = str(self._translate(exc)).splitlines()[0][:500]
                 dropped = [] if last else self._drop_unanswering(attempt, jobs_before, exc, stall)
-                self._event(
-                    events.ATTEMPT_FAILED, attempt=attempt, reason=reason, retrying=not last, dropped=dropped
-                )
+                self._event(events.ATTEMPT_FAILED, attempt=attempt, reason=reason, retrying=not last, dropped=dropped)
                 if last:
                     log.error("TF cluster %s: attempt %d failed, no attempts left: %s", self.run_id, attempt, reason)
                     return
