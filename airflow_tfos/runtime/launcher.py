@@ -316,8 +316,9 @@ class TFClusterRun:
                 if self._cancelled or not _retryable(exc):
                     return
                 reason = str(self._translate(exc)).splitlines()[0][:500]
-                dropped = [] if last else self._drop_unanswering(attempt, jobs_before, exc, stall)
-                self._event(events.ATTEMPT_FAILED, attempt=attempt, reason=reason, retrying=not last, dropped=dropped)
+                self._event(events.ATTEMPT_FAILED, attempt=attempt, reason=reason, retrying=not last)
+                if not last and (dropped := self._drop_unanswering(attempt, jobs_before, exc, stall)):
+                    self._event(events.EXECUTORS_DROPPED, attempt=attempt, executors=dropped)
                 if last:
                     log.error("TF cluster %s: attempt %d failed, no attempts left: %s", self.run_id, attempt, reason)
                     return
