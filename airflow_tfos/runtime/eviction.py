@@ -110,7 +110,8 @@ def job_ids(sc, job_group: str) -> set[int]:
 
 def attempt_tasks(sc, jobs: Iterable[int], nodes: Sequence[str]) -> list[AttemptTask]:
     """The barrier tasks of ``jobs`` (one attempt's), from the driver's status store: one per node, the
-    node being the task's partition (``nodes[partition]``); tasks of the jobs' other stages are left out."""
+    node being the task's partition (``nodes[partition]``). The barrier stage is each job's result stage (its
+    last); the stages before it (laying the rows out) are left out."""
     jsc = sc._jsc.sc()
     store, backend = jsc.statusStore(), jsc.schedulerBackend()
     found = []
@@ -119,8 +120,8 @@ def attempt_tasks(sc, jobs: Iterable[int], nodes: Sequence[str]) -> list[Attempt
             stage_ids = store.job(job).stageIds()
         except Exception:  # not in the store (yet, or any more)
             continue
-        for i in range(stage_ids.size()):
-            stage = store.lastStageAttempt(stage_ids.apply(i))
+        if stage_ids.size():
+            stage = store.lastStageAttempt(max(stage_ids.apply(i) for i in range(stage_ids.size())))
             if stage.numTasks() != len(nodes):
                 continue
             tasks = store.taskList(stage.stageId(), stage.attemptId(), len(nodes) * 4)
