@@ -32,6 +32,15 @@ from airflow_tfos.runtime.errors import (
     TFoSRuntimeError,
     decode_node_failure,
 )
+from airflow_tfos.runtime.eviction import (
+    DROP_GRACE_SECS,
+    describe,
+    drop_executors,
+    executors_to_drop,
+    is_local,
+    wait_for_tasks,
+)
+from airflow_tfos.runtime.eviction import job_ids as group_job_ids
 from airflow_tfos.runtime.feed.plan import Feed, FeedConfigError
 from airflow_tfos.runtime.feed.rows import RowFeed
 from airflow_tfos.runtime.node import NodeJob, run_node
@@ -297,18 +306,21 @@ class TFClusterRun:
             self._fence(attempt)
             self._event(events.ATTEMPT, attempt=attempt)
             monitor = self._watch(attempt)
+            jobs_before = self._job_ids()
             try:
                 self._outcome = self._stage(dataclasses.replace(job, attempt=attempt))
                 return
             except BaseException as exc:  # re-raised on the caller's thread by wait()
-                self._error = StallError(self._stall.message()) if self._stall is not None else exc
-                self._stall = None
+                stall, self._stall = self._stall, None
+                self._error = StallError(stall.message()) if stall is not None else exc
                 exc = self._error
                 last = attempt + 1 >= self.max_attempts
                 if self._cancelled or not _retryable(exc):
                     return
                 reason = str(self._translate(exc)).splitlines()[0][:500]
                 self._event(events.ATTEMPT_FAILED, attempt=attempt, reason=reason, retrying=not last)
+                if not last and (dropped := self._drop_unanswering(attempt, jobs_before, exc, stall)):
+                    self._event(events.EXECUTORS_DROPPED, attempt=attempt, executors=dropped)
                 if last:
                     log.error("TF cluster %s: attempt %d failed, no attempts left: %s", self.run_id, attempt, reason)
                     return
@@ -327,6 +339,53 @@ class TFClusterRun:
             finally:
                 if monitor is not None:
                     monitor.stop()
+
+    def _job_ids(self) -> set[int] | None:
+        if is_local(self.sc.master):
+            return None
+        try:
+            return group_job_ids(self.sc, self.job_group)
+        except Exception:
+            return None
+
+    def _drop_unanswering(
+        self, attempt: int, jobs_before: set[int] | None, error: BaseException, stall: StallReport | None
+    ) -> list[dict[str, Any]]:
+        """Drop the executors that still run a task of the failed attempt once the others ended theirs (a host
+        cut off, a JVM that hangs), so the next attempt is placed on the others instead of waiting for Spark's
+        heartbeat timeout (:mod:`airflow_tfos.runtime.eviction`); return what was dropped."""
+        if jobs_before is None:
+            return []
+        try:
+            jobs = group_job_ids(self.sc, self.job_group) - jobs_before
+            nodes = [role.label for role in self.roles]
+            tasks = wait_for_tasks(self.sc, jobs, nodes, DROP_GRACE_SECS)
+            failure = decode_node_failure(error)
+            drops = executors_to_drop(
+                tasks,
+                failed_node=f"{failure.job_name}:{failure.task_index}" if failure is not None else None,
+                stalled={n.node: n.step for n in stall.nodes} if stall is not None else None,
+                last_steps=self._last_steps(attempt),
+                waited=DROP_GRACE_SECS,
+            )
+            accepted = set(drop_executors(self.sc, drops))
+        except Exception as exc:  # never a reason to fail the run: Spark's heartbeat timeout still applies
+            log.warning("TF cluster %s: cannot look for executors to drop: %s", self.run_id, exc)
+            return []
+        return describe([d for d in drops if d.executor_id in accepted])
+
+    def _last_steps(self, attempt: int) -> dict[str, int]:
+        if not self.run_dir:
+            return {}
+        try:
+            records = RunDir(self.run_dir).node_progress()
+        except (RunDirError, OSError, ValueError):
+            return {}
+        return {
+            str(r["worker"]): int(r["step"])
+            for r in records
+            if r.get("run_id") == self.run_id and r.get("attempt", 0) == attempt and r.get("step") is not None
+        }
 
     def _watch(self, attempt: int) -> StallMonitor | None:
         """Start the stall watchdog over this attempt's progress reports (None without stall_timeout)."""

@@ -25,5 +25,8 @@ IDLE_STOP = "idle_stop"
 ATTEMPT = "attempt"
 #: A TF cluster attempt failed (``run_id``, ``attempt``, ``reason``, ``retrying``).
 ATTEMPT_FAILED = "attempt_failed"
+#: Executors of a failed attempt that did not end its tasks were dropped (``run_id``, ``attempt``, ``executors``:
+#: ``executor_id``, ``host``, ``reason`` each).
+EXECUTORS_DROPPED = "executors_dropped"
 #: The stall watchdog fired (``run_id``, ``attempt``, ``timeout``, ``nodes``: ``node``, ``step``, ``secs`` each).
 STALL = "stall"

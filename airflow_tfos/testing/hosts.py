@@ -50,6 +50,8 @@ DEFAULT_SUBNET = "10.231.77"
 FIRST_HOST = 11
 CLONE_NEWNET = 0x40000000
 MASTER_PORT, MASTER_WEBUI_PORT, WORKER_WEBUI_PORT = 7077, 8080, 8081
+#: The master's spark.worker.timeout: a worker host that stops answering loses its place after 15 to 30 s.
+WORKER_TIMEOUT_SECS = 15
 
 
 class HostsUnavailable(RuntimeError):
@@ -279,10 +281,21 @@ class HostCluster:
     # --- Spark standalone ------------------------------------------------------------------------------
 
     def start_spark(
-        self, *, master: str, workers: Sequence[str], cores: int = 1, memory: str = "1g", env: dict | None = None
+        self,
+        *,
+        master: str,
+        workers: Sequence[str],
+        cores: int = 1,
+        memory: str = "1g",
+        env: dict | None = None,
+        worker_timeout_secs: int = WORKER_TIMEOUT_SECS,
     ) -> str:
         """Start a standalone master on host ``master`` and one worker on each of ``workers``, each bound to
-        its host's address; return the master URL once every worker registered (within 120 s)."""
+        its host's address; return the master URL once every worker registered (within 120 s).
+
+        ``worker_timeout_secs`` is the master's ``spark.worker.timeout``: how long a worker that does not
+        answer (its host cut off) keeps its place, so the master may start an application's replacement
+        executor there instead of on a spare host (Spark's default is 60 s)."""
         from pyspark.find_spark_home import _find_spark_home
 
         spark_class = os.path.join(_find_spark_home(), "bin", "spark-class")
@@ -293,7 +306,9 @@ class HostCluster:
             master,
             [spark_class, "org.apache.spark.deploy.master.Master", "--host", address, "--port", str(MASTER_PORT),
              "--webui-port", str(MASTER_WEBUI_PORT)],
-            env={**base, "SPARK_LOCAL_IP": address}, log_name=f"{master}-master",
+            env={**base, "SPARK_LOCAL_IP": address,
+                 "SPARK_MASTER_OPTS": f"-Dspark.worker.timeout={worker_timeout_secs}"},
+            log_name=f"{master}-master",
         )  # fmt: skip
         for name in workers:
             self.spawn(

@@ -642,3 +642,27 @@ def epoch_ids(args, ctx):
     record["fit_loss"] = history.history["loss"]
     _write(ctx, "ids", record)
     return record
+
+
+def stale_chief_save(args, ctx):
+    """A chief that trains one step, says so in ``<run_dir>/before-save``, waits for ``<run_dir>/go`` (a test
+    records a newer attempt meanwhile), then saves a checkpoint and exports: as a stale attempt would."""
+    import numpy as np
+    import tensorflow as tf
+
+    from airflow_tfos.runtime.checkpoint import RunCheckpointer, export_model
+
+    model = tf.keras.Sequential([tf.keras.Input(shape=(2,)), tf.keras.layers.Dense(1)])
+    model.compile(optimizer="sgd", loss="mse")
+    checkpointer = RunCheckpointer(ctx, model=model, every_steps=1)
+    checkpointer.restore()
+    model.fit(np.ones((8, 2), "float32"), np.ones((8, 1), "float32"), batch_size=8, epochs=1, verbose=0)
+    Path(ctx.run_dir, "before-save").write_text(str(checkpointer.step))
+    deadline = time.monotonic() + args.get("wait", 60)
+    while not Path(ctx.run_dir, "go").exists() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    try:
+        checkpointer.save()
+    finally:  # the export is fenced too, whatever the checkpoint did
+        export_model(ctx, model, metrics={"step": checkpointer.step})
+    return {"step": checkpointer.step}
