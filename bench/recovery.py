@@ -74,7 +74,13 @@ def multihost(target: str) -> int:
             how = f"a CPU share of {STARVED_SHARE} for every process of the host (no tc netem in this kernel)"
         print(f"{name} slowed by: {how}")
     print(f"{name} seconds from the fault to the end of training: {seen['run_secs']:.1f}")
-    print(f"{name} final step: {result['step']}, attempt {result['attempt']}, loss {result['loss']:.4f}")
+    if seen["resumed_secs"] is None and target != "slow":
+        print(
+            f"{name} no new TF cluster trained: the old one reached step {seen['last_step_before']} "
+            f"before its attempt ended (the final step was restored, not trained again)"
+        )
+    loss = "none (no step trained in the last attempt)" if result["loss"] is None else f"{result['loss']:.4f}"
+    print(f"{name} final step: {result['step']}, attempt {result['attempt']}, loss {loss}")
     print(f"{name} attempts started: {seen['attempts']}")
     print(f"{name} checkpoints published after the fault (step, attempt): {seen['checkpoints_after_fault']}")
     for line in sorted(seen["timeline"]):

@@ -226,7 +226,7 @@ def run_drill(
         "attempts": [e.get("attempt") for e in _events(lab, run_path, "attempt")],
         "timeline": [
             (round(e["time"] - fault_at, 1), e["kind"], e.get("attempt"), e.get("step"), str(e.get("reason", ""))[:160])
-            for kind in ("attempt", "attempt_failed", "stall", "restore", "checkpoint", "export")
+            for kind in ("attempt", "attempt_failed", "executors_dropped", "stall", "restore", "checkpoint", "export")
             for e in _events(lab, run_path, kind)
         ],
     }
