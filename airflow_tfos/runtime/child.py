@@ -19,8 +19,7 @@ on its stdin for one JSON message from the task: ``tf_config`` (None: no TF_CONF
 times, and on a Kerberized HDFS the run's WebHDFS delegation token (:mod:`airflow_tfos.runtime.delegation`,
 kept in memory). It then sets TF_CONFIG (TensorFlow reads it when a strategy or cluster resolver is built,
 not on import), reads ``context.pkl`` and calls ``main_fun``. An empty message means that the task went away: the
-process exits. It records its launch times (:mod:`airflow_tfos.runtime.launch_times`). With ``--yield-to-feed``
-(the task reads data from Spark while the process loads), loading and importing run at a lower CPU priority.
+process exits. It records its launch times (:mod:`airflow_tfos.runtime.launch_times`).
 """
 
 from __future__ import annotations
@@ -44,12 +43,6 @@ RESULT = "result.pkl"
 ERROR = "error.json"
 #: The flag that makes the process load the program, then wait for its TF_CONFIG on stdin.
 AWAIT_CONTEXT = "--await-context"
-#: With :data:`AWAIT_CONTEXT`: load the program and import TensorFlow at a lower CPU priority, so that the
-#: task that started the process, which reads its data from Spark meanwhile, keeps the CPU it needs.
-YIELD_TO_FEED = "--yield-to-feed"
-#: How much lower (a nice increment, Linux): at 10 the loading thread gets about a tenth of a core that the
-#: task also wants, and all of an idle one.
-PRELOAD_NICENESS = 10
 #: Exit code of a process whose task went away before handing it its context.
 ORPHANED = 70
 
@@ -210,38 +203,6 @@ def _preload(main_fun) -> float | None:
     return time.time() if "tensorflow" in sys.modules else None
 
 
-def _preload_yielding(node_dir: Path) -> tuple[tuple, float | None]:
-    """:func:`_load_payload` and :func:`_preload`, run in a thread of lower CPU priority.
-
-    On Linux a nice value belongs to a thread, and the threads a thread starts inherit it: the main thread,
-    which runs ``main_fun`` and starts TensorFlow's compute threads, keeps its own (an unprivileged process
-    could not take a raised nice value back). NumPy is imported here first, so that its BLAS threads keep
-    the normal priority too. Elsewhere the program loads at normal priority.
-    """
-    import numpy  # noqa: F401
-
-    outcome: dict = {}
-
-    def load() -> None:
-        try:
-            if sys.platform.startswith("linux"):
-                os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), PRELOAD_NICENESS)
-        except OSError as exc:
-            log.debug("cannot lower the loading thread's priority: %s", exc)
-        try:
-            main_fun, args = _load_payload(node_dir)
-            outcome["value"] = ((main_fun, args), _preload(main_fun))
-        except BaseException as exc:
-            outcome["error"] = exc
-
-    thread = threading.Thread(target=load, name="preload", daemon=True)
-    thread.start()
-    thread.join()
-    if "error" in outcome:
-        raise outcome["error"]
-    return outcome["value"]
-
-
 def _await_context(times: dict) -> bool:
     """Wait for the task's message; set TF_CONFIG from it. False: the task went away."""
     data = sys.stdin.buffer.read()
@@ -287,14 +248,9 @@ def main(argv: list[str]) -> int:
     awaits = AWAIT_CONTEXT in argv[2:]
     ctx = None
     try:
-        if not awaits:
-            main_fun, args = _load_payload(node_dir)
-        else:
-            if YIELD_TO_FEED in argv[2:]:
-                (main_fun, args), times["tf_imported"] = _preload_yielding(node_dir)
-            else:
-                main_fun, args = _load_payload(node_dir)
-                times["tf_imported"] = _preload(main_fun)
+        main_fun, args = _load_payload(node_dir)
+        if awaits:
+            times["tf_imported"] = _preload(main_fun)
             if not _await_context(times):
                 log.info("the task that started this node went away before handing over its context")
                 return ORPHANED

@@ -268,8 +268,6 @@ def prestart_node_process(
         f"--run-id={job.run_id}",
         child_files.AWAIT_CONTEXT,
     ]
-    if job.feed is not None or job.direct is not None or job.row_feed is not None:
-        argv.append(child_files.YIELD_TO_FEED)  # the task reads its data meanwhile: that comes first
     return ChildProcess(argv, env=env, name=name, cwd=cwd, takes_input=True).start()
 
 

@@ -3,7 +3,6 @@ the launch's phases as the nodes record them."""
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import threading
 import time
@@ -183,56 +182,3 @@ def test_prestarted_processes_of_a_barrier_stage_that_fails_are_gone(sc, tmp_pat
     assert "partition 1 failed before the port exchange" in str(outcome.get("error"))
     assert_no_node_processes(job.run_id)
     assert not any(p.is_running() and p.status() != "zombie" for p in started)
-
-
-PROBE = """
-import os, threading
-
-def niceness():
-    return os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
-
-AT_IMPORT = niceness()  # what the program's module sees while it loads
-
-
-def main_fun(args, ctx):
-    return AT_IMPORT, niceness()
-"""
-
-
-@pytest.mark.skipif(os.uname().sysname != "Linux", reason="a nice value per thread is Linux's")
-def test_a_node_that_loads_while_its_task_reads_data_loads_at_low_priority_and_trains_at_normal(tmp_path, monkeypatch):
-    import pickle
-    import sys
-
-    from airflow_tfos.runtime.feed import Feed
-
-    # the user's module, on no test path
-    module = f"nice_probe_{os.getpid()}"
-    (tmp_path / f"{module}.py").write_text(PROBE)
-    monkeypatch.syspath_prepend(str(tmp_path))
-    node_dir = tmp_path / "node"
-    node_dir.mkdir()
-    import importlib
-
-    payload = pickle.dumps((importlib.import_module(module).main_fun, None))
-    del sys.modules[module]  # loaded again below, as the node's process loads it
-    (node_dir / child_files.PAYLOAD).write_bytes(payload)
-    base = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
-
-    (main_fun, args), tf_imported = child_files._preload_yielding(node_dir)
-
-    assert tf_imported is None  # the probe does not use TensorFlow
-    at_import, in_main = main_fun(args, None)
-    assert at_import == min(base + child_files.PRELOAD_NICENESS, 19)
-    assert in_main == base  # this thread, which goes on to run main_fun, kept its priority
-
-    fed = dataclasses.replace(_job(payload), feed=Feed(features="x", label="y"))
-    argv = {}
-    for name, job in (("fed", fed), ("not fed", _job(payload))):
-        (tmp_path / name).mkdir()
-        proc = prestart_node_process(job, tmp_path / name, node_env(job, None), "test node")
-        argv[name] = proc.argv
-        proc.send(b"")
-        proc.wait(60)
-        proc.stop(1.0)
-    assert child_files.YIELD_TO_FEED in argv["fed"] and child_files.YIELD_TO_FEED not in argv["not fed"]
