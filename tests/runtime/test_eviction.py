@@ -79,6 +79,7 @@ conf = (SparkConf().setMaster("local-cluster[3,1,1024]").set("spark.cores.max", 
         .set("spark.executorEnv.PYTHONPATH", os.environ["PYTHONPATH"]))
 sc = SparkContext(conf=conf)
 sc.setLogLevel("ERROR")
+PID_FILE = os.path.join(os.getcwd(), "frozen-executor.pid")  # for the test to end that JVM, frozen as it is
 sc.setJobGroup("g", "frozen executor", interruptOnCancel=True)
 
 
@@ -91,6 +92,8 @@ def body(_):
     while pid > 1:  # up to the executor's JVM
         pid = int(open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[1])
         if b"CoarseGrainedExecutorBackend" in open(f"/proc/{pid}/cmdline", "rb").read():
+            with open(PID_FILE, "w") as f:
+                f.write(str(pid))
             os.kill(pid, 19)
             break
     time.sleep(300)
@@ -120,15 +123,38 @@ finally:
 """
 
 
+def end_frozen_jvm(pid_file) -> int | None:
+    """SIGKILL the executor JVM named in ``pid_file`` (stopped by the test's own script) if it is still there;
+    return its pid, or None when none was recorded."""
+    import psutil
+
+    if not pid_file.exists():
+        return None
+    pid = int(pid_file.read_text())
+    try:
+        process = psutil.Process(pid)
+        if "CoarseGrainedExecutorBackend" in " ".join(process.cmdline()):
+            process.kill()
+            process.wait(10)
+    except psutil.NoSuchProcess:
+        pass
+    return pid
+
+
 @pytest.mark.integration
 def test_a_frozen_executor_is_dropped_and_the_next_barrier_stage_runs_before_its_heartbeat_times_out(tmp_path):
     script = tmp_path / "frozen_executor.py"
     script.write_text(FROZEN_EXECUTOR)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
-    done = subprocess.run(
-        [sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=180, cwd=str(tmp_path)
-    )
+    try:
+        done = subprocess.run(
+            [sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=180, cwd=str(tmp_path)
+        )
+    finally:
+        # Spark's worker ends a dropped executor with SIGTERM, which a stopped JVM never handles: end it here
+        frozen_jvm = end_frozen_jvm(tmp_path / "frozen-executor.pid")
     assert done.returncode == 0, done.stderr[-3000:]
+    assert frozen_jvm is not None, "the frozen executor's pid was not recorded"
     seen = json.loads(next(line for line in done.stdout.splitlines() if line.startswith("SEEN "))[5:])
     by_node = {t["node"]: t for t in seen["tasks"]}
     assert by_node["chief:0"]["status"] == "FAILED" and by_node["worker:0"]["status"] == "RUNNING"
