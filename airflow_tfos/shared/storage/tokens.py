@@ -86,26 +86,18 @@ class TokenKeeper:
             self.token, self.borrowed = own, True
             log.info("%s: the TF nodes get the WebHDFS delegation token this driver was given", self.what)
             return self
-        self.token = self.storage.get_delegation_token()
-        keep_out_of_logs(self.token)
-        self.expires = self.storage.renew_delegation_token(self.token)
-        log.info(
-            "%s: obtained a WebHDFS delegation token (expires in %.0f s; renewed while the run lives)",
-            self.what,
-            self.expires - time.time(),
-        )
-        self._renew_in_background()
-        return self
+        return self._keep(self.storage.get_delegation_token(), "obtained a WebHDFS delegation token")
 
     def adopt(self, token: str) -> TokenKeeper:
         """Keep renewing ``token``, which another keeper handed off (:meth:`hand_off`); cancel it in :meth:`stop`."""
+        return self._keep(token, "renewing the WebHDFS delegation token of the run")
+
+    def _keep(self, token: str, doing: str) -> TokenKeeper:
         keep_out_of_logs(token)
         self.token = token
         self.expires = self.storage.renew_delegation_token(token)
         log.info(
-            "%s: renewing the WebHDFS delegation token of the run (expires in %.0f s)",
-            self.what,
-            self.expires - time.time(),
+            "%s: %s (expires in %.0f s; renewed while the run lives)", self.what, doing, self.expires - time.time()
         )
         self._renew_in_background()
         return self
