@@ -8,7 +8,8 @@ exception and its traceback) behind for the task to read. These files never leav
 With a run directory, the node also records there (as events, best effort): ``feed`` before ``main_fun``
 when data was fed from Spark (``worker``, ``job_name``, ``task_index``, ``executor_id``, ``attempt``,
 ``rows`` of all splits, ``splits`` (rows by split), ``bytes``, ``seconds`` its Spark task took to read
-them, ``rows_per_sec``, ``peak_rss_mb`` of the Spark task while it read), and ``node_memory`` when
+them, ``rows_per_sec``, ``peak_rss_mb`` of the Spark task while it read; with direct reads of Parquet files,
+which the TF process makes while it trains, only the rows and ``source`` ``parquet``), and ``node_memory`` when
 ``main_fun`` has returned or raised (``worker``, ``job_name``, ``task_index``, ``executor_id``,
 ``attempt``, ``host``, ``peak_rss_mb`` of this process, ``ok``).
 
@@ -93,9 +94,18 @@ def _write_error(node_dir: Path, exc: BaseException, reason: str | None = None) 
         "reason": reason or f"{type(exc).__name__}: {exc}",
         "traceback": "".join(traceback.format_exception(exc)),
     }
+    bad_input = _input_error()
+    if bad_input is not None:  # the node's own reads met bad data: that is the cause, whatever TF raised
+        record.update(type=type(bad_input).__name__, retryable=False, reason=str(bad_input), kind="input")
     tmp = node_dir / (ERROR + ".tmp")
     tmp.write_text(json.dumps(record))
     tmp.replace(node_dir / ERROR)
+
+
+def _input_error() -> BaseException | None:
+    """The bad input this process's direct reads of Parquet files met, if it read any."""
+    direct = sys.modules.get("airflow_tfos.runtime.feed.direct")
+    return direct.input_error() if direct is not None else None
 
 
 def peak_rss_mb() -> float:
@@ -125,6 +135,16 @@ def _record_feed(ctx) -> None:
     try:
         shares = list(ctx.feed_shares.values())
         rows = sum(int(share.rows) for share in shares)
+        if any(getattr(share, "streamed", False) for share in shares):
+            # Direct reads: the TF process reads its Parquet slices while it trains, nothing was read before.
+            RunDir(ctx.run_dir).add_event(
+                "feed",
+                **_node_fields(ctx),
+                rows=rows,
+                splits={name: int(share.rows) for name, share in sorted(ctx.feed_shares.items())},
+                source="parquet",
+            )
+            return
         seconds = max(float(share.spill_seconds) for share in shares)
         RunDir(ctx.run_dir).add_event(
             "feed",

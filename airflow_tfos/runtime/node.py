@@ -173,12 +173,14 @@ def _launch_node(
 ):
     """The task's part after its node's process was started: data, port exchange, handover, wait."""
     from airflow_tfos.runtime.feed import spark_side
-    from airflow_tfos.runtime.feed.direct import spill_direct
+    from airflow_tfos.runtime.feed.direct import probe_direct, spill_direct
 
     info: dict = {"executor_id": role.executor_id}
     try:
-        if job.direct is not None:
+        if job.direct is not None and ps_coordinated(job.roles):  # TF's ops read record files spilled first
             info["spill"] = spill_direct(job.direct, role.executor_id, str(node_dir), job.feed)
+        elif job.direct is not None:  # the node's TF process reads its slices itself, every epoch
+            info["spill"] = probe_direct(job.direct, role.executor_id, job.feed)
         elif job.feed is not None:
             info["spill"] = spark_side.spill_partition(partition, str(node_dir), job.feed, job.with_validation)
         elif job.row_feed is not None:
@@ -197,7 +199,7 @@ def _launch_node(
     shares, notes, mgr = {}, [], None
     try:
         if job.feed is not None:
-            shares, notes = spark_side.plan_shares(infos, job.roles, role, job.feed)
+            shares, notes = spark_side.plan_shares(infos, job.roles, role, job.feed, job.direct)
             shares = spark_side.write_native_shares(shares, str(node_dir))
         elif job.row_feed is not None:
             mgr = job.row_feed.manager(infos, job.roles, role, str(node_dir))
@@ -434,6 +436,8 @@ def node_failure(role: NodeRole, host: str, node_dir: Path, proc: ChildProcess, 
     if error_file.exists():
         record = json.loads(error_file.read_text())
         reason, trace, retryable = record["reason"], record["traceback"], record.get("retryable", False)
+        if record.get("kind") == "input":  # bad data met by the node's own reads: reported as on the Spark path
+            return NodeFailure(role.job_name, role.task_index, role.executor_id, host, reason, "", "input")
     else:
         reason = describe_exit(code)
         tail = proc.stderr_tail()

@@ -631,6 +631,7 @@ def epoch_ids(args, ctx):
     import tensorflow as tf
 
     record = {"steps_per_epoch": ctx.steps_per_epoch, "epochs": [], "validation": []}
+    record["spill"] = ctx.feed_shares["train"].path  # "" when the node reads its Parquet slices itself
     for epoch in range(args.get("epochs", 2)):
         record["epochs"].append([int(i) for _, y in ctx.batches("train", epoch) for i in y])
     if "validation" in ctx.feed_shares:

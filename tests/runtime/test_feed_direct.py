@@ -14,6 +14,7 @@ from airflow_tfos.runtime import TFClusterRun
 from airflow_tfos.runtime.cluster import plan_roles
 from airflow_tfos.runtime.feed import Feed, FeedConfigError
 from airflow_tfos.runtime.feed.direct import Slice, plan_direct, read_slices, row_groups, split_rows
+from airflow_tfos.shared.rundir import RunDir
 from tests.runtime import programs
 from tests.runtime.helpers import assert_no_node_processes, read_records
 
@@ -91,9 +92,59 @@ def test_read_slices_yield_exactly_the_rows_named(tmp_path):
     assert rows == ids[210:215] + ids[0:3]
 
 
-def test_remote_files_are_read_by_ranged_requests_not_whole(emu, tmp_path):
+def test_a_streamed_pass_reads_every_row_once_interleaving_row_groups_in_a_new_order(tmp_path, monkeypatch):
+    """What a node's TF process reads each epoch: every row of its slices once; with a shuffle, the slices in a
+    new order and two row groups read in turn; the same checks as the spill, with the widths of the first row."""
+    from airflow_tfos.runtime.feed import direct as direct_reads
+
+    monkeypatch.setattr(direct_reads, "STREAM_BATCH_BYTES", 1)  # record batches of 1,024 rows at most
+    monkeypatch.setattr(direct_reads, "_input_error", None)
+    ids = write_ids(tmp_path / "data", files=((3000, 1500), (2500, 1000)))
+    groups = row_groups([str(p) for p in sorted((tmp_path / "data").iterdir())])
+    slices = split_rows(groups, 1)[0]
+    feed = Feed(features="x", label="y")
+
+    def one_pass(rng):
+        widths = {"x": 3}
+        return [
+            [int(v) for v in batch.column("y").to_pylist()]
+            for batch in direct_reads.stream_slices(slices, feed, widths, "training data", rng)
+        ]
+
+    in_order = one_pass(None)
+    assert [i for batch in in_order for i in batch] == [
+        i for s in slices for i in range(s.start + _first_id(groups, s), s.stop + _first_id(groups, s))
+    ]
+    passes = [one_pass(np.random.default_rng(epoch)) for epoch in range(2)]
+    for batches in passes:
+        assert sorted(i for batch in batches for i in batch) == ids  # every row once
+        sources = [_group_of(groups, batch[0]) for batch in batches]
+        assert len(set(sources[:2])) == 2  # the first two batches come from two row groups read in turn
+    assert passes[0] != passes[1]  # a new order each pass
+    with pytest.raises(FeedConfigError, match="^array column 'x' of the training data has rows of different"):
+        list(direct_reads.stream_slices(slices, feed, {"x": 2}, "training data"))
+    assert str(direct_reads.input_error()).startswith("array column 'x'")  # what the node reports as its cause
+
+
+def _first_id(groups, part: Slice) -> int:
+    """The id of row 0 of ``part``'s row group (ids run on through the files and their row groups)."""
+    before = 0
+    for path, group, rows in groups:
+        if (path, group) == (part.path, part.row_group):
+            return before
+        before += rows
+    raise AssertionError(part)
+
+
+def _group_of(groups, row_id: int) -> int:
+    bounds = np.cumsum([rows for _, _, rows in groups])
+    return int(np.searchsorted(bounds, row_id, side="right"))
+
+
+def test_remote_files_are_read_by_ranged_requests_not_whole(emu, tmp_path, monkeypatch):
     """Footers and row groups of files on (emulated) HDFS come through OPEN requests with offset and length; the
     bytes served are those of the row groups read (and the footers), far less than the files."""
+    from airflow_tfos.runtime.feed import direct as direct_reads
     from airflow_tfos.shared.storage import storage_for
 
     ids = write_ids(tmp_path / "local", files=((2000, 200), (2000, 200)), width=64, noise=True)
@@ -116,6 +167,29 @@ def test_remote_files_are_read_by_ranged_requests_not_whole(emu, tmp_path):
     # footers (64 KiB each) and the two narrow columns of a quarter of the rows: no file copied whole
     assert max(served) <= 64 * 2**10 and sum(served) < sizes / 2
 
+    # A TF process's pass streams each column chunk in reads of STREAM_BUFFER_BYTES (or of one page, if larger),
+    # each one ranged request: one row group of 2,000 rows of 64 floats (a 500 KiB chunk) in pages of 16 KiB
+    # comes in pieces, never whole.
+    monkeypatch.setattr(direct_reads, "STREAM_BUFFER_BYTES", 16 * 2**10)
+    values = np.random.default_rng(1).random((2000, 64)).astype("float32")
+    table = pa.table({"x": pa.array(list(values), pa.list_(pa.float32())), "y": np.arange(2000.0)})
+    local = tmp_path / "paged.parquet"
+    pq.write_table(table, local, row_group_size=2000, data_page_size=16 * 2**10, use_dictionary=False)
+    uri = emu.uri("/data/paged.parquet")
+    storage_for(uri).write_bytes(uri, local.read_bytes())
+    emu.requests.clear()
+    feed = Feed(features="x", label="y")
+    streamed = [
+        int(v)
+        for batch in direct_reads.stream_slices([Slice(uri, 0, 0, 2000)], feed, {"x": 64}, "training data")
+        for v in batch.column("y").to_pylist()
+    ]
+    assert streamed == list(range(2000))
+    opens = [r for r in emu.requests if r.op == "OPEN" and r.server.startswith("datanode")]
+    served = [int(r.query["length"]) for r in opens]
+    assert max(served) <= 64 * 2**10 < local.stat().st_size  # the footer's read is the largest
+    assert len(opens) >= 500 * 2**10 // (64 * 2**10)
+
 
 # --- on the local cluster -----------------------------------------------------------------------------------
 
@@ -134,7 +208,10 @@ def test_nodes_read_their_row_groups_directly_every_row_once_per_epoch(spark, tm
             spark, tmp_path, frame, Feed(features="x", label="y", batch_size=batch, shuffle_window=50), validation
         )
     assert "feed: reading 4 Parquet file(s) directly on the nodes (plain scan, 2 column(s))" in caplog.text
-    assert "training data: read from the Parquet files once and spilled to local disk: chief:0 629 rows" in caplog.text
+    assert (
+        "training data: read by each node from the Parquet files on every pass, nothing spilled: chief:0 629 rows in "
+        in caplog.text
+    )
     assert sorted(records) == ["chief:0", "worker:0"]
     steps = {r["steps_per_epoch"] for r in records.values()}
     total = len(ids)
@@ -142,6 +219,7 @@ def test_nodes_read_their_row_groups_directly_every_row_once_per_epoch(spark, tm
     assert steps == {expected}  # the same steps on every node, from shares 628 and 629 rows
     owned = []
     for name, record in records.items():
+        assert record["spill"] == "", name  # the TF process read the files itself
         first, second = record["epochs"]
         assert len(first) == len(second) == expected * batch, name
         assert first != second and sorted(first) != first  # shuffled, anew each epoch
@@ -152,6 +230,12 @@ def test_nodes_read_their_row_groups_directly_every_row_once_per_epoch(spark, tm
     assert not owned[0] & owned[1] and owned[0] | owned[1] == set(ids)  # every row on exactly one node
     seen_validation = [i for r in records.values() for i in r["validation"]]
     assert sorted(seen_validation) == validation_ids  # validation rows once each
+    feeds = {e["worker"]: e for e in RunDir(str(tmp_path / "run")).events("feed")}
+    assert {w: (e["source"], e["splits"]) for w, e in feeds.items()} == {
+        "chief:0": ("parquet", {"train": 629, "validation": 45}),
+        "worker:0": ("parquet", {"train": 628, "validation": 45}),
+    }
+    assert all("rows_per_sec" not in e for e in feeds.values())  # read while training: no rate to claim
 
 
 @pytest.mark.integration
@@ -230,13 +314,31 @@ def test_bad_parquet_input_fails_as_on_the_spark_path(spark, tmp_path):
         TFClusterRun(
             spark.sparkContext, programs.epoch_ids, num_nodes=2, data=frame, feed=Feed(features="m", label="y")
         ).start()
+    # The null is in row 41, past the first row of its row group: only the node's TF process, reading its slices
+    # while it trains, meets it; the run still fails with the cause first.
     started = time.monotonic()
-    with pytest.raises(FeedConfigError, match="column 'y' of the training data has null values"):
+    with pytest.raises(FeedConfigError, match="^column 'y' of the training data has null values"):
         run_cluster(
             spark.sparkContext,
             programs.epoch_ids,
+            {"epochs": 1},
             num_nodes=2,
             data=frame,
             feed=Feed(features="x", label="y", read="direct"),
         )
     assert time.monotonic() - started < 60
+    # The same for an array whose rows change length between row groups of one node's share (one node: its first
+    # row, all the probe reads, gives the width every later row must have).
+    wide = tmp_path / "wide"
+    wide.mkdir()
+    x = pa.array([[1.0, 2.0]] * 70 + [[1.0, 2.0, 3.0]] * 30)
+    pq.write_table(pa.table({"x": x, "y": pa.array([1.0] * 100)}), wide / "part-0.parquet", row_group_size=10)
+    with pytest.raises(FeedConfigError, match=r"^array column 'x' of the training data has rows of different lengths"):
+        run_cluster(
+            spark.sparkContext,
+            programs.epoch_ids,
+            {"epochs": 1},
+            num_nodes=1,
+            data=spark.read.parquet(str(wide)),
+            feed=Feed(features="x", label="y", read="direct"),
+        )

@@ -260,7 +260,8 @@ def test_a_driver_run_reports_progress_while_training_and_writes_the_report(tmp_
         "train_fn": "tests.runtime.programs:tracked_training",
         "args": {"epochs": 2, "every": 5, "sleep": 0.15, "fail_at": 7},
         "num_nodes": 2, "input_mode": "SPARK", "data": data, "validation_data": data,
-        "feed": {"features": ["x"], "label": "y", "batch_size": 30},
+        # through Spark: its read-and-spill rates are checked below (direct reads happen while training: no rate)
+        "feed": {"features": ["x"], "label": "y", "batch_size": 30, "read": "spark"},
     })  # fmt: skip
     driver = subprocess.Popen(driver_command(rundir.uri), cwd=REPO, stderr=subprocess.PIPE, text=True)
     running = []

@@ -1,7 +1,9 @@
-"""Inside a node: its spilled share of the data as NumPy batches and as a ``tf.data.Dataset``."""
+"""Inside a node: its share of the data (spilled, or Parquet slices it reads itself) as NumPy batches and as a
+``tf.data.Dataset``."""
 
 from __future__ import annotations
 
+import base64
 import itertools
 import logging
 from collections.abc import Iterator
@@ -23,7 +25,7 @@ class FeedShare:
     """One node's share of one data set (training or validation), as spilled on its executor.
 
     :param split: ``train`` or ``validation``.
-    :param path: the local spill file.
+    :param path: the local spill file ("" when the node streams ``slices``).
     :param rows: rows in the file.
     :param steps_per_epoch: batches per epoch, the same on every node.
     :param widths: element count of each fixed-width array or vector column.
@@ -47,6 +49,10 @@ class FeedShare:
         batch may be short, and nodes may hold different numbers of batches (``steps_per_epoch`` is the
         largest node's); under MultiWorkerMirroredStrategy tf.distribute gives a worker whose rows are used
         up empty batches until every worker is done, so metrics count each row once.
+    :param slices: direct reads: the Parquet row-group slices the node's TF process reads every epoch
+        (:func:`~airflow_tfos.runtime.feed.direct.stream_slices`), in place of a spill file.
+    :param schema: with ``slices``: the Arrow schema of the checked columns (base64 of its IPC form).
+    :param webhdfs_config: with ``slices`` on HDFS: the run's WebHDFS settings.
     """
 
     split: str
@@ -63,6 +69,14 @@ class FeedShare:
     workers: int = 1
     once: bool = False
     sparse: frozenset[str] = frozenset()
+    slices: tuple = ()
+    schema: str = ""
+    webhdfs_config: str | None = None
+
+    @property
+    def streamed(self) -> bool:
+        """Whether the node reads its rows from the Parquet files every epoch (nothing was spilled)."""
+        return bool(self.slices)
 
     @property
     def rows_per_epoch(self) -> int:
@@ -85,17 +99,27 @@ def epoch_chunks(share: FeedShare, epoch: int = 0) -> Iterator[dict[str, np.ndar
     """
     feed = share.feed
     rng = np.random.default_rng([feed.seed, share.rank, epoch]) if feed.shuffle and not share.once else None
-    count = count_batches(share.path)
+    units = len(share.slices) if share.streamed else count_batches(share.path)
     wanted = share.rows_per_epoch
-    while wanted > 0 and count:
-        order = rng.permutation(count).tolist() if rng is not None else None
-        for chunk in _windows(read_batches(share.path, order), share, rng):
+    while wanted > 0 and units:
+        for chunk in _windows(_record_batches(share, units, rng), share, rng):
             n = _length(chunk)
             if n >= wanted:
                 yield {k: v[:wanted] for k, v in chunk.items()}
                 return
             yield chunk
             wanted -= n
+
+
+def _record_batches(share: FeedShare, units: int, rng: np.random.Generator | None) -> Iterator[pa.RecordBatch]:
+    """One pass over the node's rows as checked record batches: its spill file's batches (in a new order with
+    ``rng``), or its Parquet slices read anew."""
+    if share.streamed:
+        from airflow_tfos.runtime.feed.direct import stream_slices
+
+        what = "training data" if share.split == "train" else "validation data"
+        return stream_slices(share.slices, share.feed, dict(share.widths), what, rng, share.webhdfs_config)
+    return read_batches(share.path, rng.permutation(units).tolist() if rng is not None else None)
 
 
 def _length(chunk: dict[str, np.ndarray]) -> int:
@@ -189,9 +213,9 @@ def checked_batches(batches, feed: Feed) -> Iterator:
 
 
 def make_dataset(share: FeedShare):
-    """Return a ``tf.data.Dataset`` of one epoch (``steps_per_epoch`` batches), replayed from local disk
-    each time it is iterated (a new shuffle each time), with tf.data's auto-sharding off: the data is
-    already this node's own.
+    """Return a ``tf.data.Dataset`` of one epoch (``steps_per_epoch`` batches), replayed from local disk (or
+    read anew from the node's Parquet slices) each time it is iterated (a new shuffle each time), with
+    tf.data's auto-sharding off: the data is already this node's own.
 
     Python hands over whole record batches or shuffle windows (thousands of rows at a time), and
     tf.data's ``rebatch`` cuts them into batches in C++ by slicing: no step of the pipeline works
@@ -263,5 +287,9 @@ def for_workers(dataset, workers: int):
 
 def _empty(share: FeedShare) -> dict:
     """Zero rows of each fed column with the spilled types and widths: the pipeline's signature."""
-    empty = pa.RecordBatch.from_pylist([], schema=spill_schema(share.path))
+    if share.streamed:
+        schema = pa.ipc.read_schema(pa.py_buffer(base64.b64decode(share.schema)))
+    else:
+        schema = spill_schema(share.path)
+    empty = pa.RecordBatch.from_pylist([], schema=schema)
     return to_numpy(empty, share.feed.columns, share.widths, share.sparse)

@@ -4,12 +4,18 @@ A DataFrame that is a plain scan of Parquet files (``spark.read.parquet(path)``,
 ``data={"format": "parquet", ...}`` builds, with at most a selection of plain columns) holds nothing that
 Spark computes: its rows are the files' rows. Then :func:`plan_direct`, on the driver, reads each file's
 footer (row-group sizes only), cuts the rows into one share per training node, equal to a row, and hands
-each node its list of :class:`Slice` (file, row group, rows); in the barrier task, :func:`spill_direct`
-reads those row groups with pyarrow (local files, or HDFS through the storage layer's ranged reads) and
-writes them into the same spill file the Spark path writes. From there on nothing differs: the same
-balancing (``pad``/``drop``), steps per epoch, shuffle of record batches and of rows within a window,
-``ctx.dataset()``, parameter-server records. What is skipped is Spark's JVM-to-Python row transfer and
-the shuffle that lays rows out on the nodes.
+each node its list of :class:`Slice` (file, row group, rows).
+
+Nothing is copied before training starts. In the barrier task, :func:`probe_direct` counts the node's rows
+from its slices and reads only its first rows, for the columns' widths and types (checked by the feed's
+rules); the node's TF process then reads its slices itself, every epoch (:func:`stream_slices`): slices in a
+new order each epoch, two row groups interleaved, rows shuffled within a window, every batch checked by
+the same rules as on the Spark path. The balancing (``pad``/``drop``), the steps per epoch and
+``ctx.dataset()`` are those of the Spark path. A bad value met while training fails the run with the same
+:class:`FeedConfigError` (:func:`input_error`). What is skipped is Spark's JVM-to-Python row transfer, the
+shuffle that lays rows out on the nodes, and the spill to local disk. Under parameter servers the workers'
+TF ops read fixed-width record files: there :func:`spill_direct` reads the slices once into the spill the
+record files are written from.
 
 Any other DataFrame (a filter, a computed column, a join, a cached frame, a partitioned table whose
 partition columns are fed, a type whose Arrow form Spark converts) keeps the Spark path; the driver's log
@@ -19,8 +25,11 @@ says which path was taken and why. ``Feed(read="direct")`` fails on such a DataF
 
 from __future__ import annotations
 
+import base64
+import itertools
 import os
 import time
+from collections import deque
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from urllib.parse import unquote
@@ -124,8 +133,10 @@ def storage_path(uri: str, webhdfs_config: str | None = None) -> tuple[object, s
     return storage_of(uri, webhdfs_config), uri
 
 
-def open_parquet(uri: str, webhdfs_config: str | None = None):
-    """A pyarrow ``ParquetFile`` over ``uri``: a local file as is, a remote one through ranged reads."""
+def open_parquet(uri: str, webhdfs_config: str | None = None, buffer_size: int = 0):
+    """A pyarrow ``ParquetFile`` over ``uri``: a local file as is, a remote one through ranged reads. By default
+    pyarrow reads the fed columns' chunks of a row group whole before decoding them (``pre_buffer``); with
+    ``buffer_size``, it reads each chunk that many bytes (or one page) at a time as it decodes."""
     import pyarrow.parquet as pq
 
     from airflow_tfos.shared.storage.ranged import RangedFile
@@ -133,11 +144,11 @@ def open_parquet(uri: str, webhdfs_config: str | None = None):
     storage, path = storage_path(uri, webhdfs_config)
     local = storage.local_path(path)
     if local is not None:
-        return pq.ParquetFile(local)
+        return pq.ParquetFile(local, buffer_size=buffer_size, pre_buffer=not buffer_size)
     infos = storage.list(path)
     if not infos:
         raise FileNotFoundError(f"no file {uri}")
-    return pq.ParquetFile(RangedFile(storage, path, infos[0].size))
+    return pq.ParquetFile(RangedFile(storage, path, infos[0].size), buffer_size=buffer_size, pre_buffer=not buffer_size)
 
 
 def row_groups(files: Sequence[str]) -> list[tuple[str, int, int]]:
@@ -238,19 +249,133 @@ def read_slices(slices: Iterable[Slice], columns: Sequence[str], webhdfs_config:
     for part in slices:
         if part.path != current:
             current, handle = part.path, open_parquet(part.path, webhdfs_config)
-        group = handle.metadata.row_group(part.row_group)
-        rows = max(1024, int(BATCH_BYTES * group.num_rows / max(group.total_byte_size, 1)))
-        seen = 0
-        try:
-            for batch in handle.iter_batches(batch_size=rows, row_groups=[part.row_group], columns=list(columns)):
-                low, high = max(part.start - seen, 0), min(part.stop - seen, batch.num_rows)
-                seen += batch.num_rows
-                if high > low:
-                    yield batch.slice(low, high - low)
-                if seen >= part.stop:
-                    break
-        except Exception as exc:  # a damaged file, or a column of another type in this file
-            raise FeedConfigError(f"cannot read row group {part.row_group} of {part.path}: {exc}") from exc
+        yield from slice_batches(handle, part, columns)
+
+
+def slice_batches(handle, part: Slice, columns: Sequence[str], batch_bytes: int = BATCH_BYTES) -> Iterator:
+    """Arrow record batches of ``columns`` of one slice's rows, from its file's open ``ParquetFile``."""
+    group = handle.metadata.row_group(part.row_group)
+    rows = max(1024, int(batch_bytes * group.num_rows / max(group.total_byte_size, 1)))
+    seen = 0
+    try:
+        for batch in handle.iter_batches(batch_size=rows, row_groups=[part.row_group], columns=list(columns)):
+            low, high = max(part.start - seen, 0), min(part.stop - seen, batch.num_rows)
+            seen += batch.num_rows
+            if high > low:
+                yield batch.slice(low, high - low)
+            if seen >= part.stop:
+                break
+    except FeedConfigError:
+        raise
+    except Exception as exc:  # a damaged file, or a column of another type in this file
+        raise FeedConfigError(f"cannot read row group {part.row_group} of {part.path}: {exc}") from exc
+
+
+#: Row groups a shuffled pass reads at once, their record batches taken in turn: rows of different row groups
+#: (often written from different Spark partitions) meet in a shuffle window.
+INTERLEAVE = 2
+#: Decoded bytes per record batch of a pass: a shuffle window of 10,000 rows of 784 floats takes batches from
+#: both interleaved row groups.
+STREAM_BATCH_BYTES = 4 * 2**20
+#: A pass reads each column chunk this many bytes (or one page, if larger) at a time (pyarrow's buffered stream),
+#: not whole: memory stays about the same whatever the files' row-group size (Spark writes up to 128 MiB), and
+#: on HDFS each read is one ranged request of this size. Measured on 784-float rows, it also decodes faster
+#: than reading whole chunks first.
+STREAM_BUFFER_BYTES = 4 * 2**20
+
+_input_error: FeedConfigError | None = None
+
+
+def input_error() -> FeedConfigError | None:
+    """The first bad input this process's reads of Parquet slices met (a TF process streaming its share): the
+    node reports it as the cause of its failure, whatever TensorFlow made of the exception on its way."""
+    return _input_error
+
+
+def stream_slices(
+    slices: Sequence[Slice],
+    feed: Feed,
+    widths: dict[str, int],
+    what: str,
+    rng=None,
+    webhdfs_config: str | None = None,
+) -> Iterator:
+    """One pass over ``slices``: record batches of the fed columns, checked and converted as the spill does
+    (:func:`~airflow_tfos.runtime.feed.columns.normalize_column`; ``widths`` from the node's first rows, which
+    every row must match). With ``rng``, slices are visited in a new order and ``INTERLEAVE`` of them are read
+    in turn; without, in order, one after the other."""
+    import pyarrow as pa
+
+    from airflow_tfos.runtime.feed.columns import normalize_column
+
+    global _input_error
+    order = rng.permutation(len(slices)).tolist() if rng is not None else range(len(slices))
+    pending = iter(order)
+    handles: dict[str, object] = {}
+
+    def batches(index: int) -> Iterator:
+        part = slices[index]
+        if part.path not in handles:
+            handles[part.path] = open_parquet(part.path, webhdfs_config, buffer_size=STREAM_BUFFER_BYTES)
+        return slice_batches(handles[part.path], part, feed.columns, STREAM_BATCH_BYTES)
+
+    active = deque(batches(i) for i in itertools.islice(pending, INTERLEAVE if rng is not None else 1))
+    try:
+        while active:
+            reader = active.popleft()
+            batch = next(reader, None)
+            if batch is None:
+                following = next(pending, None)
+                if following is not None:
+                    active.append(batches(following))
+                continue
+            active.append(reader)
+            arrays = [normalize_column(name, batch.column(name), widths, what, feed) for name in feed.columns]
+            yield pa.RecordBatch.from_arrays(arrays, list(feed.columns))
+    except FeedConfigError as exc:
+        _input_error = _input_error or exc
+        raise
+
+
+def probe_direct(direct: DirectInput, executor_id: int, feed: Feed) -> dict:
+    """For a node that streams its slices (:func:`stream_slices`): count its rows of every split from the slices
+    and read its first rows only, for the fed columns' widths and types, checked by the feed's rules; return
+    what :func:`~airflow_tfos.runtime.feed.spark_side.spill_partition` returns, without a spill file."""
+    import psutil
+    import pyarrow as pa
+
+    from airflow_tfos.runtime.feed.columns import element_type, normalize_column
+
+    started, started_at = time.monotonic(), time.time()
+    info = {}
+    for split, shares in direct.splits.items():
+        slices = shares[executor_id]
+        what = "training data" if split == "train" else "validation data"
+        widths: dict[str, int] = {}
+        dtypes, schema = {}, ""
+        if slices:
+            handle = open_parquet(slices[0].path, direct.webhdfs_config, buffer_size=2**20)
+            first = next(slice_batches(handle, Slice(slices[0].path, slices[0].row_group, 0, 1), feed.columns, 1))
+            arrays = [normalize_column(name, first.column(name), widths, what, feed) for name in feed.columns]
+            checked = pa.RecordBatch.from_arrays(arrays, list(feed.columns))
+            dtypes = {name: element_type(checked.schema.field(name).type).str for name in feed.columns}
+            schema = base64.b64encode(checked.schema.serialize().to_pybytes()).decode()
+        info[split] = {
+            "rows": sum(part.rows for part in slices),
+            "widths": widths,
+            "sparse": [],
+            "dtypes": dtypes,
+            "path": "",
+            "bytes": 0,
+            "seconds": time.monotonic() - started,
+            "started_at": started_at,
+            "peak_rss_mb": psutil.Process().memory_info().rss / 2**20,
+            "source": "the Parquet files",
+            "streamed": True,
+            "slices": len(slices),
+            "schema": schema,
+        }
+    return info
 
 
 def spill_direct(direct: DirectInput, executor_id: int, node_dir: str, feed: Feed) -> dict:

@@ -195,10 +195,11 @@ def spill_info(writers: dict[str, SpillWriter], feed: Feed, started: float, star
 
 
 def plan_shares(
-    infos: Sequence[dict], roles: Sequence[NodeRole], me: NodeRole, feed: Feed
+    infos: Sequence[dict], roles: Sequence[NodeRole], me: NodeRole, feed: Feed, direct=None
 ) -> tuple[dict[str, FeedShare], list[str]]:
     """Balance the nodes from everyone's spill info (indexed by executor id); return this node's shares
-    and lines for the log.
+    and lines for the log. With ``direct`` (a :class:`~airflow_tfos.runtime.feed.direct.DirectInput`) and
+    infos that say ``streamed``, each share names the node's Parquet slices instead of a spill file.
 
     Under parameter servers with a chief, every node's shares also describe the workers' record files
     (``FeedShare.native``), and the chief, which holds no rows, gets shares of none that say so.
@@ -226,13 +227,22 @@ def plan_shares(
         else:
             plan = balance(counts, feed.batch_size, feed.balance, what)
         notes.append(f"{what}: " + plan.describe(labels, feed.batch_size))
-        notes.append(
-            f"{what}: read from {spilled[0].get('source', 'Spark')} once and spilled to local disk: "
-            + ", ".join(
-                f"{label} {s['rows']} rows / {s['bytes'] / 2**20:.1f} MiB in {s['seconds']:.1f} s"
-                for label, s in zip(labels, spilled, strict=True)
+        if spilled[0].get("streamed"):
+            notes.append(
+                f"{what}: read by each node from {spilled[0]['source']} on every pass, nothing spilled: "
+                + ", ".join(
+                    f"{label} {s['rows']} rows in {s['slices']} row group slice(s)"
+                    for label, s in zip(labels, spilled, strict=True)
+                )
             )
-        )
+        else:
+            notes.append(
+                f"{what}: read from {spilled[0].get('source', 'Spark')} once and spilled to local disk: "
+                + ", ".join(
+                    f"{label} {s['rows']} rows / {s['bytes'] / 2**20:.1f} MiB in {s['seconds']:.1f} s"
+                    for label, s in zip(labels, spilled, strict=True)
+                )
+            )
         records = None
         if native:
             dtypes = next(s["dtypes"] for s in spilled if s["dtypes"])
@@ -250,6 +260,11 @@ def plan_shares(
             )
         if me in order:
             mine = infos[me.executor_id]["spill"][split]
+            streamed = {}
+            if mine.get("streamed"):
+                schema = mine["schema"] or next((s["schema"] for s in spilled if s["schema"]), "")
+                slices = direct.slices(split, me.executor_id)
+                streamed = {"slices": slices, "schema": schema, "webhdfs_config": direct.webhdfs_config}
             shares[split] = FeedShare(
                 split=split,
                 path=mine["path"],
@@ -265,6 +280,7 @@ def plan_shares(
                 workers=1 if native else len(order),
                 once=once,
                 sparse=sparse,
+                **streamed,
             )
         elif records is not None and me.job_name in ("chief", "master"):
             shares[split] = FeedShare(split, "", 0, plan.steps_per_epoch, widths, feed, native=records)

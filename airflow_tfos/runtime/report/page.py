@@ -207,6 +207,11 @@ def render_html(record: RunRecord, plots: list[Plot], problems: list[str] | None
         )
     if not record.of("feed"):
         parts.append('<p class="muted">No data was fed from Spark (InputMode.TENSORFLOW, or none recorded).</p>')
+    elif all(e.get("source") == "parquet" for e in record.of("feed")):
+        parts.append(
+            '<p class="muted">The nodes read their shares of the Parquet files themselves, every epoch while they '
+            "trained: nothing was read through Spark beforehand.</p>"
+        )
     for problem in problems or []:
         parts.append(f'<p class="error">Could not draw {_e(problem)}</p>')
     parts.append("<h2>Checkpoints</h2>")

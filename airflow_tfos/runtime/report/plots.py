@@ -118,7 +118,9 @@ def _steps(record: RunRecord):
 
 
 def _feed(record: RunRecord):
-    events = sorted(record.of("feed"), key=lambda e: (e.get("attempt", 0), str(e.get("worker"))))
+    # Direct reads of Parquet files carry no rate: the TF process reads while it trains, not before.
+    timed = [e for e in record.of("feed") if e.get("rows_per_sec") is not None]
+    events = sorted(timed, key=lambda e: (e.get("attempt", 0), str(e.get("worker"))))
     if not events:
         return None
     figure = _figure(9.0, 1.0 + 0.45 * len(events))
