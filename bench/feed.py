@@ -12,8 +12,10 @@
    Spark as Arrow and spilling them to local disk, and the first pass of the tf.data pipeline.
    Beside them, the same rows laid out the same way (hash-partitioned on a node column) and drained
    into Python by a barrier task and thrown away: the most any consumer of Spark's JVM-to-Python
-   Arrow path gets here. One uncounted run of each comes first (Python workers and the JVM's
-   compiled code warm up, for all three).
+   Arrow path gets here; and the same again with the rows spilled by the feed's own code instead of
+   thrown away, with no TF process beside it: the feed's path minus the TF processes importing
+   TensorFlow on the same cores while the rows are spilled. One uncounted run of each comes first
+   (Python workers and the JVM's compiled code warm up, for all of them).
 2. Training steps per second of a small Keras model (784-128-10, MultiWorkerMirroredStrategy) fed
    from Spark, against the same model on the same workers fed from an in-memory tf.data pipeline
    of the same rows (the ceiling), both used the same way: one iterator for all epochs
@@ -25,9 +27,11 @@
    10,000 categories: one value set) and a string column (64 characters), the spill's size per worker
    and the rows per second per worker from the driver's call to the first pass's end, and replayed.
 6. The direct path: the same rows written to Parquet files once (as a nightly task before training
-   writes them) and given as ``spark.read.parquet(path)``: the nodes read their shares of the row
-   groups themselves (``Feed(read="direct")``), skipping Spark's JVM-to-Python transfer and the
-   layout shuffle. Timed like the DataFrame path, side by side with it in 1, 2 and 3.
+   writes them) and given as ``spark.read.parquet(path)``: each node's TF process reads its share of
+   the row groups itself, every epoch (``Feed(read="direct")``), skipping Spark's JVM-to-Python
+   transfer, the layout shuffle and the spill. Timed like the DataFrame path (from the driver's call,
+   the TF process's start-up left out: its first pass is the read), side by side with it in 1, 2
+   and 3.
 4. ``--readers``: rows per second out of one node's share on local disk, in one process, for rows of
    784 floats + a label, batches of 256, shuffled: the ``from_generator`` pipeline over the Arrow
    spill (``ctx.dataset()``, MultiWorkerMirroredStrategy) against the fixed-width records read by
@@ -203,9 +207,25 @@ def _drain(batches):
     yield pa.RecordBatch.from_pydict({"rows": [rows], "drained_at": [time.time()]})
 
 
-def run_spark_alone(frame) -> list[dict]:
+def _spill(batches):
+    """Our spill of a task's batches (checks, conversion, local Arrow file), with no TF process beside it."""
+    import pyarrow as pa
+
+    from airflow_tfos.runtime.feed import Feed
+    from airflow_tfos.runtime.feed.spark_side import spill_partition
+
+    folder = tempfile.mkdtemp(prefix="bench-feed-spill-")
+    try:
+        feed = Feed(features="x", label="y", batch_size=1024, shuffle=False, cast_floats=None)
+        info = spill_partition(batches, folder, feed, with_validation=False)["train"]
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+    yield pa.RecordBatch.from_pydict({"rows": [info["rows"]], "drained_at": [time.time()]})
+
+
+def run_spark_alone(frame, consume=_drain) -> list[dict]:
     """The same rows laid out on 2 barrier tasks as the feed lays them out (round-robin, hash-partitioned
-    on a node column), drained into Python and thrown away."""
+    on a node column), drained into Python and thrown away (or, with ``consume=_spill``, spilled)."""
     from pyspark.sql import functions as F
 
     from airflow_tfos.runtime.feed.spark_side import partition_keys
@@ -215,7 +235,7 @@ def run_spark_alone(frame) -> list[dict]:
     node = F.element_at(F.array(F.lit(keys[0]), F.lit(keys[1])), pick)
     called = time.time()
     laid_out = frame.withColumn("node", node).repartition(2, "node")
-    done = laid_out.mapInArrow(_drain, "rows long, drained_at double", barrier=True).collect()
+    done = laid_out.mapInArrow(consume, "rows long, drained_at double", barrier=True).collect()
     return [{"rows": r["rows"], "seconds": r["drained_at"] - called} for r in done]
 
 
@@ -247,6 +267,7 @@ def feed_rates(spark, name: str, frame, rounds: int, folder: str) -> None:
     drains = {
         "spark alone": lambda: run_spark_alone(frame),
         "spark alone, dealt out": lambda: run_spark_alone_dealt_out(dealt),
+        "spark and our spill, no TF process": lambda: run_spark_alone(frame, _spill),
     }
     results: dict[str, list[dict]] = {system: [] for system in (*runs, *drains)}
     for run_once in (*runs.values(), *drains.values()):  # warm-up, not counted
@@ -294,6 +315,9 @@ def feed_rates(spark, name: str, frame, rounds: int, folder: str) -> None:
     print(f"feed_ratio[{name}] airflow-tfos/spark-alone: {ours / alone:.2f}")
     print(f"feed_ratio[{name}] direct/tensorflowonspark: {direct / tfos:.1f}")
     print(f"feed_ratio[{name}] direct/spark-alone: {direct / alone:.2f}")
+    spilled = medians["spark and our spill, no TF process"]
+    print(f"feed_rows_per_s_per_worker[{name}] spark and our spill, no TF process importing beside it: {spilled:,.0f}")
+    print(f"feed_ratio[{name}] spill without a TF process/spark-alone: {spilled / alone:.2f}")
     dealt_ours, dealt_alone = medians["dealt out"], medians["spark alone, dealt out"]
     print(f"feed_rows_per_s_per_worker[{name}] airflow-tfos, frame already dealt out: {dealt_ours:,.0f}")
     print(f"feed_rows_per_s_per_worker[{name}] spark alone, frame already dealt out: {dealt_alone:,.0f}")
