@@ -25,7 +25,7 @@ class FeedShare:
     """One node's share of one data set (training or validation), as spilled on its executor.
 
     :param split: ``train`` or ``validation``.
-    :param path: the local spill file ("" when the node streams ``slices``).
+    :param path: the local spill file ("" when ``streamed``).
     :param rows: rows in the file.
     :param steps_per_epoch: batches per epoch, the same on every node.
     :param widths: element count of each fixed-width array or vector column.
@@ -49,10 +49,11 @@ class FeedShare:
         batch may be short, and nodes may hold different numbers of batches (``steps_per_epoch`` is the
         largest node's); under MultiWorkerMirroredStrategy tf.distribute gives a worker whose rows are used
         up empty batches until every worker is done, so metrics count each row once.
-    :param slices: direct reads: the Parquet row-group slices the node's TF process reads every epoch
-        (:func:`~airflow_tfos.runtime.feed.direct.stream_slices`), in place of a spill file.
-    :param schema: with ``slices``: the Arrow schema of the checked columns (base64 of its IPC form).
-    :param webhdfs_config: with ``slices`` on HDFS: the run's WebHDFS settings.
+    :param streamed: direct reads: the node's TF process reads its ``slices`` of the Parquet files every epoch
+        (:func:`~airflow_tfos.runtime.feed.direct.stream_slices`); nothing was spilled.
+    :param slices: with ``streamed``: the node's row-group slices.
+    :param schema: with ``streamed``: the Arrow schema of the checked columns (base64 of its IPC form).
+    :param webhdfs_config: with ``streamed``, files on HDFS: the run's WebHDFS settings.
     """
 
     split: str
@@ -69,14 +70,10 @@ class FeedShare:
     workers: int = 1
     once: bool = False
     sparse: frozenset[str] = frozenset()
+    streamed: bool = False
     slices: tuple = ()
     schema: str = ""
     webhdfs_config: str | None = None
-
-    @property
-    def streamed(self) -> bool:
-        """Whether the node reads its rows from the Parquet files every epoch (nothing was spilled)."""
-        return bool(self.slices)
 
     @property
     def rows_per_epoch(self) -> int:

@@ -265,8 +265,6 @@ def slice_batches(handle, part: Slice, columns: Sequence[str], batch_bytes: int 
                 yield batch.slice(low, high - low)
             if seen >= part.stop:
                 break
-    except FeedConfigError:
-        raise
     except Exception as exc:  # a damaged file, or a column of another type in this file
         raise FeedConfigError(f"cannot read row group {part.row_group} of {part.path}: {exc}") from exc
 

@@ -264,7 +264,12 @@ def plan_shares(
             if mine.get("streamed"):
                 schema = mine["schema"] or next((s["schema"] for s in spilled if s["schema"]), "")
                 slices = direct.slices(split, me.executor_id)
-                streamed = {"slices": slices, "schema": schema, "webhdfs_config": direct.webhdfs_config}
+                streamed = {
+                    "streamed": True,
+                    "slices": slices,
+                    "schema": schema,
+                    "webhdfs_config": direct.webhdfs_config,
+                }
             shares[split] = FeedShare(
                 split=split,
                 path=mine["path"],
