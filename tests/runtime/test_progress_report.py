@@ -181,6 +181,19 @@ def test_the_report_of_a_failed_run_without_feed_or_export(tmp_path):
     assert "attempt_failed" in page and "Not listed: 1 metrics, 1 node_memory, 8 step_metrics" in page
 
 
+def test_the_report_of_direct_reads_draws_no_feed_rates_and_says_why(tmp_path):
+    """Nodes that read their Parquet files themselves record rows, not a rate: no feed plot of zeros."""
+    rundir = RunDir(str(tmp_path))
+    failed_run(rundir)
+    for worker in ("chief:0", "worker:0"):
+        rundir.add_event("feed", worker=worker, attempt=0, rows=500, splits={"train": 500}, source="parquet")
+    report.write_report(rundir)
+    page = (tmp_path / "report" / "report.html").read_text()
+    assert not (tmp_path / "report" / "feed.png").exists() and 'src="feed.png"' not in page
+    assert "The nodes read their shares of the Parquet files themselves" in page
+    assert "No data was fed from Spark" not in page
+
+
 def test_the_report_cli_and_an_empty_directory(tmp_path, capsys):
     assert report_cli.main(["--run-dir", str(tmp_path / "nothing")]) == 1
     assert "not a run directory" in capsys.readouterr().err
