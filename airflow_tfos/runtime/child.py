@@ -104,8 +104,8 @@ def _write_error(node_dir: Path, exc: BaseException, reason: str | None = None) 
 
 def _input_error() -> BaseException | None:
     """The bad input this process's direct reads of Parquet files met, if it read any."""
-    direct = sys.modules.get("airflow_tfos.runtime.feed.direct")
-    return direct.input_error() if direct is not None else None
+    reads = sys.modules.get("airflow_tfos.runtime.feed.parquet_reads")
+    return reads.input_error() if reads is not None else None
 
 
 def peak_rss_mb() -> float:

@@ -95,7 +95,7 @@ def test_read_slices_yield_exactly_the_rows_named(tmp_path):
 def test_a_streamed_pass_reads_every_row_once_interleaving_row_groups_in_a_new_order(tmp_path, monkeypatch):
     """What a node's TF process reads each epoch: every row of its slices once; with a shuffle, the slices in a
     new order and two row groups read in turn; the same checks as the spill, with the widths of the first row."""
-    from airflow_tfos.runtime.feed import direct as direct_reads
+    from airflow_tfos.runtime.feed import parquet_reads as direct_reads
 
     monkeypatch.setattr(direct_reads, "STREAM_BATCH_BYTES", 1)  # record batches of 1,024 rows at most
     monkeypatch.setattr(direct_reads, "_input_error", None)
@@ -144,7 +144,7 @@ def _group_of(groups, row_id: int) -> int:
 def test_remote_files_are_read_by_ranged_requests_not_whole(emu, tmp_path, monkeypatch):
     """Footers and row groups of files on (emulated) HDFS come through OPEN requests with offset and length; the
     bytes served are those of the row groups read (and the footers), far less than the files."""
-    from airflow_tfos.runtime.feed import direct as direct_reads
+    from airflow_tfos.runtime.feed import parquet_reads as direct_reads
     from airflow_tfos.shared.storage import storage_for
 
     ids = write_ids(tmp_path / "local", files=((2000, 200), (2000, 200)), width=64, noise=True)

@@ -50,7 +50,7 @@ class FeedShare:
         largest node's); under MultiWorkerMirroredStrategy tf.distribute gives a worker whose rows are used
         up empty batches until every worker is done, so metrics count each row once.
     :param streamed: direct reads: the node's TF process reads its ``slices`` of the Parquet files every epoch
-        (:func:`~airflow_tfos.runtime.feed.direct.stream_slices`); nothing was spilled.
+        (:func:`~airflow_tfos.runtime.feed.parquet_reads.stream_slices`); nothing was spilled.
     :param slices: with ``streamed``: the node's row-group slices.
     :param schema: with ``streamed``: the Arrow schema of the checked columns (base64 of its IPC form).
     :param webhdfs_config: with ``streamed``, files on HDFS: the run's WebHDFS settings.
@@ -112,7 +112,7 @@ def _record_batches(share: FeedShare, units: int, rng: np.random.Generator | Non
     """One pass over the node's rows as checked record batches: its spill file's batches (in a new order with
     ``rng``), or its Parquet slices read anew."""
     if share.streamed:
-        from airflow_tfos.runtime.feed.direct import stream_slices
+        from airflow_tfos.runtime.feed.parquet_reads import stream_slices
 
         what = "training data" if share.split == "train" else "validation data"
         return stream_slices(share.slices, share.feed, dict(share.widths), what, rng, share.webhdfs_config)
