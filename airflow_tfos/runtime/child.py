@@ -135,7 +135,7 @@ def _record_feed(ctx) -> None:
     try:
         shares = list(ctx.feed_shares.values())
         rows = sum(int(share.rows) for share in shares)
-        if any(getattr(share, "streamed", False) for share in shares):
+        if any(share.streamed for share in shares):
             # Direct reads: the TF process reads its Parquet slices while it trains, nothing was read before.
             RunDir(ctx.run_dir).add_event(
                 "feed",

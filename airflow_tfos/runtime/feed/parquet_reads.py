@@ -59,8 +59,9 @@ def open_parquet(uri: str, webhdfs_config: str | None = None, buffer_size: int =
     return pq.ParquetFile(RangedFile(storage, path, infos[0].size), buffer_size=buffer_size, pre_buffer=not buffer_size)
 
 
-#: About how many bytes of rows are decoded at a time: a row group (128 MiB when Spark wrote it) is never
-#: held in memory whole.
+#: About how many bytes of rows :func:`read_slices` decodes at a time. It opens files with pyarrow's default
+#: ``pre_buffer``, which holds a row group's fed column chunks while they are decoded (up to 128 MiB when Spark
+#: wrote them); :func:`stream_slices` reads them in ``STREAM_BUFFER_BYTES`` pieces instead.
 BATCH_BYTES = 16 * 2**20
 
 
