@@ -1,7 +1,7 @@
 # The two commands a newcomer runs: `make demo` and `make test`. Each installs what it needs.
 PY := .venv/bin/python
 
-.PHONY: demo demo-ui test bootstrap bench lint
+.PHONY: demo demo-ui test test-parallel bootstrap bench lint
 
 bootstrap:
 	@bash scripts/bootstrap.sh
@@ -14,6 +14,10 @@ demo-ui: bootstrap
 
 test: bootstrap
 	$(PY) -m pytest
+
+# The suite as two pytest sessions side by side (docs/testing.md): not yet the default.
+test-parallel: bootstrap
+	$(PY) scripts/run_tests.py
 
 bench: bootstrap
 	$(PY) bench/launch.py

@@ -1,5 +1,6 @@
-"""Fixtures of the tests on a real Airflow stack: training data, and one stack per test session, shared by
-every test module in this folder."""
+"""Fixtures of the tests on a real Airflow stack: training data, and one stack shared by every test module in
+this folder, stopped when they are done (its scheduler and dag-processor would otherwise keep polling through
+the rest of the session)."""
 
 from __future__ import annotations
 
@@ -33,7 +34,7 @@ def krb_hdfs(kdc):
         yield emulator
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def stack(tmp_path_factory, drill_data, kdc, krb_hdfs):
     """api-server, scheduler, dag-processor and triggerer (LocalExecutor, SQLite) with the drill DAGs.
 

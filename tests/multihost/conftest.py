@@ -1,5 +1,5 @@
-"""One multi-host cluster (network namespaces, Spark standalone, emulators across hosts) per test session,
-shared by every multi-host test."""
+"""One multi-host cluster (network namespaces, Spark standalone, emulators across hosts), shared by every
+multi-host test and stopped when they are done."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from tests.conftest import REPO, write_linear_parquet
 from tests.multihost.user_code import write_user_code
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def lab(tmp_path_factory):
     logs = tmp_path_factory.mktemp("multihost-logs")
     try:
