@@ -165,6 +165,11 @@ def test_a_dag_with_its_module_beside_it_trains_reruns_as_a_no_op_and_trains_aga
     # 20 steps of SGD at 0.5 on y = 3 x0 - 2 x1 + 1 (var(y) ~ 1.1): below 0.1 in 2,000 simulated runs
     assert export["metrics"]["version"] == 1 and export["metrics"]["loss"] < 0.3
     assert len(rundir.events("submit")) == 1
+    # a plain folder of Parquet files: each node read its own share from the files, on every pass, nothing
+    # through Spark's rows; together the two nodes' shares are the 600 rows
+    feeds = rundir.events("feed")
+    assert len(feeds) == 2 and {feed.get("source") for feed in feeds} == {"parquet"}, feeds
+    assert sum(feed["splits"]["train"] for feed in feeds) == 600, feeds
     assert json.loads((Path(env["USER_RUN_DIR"]) / "spec.json").read_text())["code"]["packages"] == ["my_training"]
     scored = pq.read_table(env["USER_PREDICTIONS"]).to_pydict()
     assert len(scored["prediction"]) == 600  # batch inference with the exported model, every row once
