@@ -21,7 +21,8 @@ os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 # Every JVM of the tests (Spark drivers, masters, workers, executors) lives seconds to a minute: compiling with
 # the JIT's first tier only starts a local-cluster application about a third sooner on two cores (measured:
-# 19 s against 28 s for a context, a job and a query). A test session of its own may set other options.
+# 19 s against 28 s for a context, a job and a query). scripts/run_tests.py sets its own (the same, and Spark
+# application ids per session).
 os.environ.setdefault("JAVA_TOOL_OPTIONS", "-XX:TieredStopAtLevel=1")
 
 #: Executors of the shared cluster: enough for ps + chief + worker.

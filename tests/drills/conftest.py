@@ -39,7 +39,7 @@ def stack(tmp_path_factory, drill_data, kdc, krb_hdfs):
     """api-server, scheduler, dag-processor and triggerer (LocalExecutor, SQLite) with the drill DAGs.
 
     Every component runs with the session's KDC settings (no ticket cache: a login comes from a connection's
-    keytab). Stopped at the end of the session, and with it every Spark application its tasks left running.
+    keytab). Stopped when this folder's tests are done, and with it every Spark application its tasks left running.
     """
     root = tmp_path_factory.mktemp("drill-stack")
     home = root / "airflow"
