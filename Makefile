@@ -1,7 +1,7 @@
 # The two commands a newcomer runs: `make demo` and `make test`. Each installs what it needs.
 PY := .venv/bin/python
 
-.PHONY: demo demo-ui test test-parallel bootstrap bench lint
+.PHONY: demo demo-ui test test-serial bootstrap bench lint
 
 bootstrap:
 	@bash scripts/bootstrap.sh
@@ -12,12 +12,12 @@ demo: bootstrap
 demo-ui: bootstrap
 	$(PY) scripts/demo.py --ui
 
+# The suite as two pytest sessions side by side (docs/testing.md); test-serial: one session.
 test: bootstrap
-	$(PY) -m pytest
-
-# The suite as two pytest sessions side by side (docs/testing.md): not yet the default.
-test-parallel: bootstrap
 	$(PY) scripts/run_tests.py
+
+test-serial: bootstrap
+	$(PY) -m pytest
 
 bench: bootstrap
 	$(PY) bench/launch.py

@@ -7,8 +7,8 @@ lapse): one session alone leaves a two-core machine idle about a third of the ti
 fixtures (one Spark context, one KDC, one Airflow stack, one multi-host cluster at most), its own temporary
 folder and its own Spark application ids, so that executors of the two never share a work directory.
 
-Not yet what ``make test`` runs (``make test-parallel`` does): docs/testing.md says what one run measured and
-the port race it met.
+This is what ``make test`` (and so CI) runs; ``make test-serial`` runs one pytest session instead.
+docs/testing.md says what it measured.
 
 Usage: ``scripts/run_tests.py [pytest options...]`` (given to both sessions). Each session's output goes to
 ``<log dir>/<group>.log``; this prints a progress line every two minutes, then each session's summary, and the

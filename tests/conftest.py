@@ -4,12 +4,13 @@ emulators, and run directories on local disk or on HDFS."""
 from __future__ import annotations
 
 import os
-import socket
 import sys
 import time
 from pathlib import Path
 
 import pytest
+
+from airflow_tfos.testing.ports import free_port  # noqa: F401 - the tests import it from here
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -43,13 +44,6 @@ def local_cluster_conf(num_executors: int = NUM_EXECUTORS, app_name: str = "airf
         .set("spark.executorEnv.PYTHONPATH", os.environ["PYTHONPATH"])
         .set("spark.executorEnv.TF_CPP_MIN_LOG_LEVEL", "2")
     )
-
-
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that nothing listens on right now."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def write_linear_parquet(path: Path, seed: int, parts: int = 3, rows: int = 200) -> str:

@@ -24,6 +24,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Iterable, Iterator
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -45,6 +46,7 @@ from airflow_tfos.runtime.feed.direct import DirectInput
 from airflow_tfos.runtime.feed.native import WORKER_INDEX_FILE
 from airflow_tfos.runtime.feed.plan import Feed, FeedConfigError
 from airflow_tfos.runtime.feed.rows import RowFeed, RowFeedManager
+from airflow_tfos.runtime.ports import PortReservation
 from airflow_tfos.runtime.process import ChildProcess, describe_exit
 from airflow_tfos.shared.rundir import RunDir
 from airflow_tfos.shared.spec import RunSpec
@@ -153,11 +155,16 @@ def _run_node(job: NodeJob, task, role: NodeRole, host: str, node_dir: Path, par
     # A worker under parameter servers runs in its node directory, where the relative names in the graphs
     # the chief traces find this worker's own files: its share of the fed rows, and its task index.
     ps_worker = ps_coordinated(job.roles) and role.job_name == WORKER
-    proc = prestart_node_process(job, node_dir, env, f"TF node {role.label}", cwd=str(node_dir) if ps_worker else None)
-    try:
-        yield from _launch_node(job, task, role, host, node_dir, partition, proc, env, times)
-    finally:
-        proc.stop(job.kill_grace_secs)
+    # The node's ports: held by this task until their servers bind them (runtime/ports.py tells why).
+    board = job.tensorboard and result_node(job.roles) == role
+    with PortReservation() as tf_port, PortReservation(share=True) if board else nullcontext() as tb_port:
+        proc = prestart_node_process(
+            job, node_dir, env, f"TF node {role.label}", cwd=str(node_dir) if ps_worker else None
+        )
+        try:
+            yield from _launch_node(job, task, role, host, node_dir, partition, proc, env, times, tf_port, tb_port)
+        finally:
+            proc.stop(job.kill_grace_secs)
 
 
 def _launch_node(
@@ -170,6 +177,8 @@ def _launch_node(
     proc: ChildProcess,
     env: dict[str, str],
     times: dict[str, float],
+    tf_port: PortReservation,
+    tb_port: PortReservation | None,
 ):
     """The task's part after its node's process was started: data, port exchange, handover, wait."""
     from airflow_tfos.runtime.feed import spark_side
@@ -187,9 +196,8 @@ def _launch_node(
             info["rows"] = job.row_feed.spill(partition, str(node_dir))
     except FeedConfigError as exc:
         raise _input_failure(role, host, exc) from None
-    port = _free_port()
     is_result = result_node(job.roles) == role
-    tb_port = _free_port() if job.tensorboard and is_result else None
+    port = tf_port.port
     info["endpoint"] = f"{host}:{port}"
     times["barrier_start"] = time.time()
     infos = sorted(map(json.loads, task.allGather(json.dumps(info))), key=lambda i: i["executor_id"])
@@ -209,7 +217,7 @@ def _launch_node(
         sys.stderr.write("".join(f"airflow-tfos: {line}\n" for line in notes))
 
     tf_config = build_tf_config(cluster_spec, role) if job.set_tf_config else None
-    tb_url = f"http://{host}:{tb_port}" if tb_port else None
+    tb_url = f"http://{host}:{tb_port.port}" if tb_port else None
     ctx = NodeContext(
         executor_id=role.executor_id,
         job_name=role.job_name,
@@ -233,11 +241,12 @@ def _launch_node(
     if ps_coordinated(job.roles) and role.job_name == WORKER:
         (node_dir / WORKER_INDEX_FILE).write_text(str(role.task_index))
     tb_env = {**env, "TF_CONFIG": tf_config} if tf_config else env
-    tensorboard = _tensorboard(job, tb_env, host, tb_port) if tb_port else None
+    tensorboard = _tensorboard(job, tb_env, host, tb_port.port) if tb_port else None
     recorded = tensorboard is not None and _record_tensorboard(job, tb_url)
     try:
         if is_result:
             _publish_cluster_info(job, cluster_spec, tb_url)
+        tf_port.release()  # TensorFlow's gRPC server will not share it: bound by the node right after this
         hand_over(proc, node_dir, ctx, tf_config, times, role, host, webhdfs_token=job.webhdfs_token)
         if role.executor_id in job.deciders:
             code = _wait_for(proc, mgr, role, host)
@@ -446,13 +455,6 @@ def node_failure(role: NodeRole, host: str, node_dir: Path, proc: ChildProcess, 
     return NodeFailure(role.job_name, role.task_index, role.executor_id, host, reason, trace, retryable=retryable)
 
 
-def _free_port() -> int:
-    """Return a port that is free on every interface of this host right now."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("", 0))
-        return sock.getsockname()[1]
-
-
 def assigned_gpus(task) -> list[str]:
     try:
         gpu = task.resources().get("gpu")
@@ -470,7 +472,7 @@ def _tensorboard(job: NodeJob, env: dict[str, str], host: str, port: int) -> Chi
 
     log_dir = job.log_dir or str(Path(job.working_dir) / "tensorboard")
     token = job.webhdfs_token if is_remote(log_dir) else None
-    argv = tensorboard_argv(log_dir, host, port, token_on_stdin=bool(token))
+    argv = tensorboard_argv(log_dir, host, port, token_on_stdin=bool(token), reuse_port=True)
     board = ChildProcess(argv, env=env, name="TensorBoard", takes_input=bool(token)).start()
     if token and not board.send(token.encode()):  # on its stdin only, as the nodes get it
         log.warning("TensorBoard exited before it got the run's WebHDFS delegation token")

@@ -35,16 +35,25 @@ SYNC_SECS = 2.0
 
 
 def tensorboard_argv(
-    log_dir: str, host: str, port: int, python: str = sys.executable, *, token_on_stdin: bool = False
+    log_dir: str,
+    host: str,
+    port: int,
+    python: str = sys.executable,
+    *,
+    token_on_stdin: bool = False,
+    reuse_port: bool = False,
 ) -> list[str]:
     """The command line of TensorBoard serving ``log_dir`` at ``host:port``: TensorBoard itself for a local
     directory, this module (a mirror, then TensorBoard) for a remote one (``token_on_stdin``: it reads its
-    WebHDFS delegation token from its stdin first)."""
+    WebHDFS delegation token from its stdin first). ``reuse_port``: bind with ``SO_REUSEPORT``, beside the
+    socket that holds the port for it (:class:`~airflow_tfos.runtime.ports.PortReservation`)."""
     serve = ["--host", host, "--port", str(port)]
     if is_remote(log_dir):
         token = ["--token-on-stdin"] if token_on_stdin else []
-        return [python, "-m", "airflow_tfos.runtime.tensorboard", "--logdir", log_dir, *serve, *token]
-    return [python, "-m", "tensorboard.main", "--logdir", log_dir.removeprefix("file://"), *serve]
+        reuse = ["--reuse-port"] if reuse_port else []
+        return [python, "-m", "airflow_tfos.runtime.tensorboard", "--logdir", log_dir, *serve, *token, *reuse]
+    reuse = ["--reuse_port", "true"] if reuse_port else []
+    return [python, "-m", "tensorboard.main", "--logdir", log_dir.removeprefix("file://"), *serve, *reuse]
 
 
 class LogDirMirror:
@@ -110,6 +119,9 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="read the WebHDFS delegation token to authenticate with from stdin (Kerberized HDFS)",
     )
+    parser.add_argument(
+        "--reuse-port", action="store_true", help="bind with SO_REUSEPORT (the parent holds the port meanwhile)"
+    )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     if args.token_on_stdin:
@@ -138,6 +150,7 @@ def main(argv: list[str] | None = None) -> int:
                 str(args.port),
                 "--reload_interval",
                 str(args.sync_secs),
+                *(["--reuse_port", "true"] if args.reuse_port else []),
             ]
         )
         url = board.launch()

@@ -30,6 +30,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from airflow_tfos.testing.ports import free_port
+
 __all__ = ["KDC", "KDCError", "ensure_installed"]
 
 PACKAGES = ("krb5-kdc", "krb5-admin-server", "krb5-user")
@@ -64,20 +66,6 @@ def ensure_installed() -> None:
         raise KDCError(f"after installing {PACKAGES}, {TOOLS} are still not all on PATH")
 
 
-def _free_port() -> int:
-    """A port free for both TCP and UDP on 127.0.0.1 (the KDC listens on both)."""
-    for _ in range(50):
-        with socket.socket() as tcp, socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as udp:
-            tcp.bind(("127.0.0.1", 0))
-            port = tcp.getsockname()[1]
-            try:
-                udp.bind(("127.0.0.1", port))
-            except OSError:
-                continue
-            return port
-    raise KDCError("no port free for both TCP and UDP on 127.0.0.1")
-
-
 class KDC:
     """One MIT KDC for a throwaway realm, in a temporary directory, listening on 127.0.0.1.
 
@@ -104,7 +92,7 @@ class KDC:
         ensure_installed()
         self.dir = Path(tempfile.mkdtemp(prefix="airflow-tfos-kdc-"))
         (self.dir / "rcache").mkdir()
-        self.port = _free_port()
+        self.port = free_port(udp=True)  # the KDC listens on both
         self._write_config()
         try:
             self._run(_tool("kdb5_util"), "create", "-s", "-r", self.realm, "-P", os.urandom(16).hex())
