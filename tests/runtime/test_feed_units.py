@@ -74,6 +74,49 @@ def test_spill_round_trip_and_epoch_batches(tmp_path):
     assert labels == [*range(18), 0, 1]  # padded with the node's own first rows
 
 
+@pytest.mark.parametrize("cast", ["float32", None])
+def test_the_spill_stores_float_features_as_the_node_feeds_them(tmp_path, cast):
+    rng = np.random.default_rng(3)
+    x = rng.normal(size=(50, 4)) * 1e3
+    x[0, :3] = [1e300, np.nan, 1e-310]  # overflow, NaN, a denormal: rounded as NumPy rounds them
+    z, y = rng.normal(size=50), rng.normal(size=50)
+    feed = Feed(["x", "z"], label="y", batch_size=50, shuffle=False, cast_floats=cast)
+    path = str(tmp_path / "s.arrow")
+    writer = SpillWriter(path, feed.columns, feed=feed)
+    flat = pa.array(x.reshape(-1))
+    xs = pa.ListArray.from_arrays(pa.array(np.arange(0, x.size + 1, 4, dtype=np.int32)), flat)
+    with np.errstate(over="ignore"):
+        writer.write(pa.record_batch([xs, pa.array(z), pa.array(y)], ["x", "z", "y"]))
+        expected = (x.astype(cast), z.astype(cast)) if cast else (x, z)
+    stats = writer.close()
+    spilled = pa.Table.from_batches(list(read_batches(path)))
+    kind = pa.float32() if cast else pa.float64()
+    assert spilled.schema.types == [pa.list_(kind), kind, pa.float64()]  # the label is kept as Spark sent it
+    assert stats.bytes == spilled.nbytes  # what the driver's log reports is what went to disk
+    ((bx, by),) = iter_epoch(FeedShare("train", path, 50, steps_per_epoch=1, widths={"x": 4}, feed=feed))
+    features = np.concatenate([bx["x"], bx["z"][:, None]], axis=1)  # two features: a dict of them
+    want = np.concatenate([expected[0], expected[1][:, None]], axis=1)
+    assert features.dtype == want.dtype and np.array_equal(features.view("u1"), want.view("u1"))
+    assert by.dtype == np.float64 and np.array_equal(by, y)
+
+
+def test_the_spill_never_widens_floats_and_keeps_vectors_as_spark_sent_them(tmp_path):
+    feed = Feed(["x", "v"], batch_size=2, shuffle=False, cast_floats="float64")
+    path = str(tmp_path / "s.arrow")
+    writer = SpillWriter(path, feed.columns, feed=feed)
+    vectors = pa.array(
+        [{"type": 1, "size": None, "indices": None, "values": [1.0, 2.0]}] * 2,
+        pa.struct([("type", pa.int8()), ("size", pa.int32()), ("indices", pa.list_(pa.int32())),
+                   ("values", pa.list_(pa.float64()))]),
+    )  # fmt: skip
+    writer.write(pa.record_batch([pa.array([0.5, 1.5], pa.float32()), vectors], ["x", "v"]))
+    writer.close()
+    (spilled,) = read_batches(path)
+    assert spilled.schema.field("x").type == pa.float32() and spilled.column("v").equals(vectors)
+    (batch,) = iter_epoch(FeedShare("train", path, 2, steps_per_epoch=1, widths={"v": 2}, feed=feed))
+    assert batch["x"].dtype == np.float64 and batch["x"].tolist() == [0.5, 1.5]  # widened by the reader
+
+
 def test_a_validation_share_yields_each_row_once_the_last_batch_short(tmp_path):
     path = str(tmp_path / "s.arrow")
     _spill_labelled(path, batches=3, rows=7)
