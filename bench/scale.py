@@ -210,10 +210,13 @@ def on_multihost(sizes: list[int], steps: int, rows_per_node: int) -> dict[int, 
     from airflow_tfos.testing.multihost import WORKERS, MultiHostLab
 
     kept = [n for n in sizes if n <= len(WORKERS)]
+    if not kept:
+        raise SystemExit(f"multi-host: {len(WORKERS)} worker hosts; give --sizes of at most {len(WORKERS)}")
     if kept != sizes:
         print(f"multi-host: {len(WORKERS)} worker hosts, so sizes {sorted(set(sizes) - set(kept))} are left out")
     results: dict[int, dict] = {}
     log_dir = tempfile.mkdtemp(prefix="bench-scale-multihost-")
+    print(f"multi-host: the daemons' output goes to {log_dir}", flush=True)
     started = time.monotonic()
     with MultiHostLab(log_dir=log_dir) as lab:
         print(f"multi-host cluster up in {time.monotonic() - started:.0f} s:\n{lab.describe()}", flush=True)

@@ -246,7 +246,7 @@ def _launch_node(
     try:
         if is_result:
             _publish_cluster_info(job, cluster_spec, tb_url)
-        tf_port.release()  # TensorFlow's gRPC server will not share it: bound by the node right after this
+        tf_port.release()  # TensorFlow's gRPC server will not share it: bound once the program builds its server
         hand_over(proc, node_dir, ctx, tf_config, times, role, host, webhdfs_token=job.webhdfs_token)
         if role.executor_id in job.deciders:
             code = _wait_for(proc, mgr, role, host)

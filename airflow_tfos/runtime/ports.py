@@ -9,8 +9,10 @@ Spark task until it is let go, so the kernel gives it to nobody else meanwhile:
 - TensorBoard binds it *while* it is held: both sockets carry ``SO_REUSEPORT`` (TensorBoard's
   ``--reuse_port true``), which Linux allows for sockets of one user. The reservation is held for as
   long as TensorBoard runs.
-- TensorFlow's gRPC server turns ``SO_REUSEPORT`` off, so the TF port is let go just before the node's
-  process gets its cluster spec, and is bound by it milliseconds later (TensorFlow is imported by then).
+- TensorFlow's gRPC server turns ``SO_REUSEPORT`` off, so the TF port is let go when the node's process
+  gets its context, and is bound when the program builds its strategy or ``tf.distribute.Server``: the
+  window is the program's own work before that (for most, building the strategy is the first thing), not
+  the port exchange and the data's spill as before.
 """
 
 from __future__ import annotations

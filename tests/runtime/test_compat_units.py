@@ -11,6 +11,7 @@ import pytest
 
 from airflow_tfos.runtime.compat import TFManager, TFNode, TFSparkNode, dfutil
 from airflow_tfos.runtime.context import NodeContext
+from airflow_tfos.testing.ports import free_port
 
 USER = getpass.getuser()
 
@@ -54,12 +55,6 @@ def test_hdfs_path_examples_and_deliberate_differences_from_tfos():
 def node_context(**fields) -> NodeContext:
     base = {"executor_id": 0, "job_name": "worker", "task_index": 0, "cluster_spec": {}, "host": "127.0.0.1"}
     return NodeContext(**{**base, "num_workers": 1, "num_nodes": 1, "port": 0, **fields})
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("", 0))
-        return sock.getsockname()[1]
 
 
 def test_context_holds_the_port_until_released():

@@ -53,6 +53,12 @@ def test_schema_check_accepts_numbers_and_numeric_arrays():
         check_schema([("x", "map<string,int>")], Feed(features="x"))
     with pytest.raises(FeedConfigError, match="is both a feature and the label"):
         Feed(features=["x"], label="x")
+    for bad in ("int32", "bfloat16", "float", 3):  # "float" is NumPy's float64: accepted below
+        if bad == "float":
+            assert Feed("x", cast_floats=bad).cast_floats == "float"
+            continue
+        with pytest.raises(FeedConfigError, match=f"cast_floats must name a floating-point NumPy type.*{bad!r}"):
+            Feed("x", cast_floats=bad)
 
 
 def test_spill_round_trip_and_epoch_batches(tmp_path):

@@ -9,6 +9,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 #: Spark SQL scalar types a feature or label may have (``simpleString`` names).
 NUMERIC_TYPES = frozenset({"tinyint", "smallint", "int", "bigint", "float", "double", "boolean"})
 #: Other types fed: strings and binary (``tf.string``), dates (epoch seconds), Spark ML vectors;
@@ -18,6 +20,15 @@ BALANCE_MODES = ("pad", "drop")
 #: How the nodes get the rows of a DataFrame: ``auto`` (read its Parquet files directly when it is a plain
 #: scan of them, else through Spark), ``direct`` (fail unless it is) or ``spark`` (always through Spark).
 READ_MODES = ("auto", "direct", "spark")
+
+
+def _float_kind(name: Any) -> str | None:
+    """``name`` as a floating-point NumPy type's name, or None when it is not one."""
+    try:
+        kind = np.dtype(name)
+    except TypeError:
+        return None
+    return kind.name if kind.kind == "f" else None
 
 
 class FeedConfigError(ValueError):
@@ -93,6 +104,11 @@ class Feed:
             raise FeedConfigError(f"Feed.read must be 'auto', 'direct' or 'spark', got {self.read!r}")
         if self.shuffle_window < 1:
             raise FeedConfigError(f"Feed.shuffle_window must be positive, got {self.shuffle_window}")
+        if self.cast_floats is not None and _float_kind(self.cast_floats) is None:
+            raise FeedConfigError(
+                f"Feed.cast_floats must name a floating-point NumPy type ('float32', 'float64', 'float16') "
+                f"or be None, got {self.cast_floats!r}"
+            )
         self._check_options()
 
     def _check_options(self) -> None:
