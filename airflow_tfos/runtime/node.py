@@ -155,7 +155,8 @@ def _run_node(job: NodeJob, task, role: NodeRole, host: str, node_dir: Path, par
     # A worker under parameter servers runs in its node directory, where the relative names in the graphs
     # the chief traces find this worker's own files: its share of the fed rows, and its task index.
     ps_worker = ps_coordinated(job.roles) and role.job_name == WORKER
-    # The node's ports: held by this task until their servers bind them (runtime/ports.py tells why).
+    # The node's ports, held by this task: TensorBoard's while it runs, the TF port until the handover
+    # (runtime/ports.py tells why).
     board = job.tensorboard and result_node(job.roles) == role
     with PortReservation() as tf_port, PortReservation(share=True) if board else nullcontext() as tb_port:
         proc = prestart_node_process(

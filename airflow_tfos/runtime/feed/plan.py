@@ -22,13 +22,12 @@ BALANCE_MODES = ("pad", "drop")
 READ_MODES = ("auto", "direct", "spark")
 
 
-def _float_kind(name: Any) -> str | None:
-    """``name`` as a floating-point NumPy type's name, or None when it is not one."""
+def _is_float_type(name: Any) -> bool:
+    """Whether ``name`` names a floating-point NumPy type."""
     try:
-        kind = np.dtype(name)
+        return np.dtype(name).kind == "f"
     except TypeError:
-        return None
-    return kind.name if kind.kind == "f" else None
+        return False
 
 
 class FeedConfigError(ValueError):
@@ -104,7 +103,7 @@ class Feed:
             raise FeedConfigError(f"Feed.read must be 'auto', 'direct' or 'spark', got {self.read!r}")
         if self.shuffle_window < 1:
             raise FeedConfigError(f"Feed.shuffle_window must be positive, got {self.shuffle_window}")
-        if self.cast_floats is not None and _float_kind(self.cast_floats) is None:
+        if self.cast_floats is not None and not _is_float_type(self.cast_floats):
             raise FeedConfigError(
                 f"Feed.cast_floats must name a floating-point NumPy type ('float32', 'float64', 'float16') "
                 f"or be None, got {self.cast_floats!r}"

@@ -150,7 +150,7 @@ def narrow_floats(column: pa.Array, kind: pa.DataType) -> pa.Array:
     are (a wider ``kind`` is left to the reader: the spill would only grow)."""
 
     def narrows(value: pa.DataType) -> bool:
-        return pa.types.is_floating(value) and pa.types.is_floating(kind) and value.bit_width > kind.bit_width
+        return pa.types.is_floating(value) and value.bit_width > kind.bit_width  # kind: Feed checked it is a float
 
     value = column.type.value_type if pa.types.is_list(column.type) or pa.types.is_large_list(column.type) else None
     if value is None and narrows(column.type):
