@@ -31,7 +31,9 @@
    the row groups itself, every epoch (``Feed(read="direct")``), skipping Spark's JVM-to-Python
    transfer, the layout shuffle and the spill. Timed like the DataFrame path (from the driver's call,
    the TF process's start-up left out: its first pass is the read), side by side with it in 1, 2
-   and 3.
+   and 3. Beside it, its ceiling: the same row-group shares (footers read on the driver, cut by the
+   same code) decoded into NumPy by pyarrow alone in a barrier task per executor, with no TF process,
+   timed the same way ("pyarrow alone").
 4. ``--readers``: rows per second out of one node's share on local disk, in one process, for rows of
    784 floats + a label, batches of 256, shuffled: the ``from_generator`` pipeline over the Arrow
    spill (``ctx.dataset()``, MultiWorkerMirroredStrategy) against the fixed-width records read by
@@ -246,6 +248,46 @@ def run_spark_alone_dealt_out(frame) -> list[dict]:
     return [{"rows": r["rows"], "seconds": r["drained_at"] - called} for r in done]
 
 
+def _read_share(shares):
+    """pyarrow alone: a node's share of the Parquet row groups decoded into NumPy arrays, nothing else done."""
+    import numpy as np
+    import pyarrow.parquet as pq
+
+    from airflow_tfos.runtime.feed.parquet_reads import storage_path
+
+    rows = 0
+    for share in shares:
+        handles = {}
+        for part in share:
+            if part.path not in handles:
+                handles[part.path] = pq.ParquetFile(storage_path(part.path)[1])
+            seen = 0  # rows of the row group before this batch; the slice's rows are start to stop
+            for batch in handles[part.path].iter_batches(4096, row_groups=[part.row_group], columns=["x", "y"]):
+                low, high = max(part.start - seen, 0), min(part.stop - seen, batch.num_rows)
+                seen += batch.num_rows
+                if high > low:
+                    batch = batch.slice(low, high - low)
+                    np.asarray(batch.column(0).flatten().to_numpy(zero_copy_only=False)).reshape(batch.num_rows, -1)
+                    batch.column(1).to_numpy()
+                    rows += batch.num_rows
+    yield {"rows": rows, "drained_at": time.time()}
+
+
+def run_pyarrow_alone(files) -> list[dict]:
+    """The direct path's ceiling: the same row-group shares as the direct path's (footers read on the driver,
+    cut by the same code), each decoded by pyarrow into NumPy in a barrier task on its own executor, no TF."""
+    from airflow_tfos.runtime.feed import Feed
+    from airflow_tfos.runtime.feed.direct import row_groups, scan_files, split_rows
+
+    spark = files.sparkSession
+    called = time.time()
+    paths, _why = scan_files(files, Feed(features="x", label="y"))
+    shares = split_rows(row_groups(paths), 2)
+    nodes = spark.sparkContext.parallelize(range(2), 2)  # one element per partition: one node per task
+    done = nodes.barrier().mapPartitions(lambda indexes: _read_share([shares[i] for i in indexes])).collect()
+    return [{"rows": r["rows"], "seconds": r["drained_at"] - called} for r in done]
+
+
 def _rates(records: list[dict]) -> list[float]:
     return [r["rows"] / r["seconds"] for r in records]
 
@@ -268,6 +310,7 @@ def feed_rates(spark, name: str, frame, rounds: int, folder: str) -> None:
         "spark alone": lambda: run_spark_alone(frame),
         "spark alone, dealt out": lambda: run_spark_alone_dealt_out(dealt),
         "spark and our spill, no TF process": lambda: run_spark_alone(frame, _spill),
+        "pyarrow alone": lambda: run_pyarrow_alone(files),
     }
     results: dict[str, list[dict]] = {system: [] for system in (*runs, *drains)}
     for run_once in (*runs.values(), *drains.values()):  # warm-up, not counted
@@ -315,6 +358,10 @@ def feed_rates(spark, name: str, frame, rounds: int, folder: str) -> None:
     print(f"feed_ratio[{name}] airflow-tfos/spark-alone: {ours / alone:.2f}")
     print(f"feed_ratio[{name}] direct/tensorflowonspark: {direct / tfos:.1f}")
     print(f"feed_ratio[{name}] direct/spark-alone: {direct / alone:.2f}")
+    decoded = medians["pyarrow alone"]
+    print(f"feed_rows_per_s_per_worker[{name}] pyarrow alone, the same row groups decoded into NumPy: {decoded:,.0f}")
+    print(f"feed_ratio[{name}] pyarrow-alone/tensorflowonspark: {decoded / tfos:.1f}")
+    print(f"feed_ratio[{name}] direct/pyarrow-alone: {direct / decoded:.2f}")
     spilled = medians["spark and our spill, no TF process"]
     print(f"feed_rows_per_s_per_worker[{name}] spark and our spill, no TF process importing beside it: {spilled:,.0f}")
     print(f"feed_ratio[{name}] spill without a TF process/spark-alone: {spilled / alone:.2f}")
