@@ -6,7 +6,7 @@ the model registry and the predictions. Spark runs as ``local-cluster[2,1,1024]`
 workers and two executor JVMs on this machine, each executor hosting one TF node (chief and worker)
 in one barrier stage.
 
-    python scripts/demo.py                 # run the two days (again: finished tasks are not redone)
+    python scripts/demo.py                 # run the two days (again: days whose Airflow run succeeded are skipped)
     python scripts/demo.py --days 3        # three days
     python scripts/demo.py --ui            # the Airflow UI on the demo's runs, at http://127.0.0.1:8080
 """
@@ -97,18 +97,40 @@ def print_summary(days: list[date], seconds: float) -> None:
         baseline = m.get("baseline_test_accuracy")
         start = "warm start from the model in service" if m.get("warm_start") else "from scratch"
         print(f"\n{s['day']}: trained {start}, {s['step']} steps")
-        print(f"  test accuracy            {m.get('test_accuracy', float('nan')):.4f}")
+        rows = [("test accuracy", f"{m.get('test_accuracy', float('nan')):.4f}")]
         if baseline is not None:
-            print(f"  model in service, same data  {baseline:.4f}")
-        print(f"  published                {'yes' if d.get('published') else 'no'} ({d.get('reason', 'not judged')})")
-        print(f"  training report          {s['report']}")
-        print(f"  predictions              {s['predictions'] or 'none'}")
+            rows.append(("model in service, same data", f"{baseline:.4f}"))
+        rows += [
+            ("published", f"{'yes' if d.get('published') else 'no'} ({d.get('reason', 'not judged')})"),
+            ("training report", s["report"]),
+            ("predictions", s["predictions"] or "none"),
+        ]
+        for label, value in rows:
+            print(f"  {label:<29}{value}")
     registry = DEMO / "models" / "digits"
     current = json.loads((registry / "current.json").read_text()) if (registry / "current.json").exists() else {}
     print(f"\nModel in service: version {current.get('version')} at {current.get('model_path')}")
     print(f"Everything is under {DEMO}")
     print("To open the Airflow UI on these runs: make demo-ui, then http://127.0.0.1:8080 (no login)")
     print("=" * 78)
+
+
+def finished_days(env: dict[str, str]) -> set[date]:
+    """The logical dates of the DAG's runs that succeeded (none before its first run), as Airflow records them."""
+    done = subprocess.run(
+        [sys.executable, "-m", "airflow", "dags", "list-runs", DAG_ID, "--state", "success", "-o", "json"],
+        env=env,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    if done.returncode != 0:  # the DAG is not in the database yet: no day has run
+        return set()
+    for line in done.stdout.splitlines():  # Airflow may print warnings before the JSON
+        if line.startswith("["):
+            return {datetime.fromisoformat(run["logical_date"]).date() for run in json.loads(line)}
+    return set()
 
 
 def run_days(count: int) -> int:
@@ -120,7 +142,11 @@ def run_days(count: int) -> int:
         print(f"airflow db migrate failed: see {DEMO / 'logs' / 'db-migrate.log'}", file=sys.stderr)
         return 1
     days = [FIRST_DAY + timedelta(days=i) for i in range(count)]
+    done = finished_days(env)
     for day in days:
+        if day in done:
+            print(f"\n{DAG_ID} for {day}: done already (its Airflow run succeeded), nothing submitted", flush=True)
+            continue
         log = DEMO / "logs" / f"{DAG_ID}-{day}.log"
         print(f"\nRunning {DAG_ID} for {day} (prepare, train on 2 TF workers, evaluate, publish, score) ...")
         print(f"  full log: {log}", flush=True)

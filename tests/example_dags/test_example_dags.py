@@ -137,7 +137,7 @@ class TestNightlyDemo:
         assert [d["version"] for d in decisions] == ["20261120T000000", "20261121T000000"]
         expected = "20261121T000000" if decisions[1]["published"] else "20261120T000000"
         assert registry.current()["version"] == expected
-        assert f"test accuracy            {day2['metrics']['test_accuracy']:.4f}" in out
+        assert f"  {'test accuracy':<29}{day2['metrics']['test_accuracy']:.4f}\n" in out
         assert "make demo-ui" in out
         # the day's batch inference: one probability vector per row, with the model in service
         scored = pq.read_table(day2["predictions"]).to_pydict()
@@ -146,6 +146,23 @@ class TestNightlyDemo:
         # progress reached the task log while training
         log = (demo.DEMO / "logs" / f"tfos_nightly_digits-{DAY2}.log").read_text()
         assert "step 168/168 (100%)" in log and "steps/s" in log
+
+    def test_the_demo_run_again_skips_the_days_airflow_finished(self, demo):
+        before, decisions = local_apps(demo), ModelRegistry(str(demo.DEMO / "models" / "digits")).decisions()
+        done = subprocess.run(
+            [sys.executable, str(REPO / "scripts" / "demo.py"), "--days", "2"],
+            env=demo.demo_env(),
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+        out = done.stdout + done.stderr
+        assert done.returncode == 0, out[-6000:]
+        for day in (DAY1, DAY2):
+            assert f"tfos_nightly_digits for {day}: done already (its Airflow run succeeded), nothing submitted" in out
+        assert local_apps(demo) == before  # no Spark application submitted
+        assert ModelRegistry(str(demo.DEMO / "models" / "digits")).decisions() == decisions  # nothing published
+        assert "Model in service: version" in out  # the summary still printed
 
     def test_rerun_of_a_finished_day_submits_nothing_new(self, demo):
         before = local_apps(demo)
