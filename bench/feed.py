@@ -249,7 +249,8 @@ def run_spark_alone_dealt_out(frame) -> list[dict]:
 
 
 def _read_share(shares):
-    """pyarrow alone: a node's share of the Parquet row groups decoded into NumPy arrays, nothing else done."""
+    """pyarrow alone: a node's share of the Parquet row groups decoded into NumPy arrays, nothing else done
+    (pyarrow's default reads, batches of 4,096 rows: as fast as any setting tried on these files)."""
     import numpy as np
     import pyarrow.parquet as pq
 
@@ -270,6 +271,8 @@ def _read_share(shares):
                     np.asarray(batch.column(0).flatten().to_numpy(zero_copy_only=False)).reshape(batch.num_rows, -1)
                     batch.column(1).to_numpy()
                     rows += batch.num_rows
+                if seen >= part.stop:
+                    break
     yield {"rows": rows, "drained_at": time.time()}
 
 

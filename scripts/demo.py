@@ -38,6 +38,7 @@ def demo_env() -> dict[str, str]:
         "AIRFLOW_HOME": str(DEMO / "airflow"),
         "AIRFLOW__CORE__DAGS_FOLDER": str(REPO / "example_dags"),
         "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+        "AIRFLOW__CORE__DEFAULT_TIMEZONE": "utc",  # each day's run is at its UTC midnight
         "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{DEMO / 'airflow' / 'airflow.db'}",
         "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS": "True",
         "AIRFLOW__TFOS__RUN_DIR_BASE": str(DEMO / "runs"),
@@ -116,7 +117,9 @@ def print_summary(days: list[date], seconds: float) -> None:
 
 
 def finished_days(env: dict[str, str]) -> set[date]:
-    """The logical dates of the DAG's runs that succeeded (none before its first run), as Airflow records them."""
+    """The days whose run of the DAG (at the day's UTC midnight, as the demo runs them) succeeded, as Airflow
+    records them; none before the DAG's first run."""
+    env = {k: v for k, v in env.items() if k != "FORCE_COLOR"}  # the JSON as plain text
     done = subprocess.run(
         [sys.executable, "-m", "airflow", "dags", "list-runs", DAG_ID, "--state", "success", "-o", "json"],
         env=env,
@@ -127,9 +130,14 @@ def finished_days(env: dict[str, str]) -> set[date]:
     )
     if done.returncode != 0:  # the DAG is not in the database yet: no day has run
         return set()
-    for line in done.stdout.splitlines():  # Airflow may print warnings before the JSON
-        if line.startswith("["):
-            return {datetime.fromisoformat(run["logical_date"]).date() for run in json.loads(line)}
+    for line in done.stdout.splitlines():  # Airflow may print log lines before the JSON
+        try:
+            runs = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(runs, list):
+            moments = [datetime.fromisoformat(r["logical_date"]).astimezone(UTC) for r in runs if r.get("logical_date")]
+            return {m.date() for m in moments if m == datetime(m.year, m.month, m.day, tzinfo=UTC)}
     return set()
 
 
