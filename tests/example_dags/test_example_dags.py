@@ -109,18 +109,24 @@ def local_apps(demo) -> list[dict]:
     return [json.loads(p.read_text()) for p in sorted(apps.glob("*.json")) if p.name.count(".") == 1]
 
 
+def run_demo(demo, timeout: float) -> str:
+    """``scripts/demo.py --days 2`` as ``make demo`` runs it; its output, once it has succeeded."""
+    done = subprocess.run(
+        [sys.executable, str(REPO / "scripts" / "demo.py"), "--days", "2"],
+        env=demo.demo_env(),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+    out = done.stdout + done.stderr
+    assert done.returncode == 0, out[-6000:]
+    return out
+
+
 @pytest.mark.integration
 class TestNightlyDemo:
     def test_two_days_train_warm_start_publish_and_score(self, demo):
-        done = subprocess.run(
-            [sys.executable, str(REPO / "scripts" / "demo.py"), "--days", "2"],
-            env=demo.demo_env(),
-            capture_output=True,
-            text=True,
-            timeout=1200,
-        )
-        out = done.stdout + done.stderr
-        assert done.returncode == 0, out[-6000:]
+        out = run_demo(demo, timeout=1200)
         sys.stdout.write(out[out.find("=" * 78) :])
         day1, day2 = demo.day_summary(demo.FIRST_DAY), demo.day_summary(demo.FIRST_DAY.replace(day=21))
         registry = ModelRegistry(str(demo.DEMO / "models" / "digits"))
@@ -151,15 +157,7 @@ class TestNightlyDemo:
         before, decisions = local_apps(demo), ModelRegistry(str(demo.DEMO / "models" / "digits")).decisions()
         if len(decisions) < 2:
             pytest.skip("the demo's two days did not run first (test_two_days_train_warm_start_publish_and_score)")
-        done = subprocess.run(
-            [sys.executable, str(REPO / "scripts" / "demo.py"), "--days", "2"],
-            env=demo.demo_env(),
-            capture_output=True,
-            text=True,
-            timeout=600,
-        )
-        out = done.stdout + done.stderr
-        assert done.returncode == 0, out[-6000:]
+        out = run_demo(demo, timeout=600)
         for day in (DAY1, DAY2):
             assert f"tfos_nightly_digits for {day}: done already (its Airflow run succeeded), nothing submitted" in out
         assert local_apps(demo) == before  # no Spark application submitted
