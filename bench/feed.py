@@ -254,7 +254,7 @@ def _read_share(shares):
     import numpy as np
     import pyarrow.parquet as pq
 
-    from airflow_tfos.runtime.feed.parquet_reads import storage_path
+    from airflow_tfos.runtime.feed.parquet_reads import slice_batches, storage_path
 
     rows = 0
     for share in shares:
@@ -262,17 +262,12 @@ def _read_share(shares):
         for part in share:
             if part.path not in handles:
                 handles[part.path] = pq.ParquetFile(storage_path(part.path)[1])
-            seen = 0  # rows of the row group before this batch; the slice's rows are start to stop
-            for batch in handles[part.path].iter_batches(4096, row_groups=[part.row_group], columns=["x", "y"]):
-                low, high = max(part.start - seen, 0), min(part.stop - seen, batch.num_rows)
-                seen += batch.num_rows
-                if high > low:
-                    batch = batch.slice(low, high - low)
-                    np.asarray(batch.column(0).flatten().to_numpy(zero_copy_only=False)).reshape(batch.num_rows, -1)
-                    batch.column(1).to_numpy()
-                    rows += batch.num_rows
-                if seen >= part.stop:
-                    break
+            group = handles[part.path].metadata.row_group(part.row_group)
+            about_4096_rows = 4096 * group.total_byte_size // group.num_rows
+            for batch in slice_batches(handles[part.path], part, ["x", "y"], batch_bytes=about_4096_rows):
+                np.asarray(batch.column(0).flatten().to_numpy(zero_copy_only=False)).reshape(batch.num_rows, -1)
+                batch.column(1).to_numpy()
+                rows += batch.num_rows
     yield {"rows": rows, "drained_at": time.time()}
 
 
