@@ -260,10 +260,17 @@ def for_workers(dataset, workers: int):
     with several workers each batch is repeated once per worker and auto-sharded by data, so that every
     replica gets the whole batch of its own node's rows; with one, auto-sharding is off (the data is the
     node's own already).
+
+    tf.data's autotuning is off: this pipeline has nothing for it to tune (a generator, slicing, a copy). With it
+    on, a process held to one core idled after a pass's last batch for 0.11 s on average and up to 0.55 s
+    (passes of 50,000 rows of 784 floats that take 0.33-0.56 s without it), and trained a small model at 0.76 of
+    the steps per second. ``prefetch(tf.data.AUTOTUNE)`` still prefetches. A program that adds heavy parallel steps of its
+    own can turn it back on with ``options.autotune.enabled = True`` on the dataset it gets.
     """
     import tensorflow as tf
 
     options = tf.data.Options()
+    options.autotune.enabled = False
     if workers <= 1:
         options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.OFF
         return dataset.with_options(options)
