@@ -117,7 +117,8 @@ def snapshot_resources(sc, *, wanted_slots: int = 0, wait_seconds: float = 0.0) 
     Executors register with the driver some seconds after the SparkContext starts, so a check made
     at once would see too few slots; this polls until enough are there or the time is up.
     """
-    conf = {key: sc.getConf().get(key) for key in _CONF_KEYS if sc.getConf().get(key) is not None}
+    spark_conf = sc.getConf()  # a copy of the whole configuration, made over py4j: once, not once per key
+    conf = {key: spark_conf.get(key) for key in _CONF_KEYS if spark_conf.get(key) is not None}
     deadline = time.monotonic() + wait_seconds
     waited = False
     while True:
