@@ -264,8 +264,8 @@ def for_workers(dataset, workers: int):
     tf.data's autotuning is off: this pipeline has nothing for it to tune (a generator, slicing, a copy). With it
     on, a process held to one core idled after a pass's last batch for 0.11 s on average and up to 0.55 s
     (passes of 50,000 rows of 784 floats that take 0.33-0.56 s without it), and trained a small model at 0.76 of
-    the steps per second. ``prefetch(tf.data.AUTOTUNE)`` still prefetches. A program that adds heavy parallel steps of its
-    own can turn it back on with ``options.autotune.enabled = True`` on the dataset it gets.
+    the steps per second. ``prefetch(tf.data.AUTOTUNE)`` still prefetches. A program that adds heavy parallel
+    steps of its own can turn it back on with ``options.autotune.enabled = True`` on the dataset it gets.
     """
     import tensorflow as tf
 
