@@ -60,9 +60,10 @@ with DAG(
     )
 
     @task
-    def model_in_service(registry: str, version: str) -> str | None:
-        """Return the model that was in service before this run's version (None on the first night)."""
-        return ModelRegistryHook(registry).model_in_service_before(version)
+    def model_in_service(registry: str, version: str) -> str:
+        """Return the model that was in service before this run's version ("" on the first night: a task that
+        returns None leaves no XCom, and Airflow would log the missing one as an error)."""
+        return ModelRegistryHook(registry).model_in_service_before(version) or ""
 
     warm_start = model_in_service(REGISTRY, "{{ ts_nodash }}")
 

@@ -163,6 +163,7 @@ class _TFoSRunOperator(_TFoSApplicationOperator):
             the code is a new request; False at parse time, which does no I/O.
         """
         settings = {name: getattr(self, SPEC_ARGUMENTS.get(name, name)) for name in spec_arguments()}
+        settings["warm_start"] = settings["warm_start"] or None  # "" from an upstream task: no model yet
         return RunSpec(**settings, code=shipped_code(self.user_code if code else None))
 
     def user_functions(self) -> list[str]:
@@ -222,7 +223,9 @@ class TFoSTrainOperator(_TFoSRunOperator):
         ``..``; a templated one must render to a folder under ``[tfos] run_dir_base``.
     :param allow_run_dir_outside_base: let a templated ``run_dir`` render to a folder outside
         ``[tfos] run_dir_base`` (only when nobody but the DAG's authors decides what it renders to).
-    :param warm_start: an exported model to start from, e.g. the previous day's (templated).
+    :param warm_start: an exported model to start from, e.g. the previous day's (templated). An empty string means
+        none: what an upstream task returns when there is no model yet (a task that returns None leaves no XCom,
+        and Airflow logs the missing XCom as an error).
     :param num_ps: parameter servers. :param master_node: ``chief``/``master``/None.
     :param eval_node: add an evaluator node.
     :param keras: ``auto``, ``tf_keras`` or ``keras3``.

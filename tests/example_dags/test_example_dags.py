@@ -152,6 +152,9 @@ class TestNightlyDemo:
         # progress reached the task log while training
         log = (demo.DEMO / "logs" / f"tfos_nightly_digits-{DAY2}.log").read_text()
         assert "step 168/168 (100%)" in log and "steps/s" in log
+        # the first night, with no model in service yet, logs no error for a missing XCom
+        first_log = (demo.DEMO / "logs" / f"tfos_nightly_digits-{DAY1}.log").read_text()
+        assert "model_in_service" in first_log and "XCom not found" not in first_log
 
     def test_the_demo_run_again_skips_the_days_airflow_finished(self, demo):
         before, decisions = local_apps(demo), ModelRegistry(str(demo.DEMO / "models" / "digits")).decisions()
