@@ -82,7 +82,7 @@ def standalone(tmp_path_factory):
         def worker_alive():
             try:
                 return any(w.get("state") == "ALIVE" for w in master_json(url).get("workers", []))
-            except OSError:
+            except (OSError, ValueError):  # not up yet, or (while it starts) the master's HTML page at /json/
                 return False
 
         wait_for(worker_alive, 60, "a standalone worker registered", every=0.5)

@@ -137,3 +137,10 @@ def test_every_spec_field_but_the_derived_ones_is_an_argument_of_the_training_op
     accepted |= {"kind", "serve"}  # the operator class says these
     missing = {SPEC_ARGUMENTS.get(name, name) for name in spec_arguments()} - accepted
     assert not missing, f"spec fields no operator argument sets: {missing}"
+
+
+def test_an_empty_warm_start_asks_for_the_same_run_as_none():
+    """What an upstream task returns on the first night ("": no model in service yet) is no warm start."""
+    empty = TFoSTrainOperator(task_id="t", train_fn="pkg.mod:main_fun", warm_start="", **COMMON)
+    assert spec_json(empty)["warm_start"] is None
+    assert spec_hash(spec_json(empty)) == PINNED["train_defaults"][1]
