@@ -261,11 +261,11 @@ def for_workers(dataset, workers: int):
     replica gets the whole batch of its own node's rows; with one, auto-sharding is off (the data is the
     node's own already).
 
-    tf.data's autotuning is off: this pipeline has nothing for it to tune (a generator, slicing, a copy). With it
-    on, a process held to one core idled after a pass's last batch for 0.11 s on average and up to 0.55 s
-    (passes of 50,000 rows of 784 floats that take 0.33-0.56 s without it), and trained a small model at 0.76 of
-    the steps per second. ``prefetch(tf.data.AUTOTUNE)`` still prefetches. A program that adds heavy parallel
-    steps of its own can turn it back on with ``options.autotune.enabled = True`` on the dataset it gets.
+    tf.data's autotuning is off: this pipeline has nothing for it to tune (a generator, slicing, a copy). With it on,
+    in a process held to one core (a one-core executor), a small model trained at 0.55-0.58 of the steps per second
+    and some passes ended with the process idle for up to 0.3 s after the last batch (``bench/tfdata.py``).
+    ``prefetch(tf.data.AUTOTUNE)`` still prefetches. A program that adds heavy parallel steps of its own can turn
+    it back on with ``options.autotune.enabled = True`` on the dataset it gets.
     """
     import tensorflow as tf
 
