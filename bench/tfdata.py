@@ -17,7 +17,6 @@ training steps per second of a 784-128-10 model fitted on the share in batches o
 from __future__ import annotations
 
 import argparse
-import base64
 import os
 import shutil
 import statistics
@@ -36,9 +35,9 @@ import pyarrow.parquet as pq
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from airflow_tfos.runtime.feed.columns import normalize_column
 from airflow_tfos.runtime.feed.dataset import FeedShare, make_dataset
-from airflow_tfos.runtime.feed.parquet_reads import Slice, open_parquet, slice_batches
+from airflow_tfos.runtime.feed.direct import DirectInput, probe_direct
+from airflow_tfos.runtime.feed.parquet_reads import Slice
 from airflow_tfos.runtime.feed.plan import Feed
 
 WIDTH = 784
@@ -62,24 +61,21 @@ def write_files(folder: str, rows: int) -> list[Slice]:
 
 
 def share_of(slices: list[Slice], feed: Feed, workers: int) -> FeedShare:
-    """A node's share of ``slices`` as the direct path hands it over (widths and schema from its first row)."""
-    widths: dict[str, int] = {}
-    handle = open_parquet(slices[0].path, None, buffer_size=2**20)
-    first = next(slice_batches(handle, Slice(slices[0].path, 0, 0, 1), feed.columns, 1))
-    arrays = [normalize_column(name, first.column(name), widths, "training data", feed) for name in feed.columns]
-    schema = pa.RecordBatch.from_arrays(arrays, list(feed.columns)).schema.serialize().to_pybytes()
-    rows = sum(part.rows for part in slices)
+    """A node's share of ``slices`` as the direct path hands it over: rows, widths and schema from the barrier
+    task's probe of its first row (:func:`~airflow_tfos.runtime.feed.direct.probe_direct`)."""
+    direct = DirectInput(splits={"train": (tuple(slices),)}, files=len(slices), reason="bench")
+    probed = probe_direct(direct, 0, feed)["train"]
     return FeedShare(
         "train",
         "",
-        rows,
-        rows // feed.batch_size,
-        widths,
+        probed["rows"],
+        probed["rows"] // feed.batch_size,
+        probed["widths"],
         feed,
         workers=workers,
         streamed=True,
         slices=tuple(slices),
-        schema=base64.b64encode(schema).decode(),
+        schema=probed["schema"],
     )
 
 
