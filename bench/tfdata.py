@@ -9,7 +9,8 @@ settings; medians are printed.
 
 Printed for each setting: the pass over the share (seconds, and the process's CPU seconds over it), the time
 between the last batch and the end of the pass (the pipeline shutting down; nothing is computed then), and the
-training steps per second of a 784-128-10 model fitted on the share in batches of 64.
+training steps per second of a 784-128-10 model fitted on the share in batches of 64 (half as many rounds,
+at least 2, of 2 epochs each).
 
     python bench/tfdata.py [--rows 50000] [--rounds 7] [--cores 1]
 """
