@@ -91,6 +91,13 @@ def exercise(registry: ModelRegistry, tmp_path) -> None:
     assert registry.in_service_before("20261120T000000") is None
     assert [d["version"] for d in registry.decisions()] == ["20261120T000000", "20261121T000000"]
     assert not [n for n in registry.storage.listdir(registry.path("versions", "20261121T000000")) if ".tmp-" in n]
+    # another export under the same version and spec (a backfill and the nightly run): a copy of its own
+    other = registry.add_version(
+        "20261120T000000", fake_export(str(tmp_path), "b", "other"), local, {"spec_hash": "h1"}
+    )
+    assert other["model_path"] != added["model_path"] and other["content_digest"] != added["content_digest"]
+    assert registry.storage.read_bytes(other["model_path"] + "/saved_model.pb") == b"other"
+    assert registry.add_version("20261120T000000", first, local, {"spec_hash": "h1"}) == added
     with pytest.raises(RegistryError, match="cannot name a directory"):
         registry.add_version("../x", first, local, {})
 

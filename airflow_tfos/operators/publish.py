@@ -14,7 +14,7 @@ from airflow.sdk.exceptions import AirflowException
 from airflow_tfos.hooks.registry import ModelRegistryHook
 from airflow_tfos.hooks.run_dir import HDFS_SCHEMES, RunDirHook
 from airflow_tfos.operators.run_dirs import resolve_run_dir, templated
-from airflow_tfos.shared.registry import RegistryError, decide
+from airflow_tfos.shared.registry import ModelRegistry, RegistryError, decide
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -57,8 +57,12 @@ class TFoSPublishModelOperator(BaseOperator):
     service: with ``baseline_<metric>`` from the candidate's own metrics when the training function
     recorded it (the model in service scored on the same evaluation data), else with the score kept
     when that model was published. Every candidate is copied in as a version; only one that is not
-    worse (within ``tolerance``) goes into service. A version older than the one in service (a rerun of
-    an old date) never replaces it. Idempotent: running it again for the same export changes nothing.
+    worse (within ``tolerance``) goes into service: that copy, of the export whose metrics were judged (its
+    content digest and the metrics judged are kept in ``current.json``). A version older than the one in
+    service (a rerun of an old date) never replaces it. Idempotent: running it again for the same export
+    changes nothing. The model in service is checked first: when its copy is not the export that was judged
+    (other content, or another score), the task fails naming it
+    (:meth:`~airflow_tfos.shared.registry.ModelRegistry.check_in_service`).
 
     Returns ``published`` (bool), ``reason``, ``version``, ``model_path`` (the model in service after
     the decision: use it for batch inference), ``candidate_path``, ``metric``, ``candidate`` and
@@ -145,15 +149,7 @@ class TFoSPublishModelOperator(BaseOperator):
                 f"{rundir.path('export')} holds no complete export (no _SUCCESS): run the training task first"
             )
         registry = self.registry_hook.registry
-        current = registry.current()
-        if (
-            current
-            and current.get("version") == self.version
-            and current.get("spec_hash") == export.get("spec_hash")
-            and current.get("fingerprint") == export.get("fingerprint")
-        ):
-            self.log.info("version %s is already in service: nothing to do", self.version)
-            return self._result(True, "already in service", current, current, export)
+        current = self.checked_in_service(registry)
         metrics = export.get("metrics") or {}
 
         def judge(in_service: dict[str, Any] | None):
@@ -179,10 +175,23 @@ class TFoSPublishModelOperator(BaseOperator):
             "metric": self.metric,
             "score": float(metrics[self.metric]),
         }
-        added = registry.add_version(self.version, rundir.path("export"), self.run_dir_hook.storage, record)
-        # decided again under the registry's lock, on current.json as it is then (another publisher may have
-        # put a model in service meanwhile)
-        decision, in_service = registry.publish(self.version, added, judge)
+        try:
+            # the copy of the export whose metrics are judged: a copy of another export is never reused
+            added = registry.add_version(self.version, rundir.path("export"), self.run_dir_hook.storage, record)
+            if (
+                current
+                and current.get("version") == self.version
+                and current.get("model_path") == added["model_path"]
+                and current.get("content_digest") == added.get("content_digest")
+                and current.get("metric") == self.metric
+            ):
+                self.log.info("version %s is already in service: nothing to do", self.version)
+                return self._result(True, "already in service", current, added, export)
+            # decided again under the registry's lock, on current.json as it is then (another publisher may
+            # have put a model in service meanwhile)
+            decision, in_service = registry.publish(self.version, added, judge, metric=self.metric)
+        except RegistryError as exc:
+            raise AirflowException(f"cannot publish {rundir.path('export')}: {exc}") from exc
         if decision.publish:
             self.log.info("published version %s: %s", self.version, decision.reason)
             self.emit_model_event(context, in_service or added)
@@ -191,6 +200,16 @@ class TFoSPublishModelOperator(BaseOperator):
             if self.fail_if_worse:
                 raise AirflowException(f"version {self.version} was not published: {decision.reason}")
         return self._result(decision.publish, decision.reason, in_service, added, export, decision)
+
+    def checked_in_service(self, registry: ModelRegistry) -> dict[str, Any] | None:
+        """The record of the model in service, once its copy's content and score are found to be those judged;
+        else the task fails naming it (nothing is judged against a model that is not the one judged)."""
+        try:
+            return registry.check_in_service(
+                higher_is_better=self.higher_is_better, tolerance=self.tolerance, verify_content=True
+            )
+        except RegistryError as exc:
+            raise AirflowException(str(exc)) from None
 
     def model_asset(self) -> Asset:
         """The Asset of the registry's model (see ``emit_asset``); an error that names the argument to change."""

@@ -184,3 +184,31 @@ def test_a_held_lock_makes_a_second_publisher_wait_then_give_up(tmp_path):
     registry = ModelRegistry(str(tmp_path / "registry"))
     with registry.lock(), pytest.raises(RegistryError, match="held by another publisher"), registry.lock(timeout=0.3):
         pass
+
+
+def test_a_backfill_rejected_under_the_nightly_version_is_not_what_the_nightly_puts_in_service(tmp_path):
+    """A backfill and the nightly run publish the same version string (same spec, same input): the gate rejects
+    the backfill's 0.40 and accepts the nightly's 0.90; the model in service is the nightly's, by its bytes."""
+    registry = str(tmp_path / "registry")
+    publish(exported_run(tmp_path, "base", {"test_accuracy": 0.85}), registry, "20261120T000000")
+    backfill = publish(exported_run(tmp_path, "backfill", {"test_accuracy": 0.40}), registry, "20261121T000000")
+    assert not backfill["published"]
+    nightly = publish(exported_run(tmp_path, "nightly", {"test_accuracy": 0.90}), registry, "20261121T000000")
+    assert nightly["published"] and nightly["candidate"] == 0.90
+    assert model_in_service(registry) == b"nightly"
+    assert nightly["model_path"] == nightly["candidate_path"] != backfill["candidate_path"]
+    current = ModelRegistry(registry).current()
+    assert current["score"] == 0.90 and current["judged"]["candidate"] == 0.90
+    again = publish(exported_run(tmp_path, "nightly", {"test_accuracy": 0.90}), registry, "20261121T000000")
+    assert again["reason"] == "already in service" and again["model_path"] == nightly["model_path"]
+
+
+def test_a_registry_serving_a_rejected_copy_fails_the_task_and_names_it(tmp_path):
+    from tests.test_registry_trust import old_registry_serving_a_rejected_copy
+
+    registry = old_registry_serving_a_rejected_copy(tmp_path / "registry")
+    run = exported_run(tmp_path, "d22", {"test_accuracy": 0.95})
+    with pytest.raises(AirflowException, match=r"20261121T000000/h/model.*roll_back\(\).*publish again"):
+        publish(run, registry.uri, "20261122T000000")
+    assert registry.current()["version"] == "20261121T000000"  # nothing judged against it, nothing published
+    assert len(registry.decisions()) == 3
