@@ -17,6 +17,11 @@ every WebHDFS request of the process then carries ``delegation=<token>`` instead
 which has no Python Kerberos login, gets the token of the hook that submitted it in its environment
 (:data:`SUBMITTED_TOKEN_ENV`, set through ``spark.yarn.appMasterEnv``); :func:`take_submitted_token` moves it
 from there into the process's memory before anything else starts.
+
+Credentials in URLs: a token travels in request URLs, which ``requests``/``urllib3`` quote in their exceptions
+and DEBUG logs. :func:`redact_credentials` removes ``delegation=``/``token=`` values, URL passwords and this
+process's tokens from a text (every WebHDFS error is made with it), and :func:`install_log_redaction` applies
+it to every log record of the process, whichever logger or handler carries it.
 """
 
 from __future__ import annotations
@@ -24,9 +29,13 @@ from __future__ import annotations
 import base64
 import logging
 import os
+import re
 import threading
+import traceback
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 from airflow_tfos.shared.errors import KerberosAuthError as KerberosAuthError
@@ -37,7 +46,11 @@ __all__ = [
     "SpnegoAuth",
     "default_login",
     "delegation_token",
+    "install_log_redaction",
+    "keep_out_of_logs",
     "negotiate_header",
+    "redact_credentials",
+    "redacted_error",
     "set_default_login",
     "take_submitted_token",
     "use_delegation_token",
@@ -105,32 +118,77 @@ def default_login() -> KerberosLogin:
     return _default or KerberosLogin()
 
 
-class _Redact(logging.Filter):
-    """Replace the process's delegation tokens in log records (``urllib3`` logs request URLs at DEBUG)."""
+#: A credential in a URL: the value of a ``delegation=`` or ``token=`` query parameter (also percent-encoded,
+#: as in a URL inside another), a password in ``scheme://user:password@host``, a token in a WebHDFS answer.
+#: User names (``user.name=``, ``doas=``) are kept: they say who asked, and prove nothing.
+_CREDENTIAL_PATTERNS = (
+    (re.compile(r"(?i)((?:[?&;]|%26|%3F)(?:delegation|token)(?:=|%3D))[^&;\s'\"<>()\[\]{},]+"), r"\1<redacted>"),
+    (re.compile(r"(?i)(\b[a-z][a-z0-9+.-]*://[^/\s:@'\"<>]+:)[^/\s@'\"<>]+@"), r"\1<redacted>@"),
+    (re.compile(r'(?i)("urlString"\s*:\s*")[^"]+'), r"\1<redacted>"),
+)
+#: The delegation tokens this process holds or handed out: replaced wherever they appear, in URLs or not.
+_secrets: set[str] = set()
 
-    secrets: set[str] = set()
 
-    def filter(self, record: logging.LogRecord) -> bool:
-        if self.secrets:
+def redact_credentials(text: str) -> str:
+    """``text`` without the credentials a URL can carry (``delegation=``, ``token=``, ``user:password@``) and
+    without this process's delegation tokens (:func:`keep_out_of_logs`); the rest of the URL stays, to say
+    where a request went."""
+    for secret in tuple(_secrets):
+        if secret in text:
+            text = text.replace(secret, "<delegation token>")
+    if "=" in text or "@" in text or "urlString" in text:
+        for pattern, replacement in _CREDENTIAL_PATTERNS:
+            text = pattern.sub(replacement, text)
+    return text
+
+
+def redacted_error(exc: BaseException) -> str:
+    """``Type: message`` of ``exc`` with :func:`redact_credentials` applied (what an error we raise may quote)."""
+    return redact_credentials(f"{type(exc).__name__}: {exc}")
+
+
+_installed_factory: Any = None
+
+
+def _redacting_factory(previous: Callable[..., logging.LogRecord]) -> Callable[..., logging.LogRecord]:
+    def make_record(*args: Any, **kwargs: Any) -> logging.LogRecord:
+        record = previous(*args, **kwargs)
+        try:
             message = record.getMessage()
-            if any(secret in message for secret in self.secrets):
-                for secret in self.secrets:
-                    message = message.replace(secret, "<delegation token>")
-                record.msg, record.args = message, ()
-        return True
+        except Exception:  # a bad format string: logging reports it when the record is handled
+            return record
+        clean = redact_credentials(message)
+        if clean != message:
+            record.msg, record.args = clean, ()
+        if record.exc_info and record.exc_info[1] is not None:
+            text = "".join(traceback.format_exception(*record.exc_info)).rstrip("\n")
+            clean = redact_credentials(text)
+            if clean != text:  # handlers print the redacted traceback text, not the exception again
+                record.exc_text, record.exc_info = clean, None
+        return record
+
+    return make_record
 
 
-_REDACT = _Redact()
+def install_log_redaction() -> None:
+    """Redact :func:`redact_credentials`'s credentials from every log record this process makes, whatever its
+    logger or handler (``urllib3`` logs request URLs at DEBUG, exceptions quote them): the record factory
+    rewrites a record's message, and its traceback, when they hold one. Installed once per process."""
+    global _installed_factory
+    with _lock:
+        current = logging.getLogRecordFactory()
+        if current is _installed_factory:
+            return
+        _installed_factory = _redacting_factory(current)
+        logging.setLogRecordFactory(_installed_factory)
 
 
 def keep_out_of_logs(token: str) -> None:
-    """Never let ``token`` reach a log record of the HTTP libraries (they log request URLs at DEBUG)."""
+    """Never let ``token`` reach a log record or an error of this process (:func:`redact_credentials`)."""
     with _lock:
-        _Redact.secrets.add(token)
-        for name in ("urllib3.connectionpool", "hdfs.client", "requests"):
-            logger = logging.getLogger(name)
-            if _REDACT not in logger.filters:
-                logger.addFilter(_REDACT)
+        _secrets.add(token)
+    install_log_redaction()
 
 
 def use_delegation_token(token: str | None) -> None:

@@ -75,8 +75,9 @@ class WebHDFSStorage:
             session.verify = self.config.verify
             session.hooks["response"].append(raise_for_server_error)
             if self.config.auth == "kerberos":
-                from airflow_tfos.shared.storage.kerberos import SpnegoAuth
+                from airflow_tfos.shared.storage.kerberos import SpnegoAuth, install_log_redaction
 
+                install_log_redaction()  # request URLs now carry delegation tokens (the namenode's redirects)
                 session.auth = SpnegoAuth(self.login)
                 client = _kerberos_client_class()(
                     url, proxy=self.config.user, timeout=self.config.timeout, session=session
@@ -105,16 +106,20 @@ class WebHDFSStorage:
                 result = fn(clients[index])
             except Exception as exc:
                 reason = transient_reason(exc)
-                if reason is None:
-                    raise translate(exc, what, path, url, self.config) from exc
-                failures.append((url, reason))
-                level = logging.INFO if reason in TRANSIENT_REMOTE else logging.WARNING  # a standby is normal
-                log.log(level, "WebHDFS %s %s on %s failed (%s); trying again", what, path, url, reason)
+                error = translate(exc, what, path, url, self.config) if reason is None else None
+                if reason is not None:
+                    failures.append((url, reason))
+                    level = logging.INFO if reason in TRANSIENT_REMOTE else logging.WARNING  # a standby is normal
+                    log.log(level, "WebHDFS %s %s on %s failed (%s); trying again", what, path, url, reason)
             else:
                 if index != self._active:
                     log.info("WebHDFS: namenode %s answers; using it from now on", url)
                     self._active = index
                 return result
+            if error is not None:
+                # Raised outside the handler: neither its cause nor its context is the request's exception,
+                # whose text (and so any traceback) holds the request's URL with its delegation token.
+                raise error
             last_of_round = (attempt + 1) % count == 0
             if last_of_round and attempt + 1 < (config.retries + 1) * count:
                 if time.monotonic() + delay >= deadline:

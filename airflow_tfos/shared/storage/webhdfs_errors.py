@@ -1,11 +1,17 @@
 """How a failed WebHDFS call is judged and told: transient (another attempt, or another namenode, may
-succeed) or not, and the error a user reads, naming what to fix."""
+succeed) or not, and the error a user reads, naming what to fix.
+
+Every error made here quotes what failed through :func:`~airflow_tfos.shared.storage.kerberos.redact_credentials`:
+``requests`` and ``urllib3`` put the request's URL in their exceptions' text, and a URL of a Kerberized
+cluster carries ``delegation=<token>`` (or ``token=`` for the token operations). The caller raises these
+errors without chaining the exception they were made from, so a traceback cannot quote it either."""
 
 from __future__ import annotations
 
 import errno
 
 from airflow_tfos.shared.errors import WebHDFSError, WebHDFSUnavailableError
+from airflow_tfos.shared.storage.kerberos import redact_credentials, redacted_error
 from airflow_tfos.shared.storage.webhdfs_config import WebHDFSConfig
 
 #: Remote exceptions that a retry, or the other namenode of an HA pair, may get past.
@@ -59,20 +65,24 @@ def transient_reason(exc: BaseException) -> str | None:
 def translate(exc: Exception, what: str, path: str, url: str, config: WebHDFSConfig) -> Exception:
     """The error to raise for a failure that is not transient: the built-in ``OSError`` a local file system
     would raise where there is one (not found, exists, permission), else :class:`WebHDFSError`; each names the
-    fix."""
+    fix, and none quotes a credential (raise it ``from None``: the exception it was made from may)."""
     import requests
     from hdfs import HdfsError
 
+    url = redact_credentials(url)
     if isinstance(exc, requests.exceptions.SSLError):
         return WebHDFSError(
-            f"WebHDFS {what} {path}: TLS with {url} failed ({exc}); set WebHDFSConfig.verify (the connection's "
-            "'verify' extra) to the CA bundle that signed the namenode's certificate"
+            f"WebHDFS {what} {path}: TLS with {url} failed ({redact_credentials(str(exc))}); set "
+            "WebHDFSConfig.verify (the connection's 'verify' extra) to the CA bundle that signed the namenode's "
+            "certificate"
         )
-    if isinstance(exc, OSError):
+    if isinstance(exc, requests.exceptions.RequestException):  # an OSError too, whose text holds the URL
+        return WebHDFSError(f"WebHDFS {what} {path} at {url} failed: {redacted_error(exc)}")
+    if isinstance(exc, OSError):  # a local file's error (a download's target): no request in it
         return exc
     if not isinstance(exc, HdfsError):
-        return WebHDFSError(f"WebHDFS {what} {path} at {url} failed: {type(exc).__name__}: {exc}")
-    remote, message = getattr(exc, "exception", None), str(exc).strip()
+        return WebHDFSError(f"WebHDFS {what} {path} at {url} failed: {redacted_error(exc)}")
+    remote, message = getattr(exc, "exception", None), redact_credentials(str(exc).strip())
     user = config.effective_user() or "(the Kerberos principal)"
     if remote == "FileNotFoundException":
         return FileNotFoundError(errno.ENOENT, f"no such file or directory on HDFS ({message})", path)
@@ -114,7 +124,7 @@ def unavailable(
     seen: dict[str, str] = {}
     for url, reason in failures:
         seen[url] = reason
-    tried = "; ".join(f"{url}: {reason}" for url, reason in seen.items())
+    tried = redact_credentials("; ".join(f"{url}: {reason}" for url, reason in seen.items()))
     if all(r.startswith("connection") or r == "timed out" for r in seen.values()):
         fix = (
             "check the namenodes' WebHDFS addresses (AIRFLOW_TFOS_WEBHDFS 'namenodes', the webhdfs:// URI, or "
