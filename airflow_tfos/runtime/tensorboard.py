@@ -5,11 +5,14 @@ TensorBoard reads its log directory through TensorFlow's file systems, and Tenso
 TensorBoard serves an empty page. For a remote log directory, the node therefore runs this module
 instead (``python -m airflow_tfos.runtime.tensorboard``): it mirrors the remote tree into a local
 temporary directory through :mod:`airflow_tfos.shared.storage` every ``--sync-secs`` seconds while
-TensorBoard, in the same process, reads the mirror. Event files only grow, so a file that grew gets its
-new bytes appended (TensorBoard keeps reading the file it has open); a file that shrank or was replaced is
-written anew. Each sync downloads the files that changed whole (WebHDFS reads from the start). On a
-Kerberized HDFS the node hands this process the run's WebHDFS delegation token on its stdin
-(``--token-on-stdin``), as it hands its TF process: executors hold no Kerberos ticket.
+TensorBoard, in the same process, reads the mirror. Event files only grow, so of an event file that grew
+only the new bytes are read (one ranged read from the length already mirrored: WebHDFS ``OPEN`` with
+``offset``) and appended (TensorBoard keeps reading the file it has open): over a run, each byte is
+downloaded once. The new bytes must continue the file's chain of TFRecord headers (each record's length
+and its checksum); an event file whose new bytes do not, that shrank, or any other file that changed, is
+downloaded whole and written anew. On a Kerberized HDFS the node hands this process the run's WebHDFS
+delegation token on its stdin (``--token-on-stdin``), as it hands its TF process: executors hold no
+Kerberos ticket.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ import os
 import posixpath
 import shutil
 import signal
+import struct
 import sys
 import tempfile
 import threading
@@ -68,6 +72,9 @@ class LogDirMirror:
         self.remote = remote.rstrip("/")
         self.local = local
         self.storage = storage or storage_for(remote)
+        #: bytes read from the remote directory so far
+        self.fetched = 0
+        self._next_header: dict[str, int] = {}  # event file -> offset of its first record header not checked yet
 
     def sync(self) -> int:
         """Copy what is new or changed; return how many files were written. A missing directory is empty."""
@@ -79,18 +86,43 @@ class LogDirMirror:
             have = os.path.getsize(target) if os.path.isfile(target) else -1
             if have == size:
                 continue
-            data = self.storage.read_bytes(posixpath.join(self.remote, rel))
+            source = posixpath.join(self.remote, rel)
             os.makedirs(os.path.dirname(target), exist_ok=True)
-            if 0 <= have < len(data) and _starts_with(target, data[:have]):
-                with open(target, "ab") as out:  # an event file that grew: TensorBoard reads on from where it was
-                    out.write(data[have:])
-            else:
-                tmp = f"{target}.airflow-tfos-tmp"
-                with open(tmp, "wb") as out:
-                    out.write(data)
-                os.replace(tmp, target)
             written += 1
+            if 0 <= have < size and rel in self._next_header and self._append(rel, source, target, have, size):
+                continue
+            data = self.storage.read_bytes(source)
+            self.fetched += len(data)
+            tmp = f"{target}.airflow-tfos-tmp"
+            with open(tmp, "wb") as out:
+                out.write(data)
+            os.replace(tmp, target)
+            self._next_header.pop(rel, None)
+            if is_event_file(rel):
+                following = next_record_header(data, 0)
+                if following is not None:
+                    self._next_header[rel] = following
         return written
+
+    def _append(self, rel: str, source: str, target: str, have: int, size: int) -> bool:
+        """Read the bytes ``source`` grew by and append them to ``target``; False (nothing written) if they do
+        not continue its records: the file was replaced."""
+        data = self.storage.read_range(source, have, size - have)
+        self.fetched += len(data)
+        start = self._next_header[rel]
+        tail = b""
+        if start < have:  # a header cut by the last sync: its first bytes are local
+            with open(target, "rb") as f:
+                f.seek(start)
+                tail = f.read(have - start)
+        following = next_record_header(tail + data[max(0, start - have) :], start)
+        if following is None:
+            log.info("%s no longer continues the mirrored records: fetching it whole", source)
+            return False
+        with open(target, "ab") as out:  # TensorBoard reads on from where it was
+            out.write(data)
+        self._next_header[rel] = following
+        return True
 
     def run(self, stop: threading.Event, every: float = SYNC_SECS) -> None:
         """Sync every ``every`` seconds until ``stop`` is set; failures are logged and retried at the next round."""
@@ -102,9 +134,48 @@ class LogDirMirror:
             stop.wait(every)
 
 
-def _starts_with(path: str, prefix: bytes) -> bool:
-    with open(path, "rb") as f:
-        return f.read(len(prefix)) == prefix
+def is_event_file(rel: str) -> bool:
+    """Whether ``rel`` names a TensorBoard event file (a TFRecord file that only grows)."""
+    return "tfevents" in posixpath.basename(rel)
+
+
+#: a TFRecord header: the record's length (uint64) and the masked CRC-32C of those 8 bytes (uint32)
+_HEADER = struct.Struct("<QI")
+
+
+def next_record_header(chunk: bytes, start: int) -> int | None:
+    """The offset of the first TFRecord header after ``chunk`` (the bytes of a file from the offset ``start``
+    of one of its record headers on), having checked every header it holds whole; None if one is wrong."""
+    position = 0
+    while position + _HEADER.size <= len(chunk):
+        header = chunk[position : position + _HEADER.size]
+        length, crc = _HEADER.unpack(header)
+        if masked_crc32c(header[:8]) != crc:
+            return None
+        position += _HEADER.size + length + 4  # the data, then its own masked CRC
+    return start + position
+
+
+def _crc32c_table() -> list[int]:
+    table = []
+    for byte in range(256):
+        crc = byte
+        for _ in range(8):
+            crc = (crc >> 1) ^ 0x82F63B78 if crc & 1 else crc >> 1
+        table.append(crc)
+    return table
+
+
+_CRC32C = _crc32c_table()
+
+
+def masked_crc32c(data: bytes) -> int:
+    """TFRecord's masked CRC-32C (Castagnoli) of ``data``."""
+    crc = 0xFFFFFFFF
+    for byte in data:
+        crc = _CRC32C[(crc ^ byte) & 0xFF] ^ (crc >> 8)
+    crc ^= 0xFFFFFFFF
+    return (((crc >> 15) | (crc << 17)) + 0xA282EAD8) & 0xFFFFFFFF
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -17,6 +17,7 @@ from airflow_tfos.runtime.tensorboard import LogDirMirror, tensorboard_argv
 from airflow_tfos.shared.rundir import RunDir
 from airflow_tfos.shared.storage import storage_for
 from tests.runtime.test_listening import assert_listens_as_documented
+from tests.runtime.test_tensorboard_mirror import record
 
 log = logging.getLogger(__name__)
 
@@ -42,14 +43,15 @@ def test_the_mirror_appends_what_an_event_file_grew_by_and_rewrites_a_replaced_o
     storage = storage_for(remote)
     mirror = LogDirMirror(remote, str(tmp_path))
     assert mirror.sync() == 0  # no log directory yet: nothing, no error
-    storage.write_bytes(f"{remote}/train/events.out.tfevents.1", b"first")
+    first, second = record(b"first"), record(b"second")
+    storage.write_bytes(f"{remote}/train/events.out.tfevents.1", first)
     storage.write_bytes(f"{remote}/validation/events.out.tfevents.2", b"v")
     assert mirror.sync() == 2 and mirror.sync() == 0
     local = tmp_path / "train" / "events.out.tfevents.1"
     inode = local.stat().st_ino
-    storage.write_bytes(f"{remote}/train/events.out.tfevents.1", b"first+second")
+    storage.write_bytes(f"{remote}/train/events.out.tfevents.1", first + second)
     assert mirror.sync() == 1
-    assert local.read_bytes() == b"first+second" and local.stat().st_ino == inode  # appended in place
+    assert local.read_bytes() == first + second and local.stat().st_ino == inode  # appended in place
     storage.write_bytes(f"{remote}/train/events.out.tfevents.1", b"other")
     assert mirror.sync() == 1 and local.read_bytes() == b"other"
     assert (tmp_path / "validation" / "events.out.tfevents.2").read_bytes() == b"v"
