@@ -1,0 +1,62 @@
+package airflowtfos.hadooplab;
+
+import java.nio.file.Path;
+import java.nio.file.Paths;
+
+/** The launcher's command line, validated once. */
+final class LabOptions {
+    static final String USAGE = "usage: HadoopLab --dir DIR [--datanodes N] [--nodemanagers N]"
+        + " [--nodemanager-vcores N] [--namenode-port P] [--namenode-http-port P] [--exit-on-stdin-eof]";
+    /** MiniYARNCluster gives every NodeManager 4096 MB; it is not configurable there. */
+    static final int NODE_MANAGER_MB = 4096;
+
+    Path dir;
+    int dataNodes = 2;
+    int nodeManagers = 2;
+    int nodeManagerVcores = 4;
+    int nameNodePort = 0;
+    int nameNodeHttpPort = 0;
+    boolean exitOnStdinEof = false;
+
+    static LabOptions parse(String[] args) {
+        LabOptions o = new LabOptions();
+        for (int i = 0; i < args.length; i++) {
+            String arg = args[i];
+            switch (arg) {
+                case "--dir" -> o.dir = Paths.get(value(args, ++i, arg)).toAbsolutePath().normalize();
+                case "--datanodes" -> o.dataNodes = number(args, ++i, arg, 1);
+                case "--nodemanagers" -> o.nodeManagers = number(args, ++i, arg, 1);
+                case "--nodemanager-vcores" -> o.nodeManagerVcores = number(args, ++i, arg, 1);
+                case "--namenode-port" -> o.nameNodePort = number(args, ++i, arg, 0);
+                case "--namenode-http-port" -> o.nameNodeHttpPort = number(args, ++i, arg, 0);
+                case "--exit-on-stdin-eof" -> o.exitOnStdinEof = true;
+                default -> throw new IllegalArgumentException("unknown option " + arg);
+            }
+        }
+        if (o.dir == null) {
+            throw new IllegalArgumentException("--dir DIR is required: the folder that receives the *-site.xml files");
+        }
+        return o;
+    }
+
+    private static String value(String[] args, int i, String option) {
+        if (i >= args.length) {
+            throw new IllegalArgumentException(option + " needs a value");
+        }
+        return args[i];
+    }
+
+    private static int number(String[] args, int i, String option, int min) {
+        String v = value(args, i, option);
+        int n;
+        try {
+            n = Integer.parseInt(v);
+        } catch (NumberFormatException e) {
+            throw new IllegalArgumentException(option + " must be a whole number, not " + v);
+        }
+        if (n < min) {
+            throw new IllegalArgumentException(option + " must be at least " + min + ", not " + n);
+        }
+        return n;
+    }
+}
