@@ -6,6 +6,10 @@ run's tag and kills them, each also without blocking an event loop. Two exist:
 :class:`~airflow_tfos.hooks.local_backend.LocalSparkBackend` (a detached client-mode spark-submit on this
 machine). :class:`~airflow_tfos.hooks.tfos.TFoSHook` picks one, once, from its Spark connection's master.
 
+The tracker directory must be private to this OS user (:func:`private_dir`): what the hook reuses from it
+(the launcher, the runtime zip, the GPU discovery script, the tags' locks) decides what spark-submit runs,
+so a directory that another user owns or can write, or one below such a directory, is refused.
+
 Both keep one rule: one tag, one live application. A submission holds the tag's lock (:func:`tag_lock`, an
 ``flock`` in the tracker directory) while it looks for a live application carrying the tag and starts
 a new one, so two submissions racing for the same run cannot both start.
@@ -18,8 +22,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import fcntl
+import logging
 import os
 import re
+import stat
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Mapping
@@ -31,6 +37,8 @@ from airflow_tfos.hooks.errors import ApplicationAlreadyRunningError as Applicat
 from airflow_tfos.hooks.errors import LocalBackendError as LocalBackendError
 from airflow_tfos.hooks.state import AppState
 from airflow_tfos.shared.lease import lease_owner
+
+log = logging.getLogger(__name__)
 
 #: The environment variable that names the tracker directory.
 TRACKER_DIR_ENV = "AIRFLOW_TFOS_LOCAL_DIR"
@@ -59,12 +67,96 @@ def check_tag(tag: str) -> str:
     return tag.lower()
 
 
+class UntrustedLocalDirError(LocalBackendError):
+    """A directory of the tracker (or above it) is owned or writable by another user, so what the hook reuses
+    from it could be someone else's; the message names the directory and what to change."""
+
+
+def _refuse(path: str, why: str) -> UntrustedLocalDirError:
+    return UntrustedLocalDirError(
+        f"{path} {why}, so another user could change what spark-submit runs: set {TRACKER_DIR_ENV} to a "
+        f"directory of your own that only you can write (e.g. mkdir -m 700 ~/tfos-local), or fix {path} "
+        "(chown it to this user, chmod go-w)"
+    )
+
+
+def private_dir(path: str | Path) -> Path:
+    """Make ``path`` (mode 0700) if it is missing, and return it resolved once it is checked private.
+
+    Every directory of the resolved path is looked at with ``os.lstat``: ``path`` itself must belong to this
+    user and be writable by no one else; each directory above it must belong to root or to this user and be
+    writable by no one else, unless it has the sticky bit (``/tmp``: others cannot rename or remove what is
+    ours in it). So no other user can replace anything in ``path`` after it was checked.
+
+    :raises UntrustedLocalDirError: naming the directory and what to change.
+    """
+    os.makedirs(path, mode=0o700, exist_ok=True)
+    real = os.path.realpath(path)
+    uid = os.getuid()
+    chain = [real]
+    while chain[-1] != os.path.dirname(chain[-1]):
+        chain.append(os.path.dirname(chain[-1]))
+    for index, folder in enumerate(chain):
+        info = os.lstat(folder)
+        if not stat.S_ISDIR(info.st_mode):
+            raise _refuse(folder, "is not a directory (it changed while it was checked)")
+        if index == 0:
+            if info.st_uid != uid:
+                raise _refuse(folder, f"belongs to uid {info.st_uid}, not to this user (uid {uid})")
+            if info.st_mode & 0o022:
+                raise _refuse(folder, f"is writable by its group or others (mode {info.st_mode & 0o7777:o})")
+            continue
+        if info.st_uid not in (0, uid):
+            raise _refuse(folder, f"(above the tracker directory {real}) belongs to uid {info.st_uid}")
+        if info.st_mode & 0o022 and not info.st_mode & stat.S_ISVTX:
+            raise _refuse(
+                folder,
+                f"(above the tracker directory {real}) is writable by its group or others without the sticky bit "
+                f"(mode {info.st_mode & 0o7777:o})",
+            )
+    return Path(real)
+
+
+def own_private_file(info: os.stat_result) -> bool:
+    """Whether ``info`` (an ``lstat`` or ``fstat``) is a plain file of this user that no one else may write."""
+    return stat.S_ISREG(info.st_mode) and info.st_uid == os.getuid() and not info.st_mode & 0o022
+
+
+def _open_lock(folder: Path, name: str) -> int:
+    """A descriptor of ``folder/name``, a lock file of this user: one that is not (another user's, a link) is
+    replaced first, under an ``flock`` of ``folder`` so two of this user's submissions never replace each
+    other's (a lock file of this user is never replaced)."""
+    path = folder / name
+    flags = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
+    folder_fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        fcntl.flock(folder_fd, fcntl.LOCK_EX)
+        try:
+            fd = os.open(path, flags, 0o600)
+        except OSError:  # a symbolic link (ELOOP) or something else than a file
+            fd = None
+        if fd is not None and own_private_file(os.fstat(fd)):
+            return fd
+        if fd is not None:
+            log.warning("replacing %s: it belongs to uid %d, not to this user", path, os.fstat(fd).st_uid)
+            os.close(fd)
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)
+        return os.open(path, flags | os.O_EXCL, 0o600)
+    finally:
+        os.close(folder_fd)  # releases the folder's flock
+
+
 @contextlib.contextmanager
 def tag_lock(tracker_dir: str | Path, tag: str, timeout: float = TAG_LOCK_TIMEOUT_SECS) -> Iterator[None]:
-    """Hold the exclusive lock of ``tag`` in ``tracker_dir`` (an ``flock``, released if the holder dies)."""
-    folder = Path(tracker_dir) / "tags"
-    folder.mkdir(parents=True, exist_ok=True)
-    with open(folder / f"{check_tag(tag)}.lock", "a+") as handle:
+    """Hold the exclusive lock of ``tag`` in ``tracker_dir`` (an ``flock``, released if the holder dies).
+
+    The tracker directory must be private (:func:`private_dir`); a lock file there that is not this user's
+    is replaced, so it blocks nothing.
+    """
+    folder = private_dir(private_dir(tracker_dir) / "tags")
+    fd = _open_lock(folder, f"{check_tag(tag)}.lock")
+    with os.fdopen(fd, "a+") as handle:
         deadline = time.monotonic() + timeout
         while True:
             try:
@@ -72,8 +164,9 @@ def tag_lock(tracker_dir: str | Path, tag: str, timeout: float = TAG_LOCK_TIMEOU
                 break
             except BlockingIOError:
                 if time.monotonic() >= deadline:
+                    lock = folder / f"{tag.lower()}.lock"
                     raise LocalBackendError(
-                        f"another submission for tag {tag!r} has held {handle.name} for more than {timeout:.0f} s"
+                        f"another submission for tag {tag!r} has held {lock} for more than {timeout:.0f} s"
                     ) from None
                 time.sleep(0.05)
         try:
@@ -160,7 +253,8 @@ class Backend(ABC):
 
     @property
     def lease_owner(self) -> str:
-        """This worker as the owner of a run directory's lease (:mod:`airflow_tfos.shared.lease`): its host."""
+        """This task as the owner of a run directory's lease (:mod:`airflow_tfos.shared.lease`): its host, pid and
+        a random token of its process."""
         return lease_owner()
 
     @abstractmethod

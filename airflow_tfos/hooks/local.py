@@ -22,6 +22,9 @@ network file systems: keep the tracker directory on a local disk. (The tag rules
 :mod:`airflow_tfos.hooks.local_state`'s; :class:`~airflow_tfos.hooks.local_backend.LocalSparkBackend`
 builds the spark-submit this tracker starts.)
 
+The tracker directory must be private to this OS user (:func:`~airflow_tfos.hooks.backend.private_dir`):
+a submission refuses one that another user owns or can write.
+
 Only what belongs to this OS user counts: a record file owned by another user is not listed (a tag is
 predictable: anyone who can write the tracker directory could forge a record carrying it), and no
 process of another user is ever taken for an application's process, looked at or signalled.
@@ -55,6 +58,7 @@ from airflow_tfos.hooks.backend import (
     LocalBackendError,
     check_tag,
     default_tracker_dir,
+    private_dir,
     tag_lock,
 )
 from airflow_tfos.hooks.errors import ApplicationNotFoundError as ApplicationNotFoundError
@@ -181,8 +185,9 @@ class LocalBackend:
         :param webui_url: a standalone master's web UI (default: port 8080 of the master's host).
         """
         tag = check_tag(tag)
+        tracker = private_dir(self.tracker_dir)
         for folder in ("apps", "logs"):
-            (self.tracker_dir / folder).mkdir(parents=True, exist_ok=True)
+            private_dir(tracker / folder)
         with tag_lock(self.tracker_dir, tag):
             live = self.find_live(tag)
             if live:

@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from airflow_tfos.hooks.backend import check_tag
+from airflow_tfos.hooks.backend import check_tag, own_private_file, private_dir
 from airflow_tfos.hooks.errors import TFoSConfigError as TFoSConfigError
 from airflow_tfos.hooks.errors import TFoSSubmitError as TFoSSubmitError
 from airflow_tfos.shared.storage.webhdfs_config import WEBHDFS_ENV as WEBHDFS_ENV
@@ -330,22 +330,33 @@ def runtime_zip(cache_dir: str | Path, package_dir: Path | None = None) -> Path:
 
 
 def _ensure_cached(target: Path, data: bytes, mode: int = 0o644) -> None:
-    """Write ``data`` to ``target`` unless it is a plain file holding exactly ``data`` (by SHA-256) with ``mode``."""
+    """Write ``data`` to ``target`` unless it is a plain file of this user (not a link, writable by no one else)
+    holding exactly ``data`` (by SHA-256) with ``mode``; ``target``'s directory must be private
+    (:func:`~airflow_tfos.hooks.backend.private_dir`), so no one else can change it once checked."""
+    private_dir(target.parent)
     try:
-        same = (
-            not target.is_symlink()
-            and target.stat().st_mode & 0o777 == mode
-            and hashlib.sha256(target.read_bytes()).digest() == hashlib.sha256(data).digest()
-        )
+        fd = os.open(target, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
     except FileNotFoundError:
         _write_atomically(target, data, mode)
         return
-    except OSError as exc:
+    except OSError as exc:  # a symbolic link (ELOOP), or unreadable
         log.warning("cannot check the cached %s (%s): writing it again", target, exc)
-        same = False
+        _write_atomically(target, data, mode)
+        return
+    with os.fdopen(fd, "rb") as handle:
+        info = os.fstat(handle.fileno())
+        same = (
+            own_private_file(info)
+            and info.st_mode & 0o777 == mode
+            and hashlib.sha256(handle.read()).digest() == hashlib.sha256(data).digest()
+        )
     if not same:
         log.warning(
-            "the cached %s does not hold what its name says (changed since it was written): writing it again", target
+            "the cached %s does not hold what its name says, or is not this user's own file writable by no one "
+            "else (owner uid %d, mode %o): writing it again",
+            target,
+            info.st_uid,
+            info.st_mode & 0o7777,
         )
         _write_atomically(target, data, mode)
 

@@ -15,7 +15,7 @@ from typing import Any
 
 from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
 
-from airflow_tfos.hooks.backend import Submission
+from airflow_tfos.hooks.backend import Submission, private_dir
 from airflow_tfos.hooks.spark_conf import _SUBMITTED, parse_application_id, properties_text
 
 
@@ -90,8 +90,7 @@ def private_properties(base_file: str | None, secret_conf: Mapping[str, str], fo
     if not secret_conf:
         return base_file
     base = Path(base_file).read_text() + "\n" if base_file else ""
-    folder = Path(folder)
-    folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+    folder = private_dir(folder)
     path = folder / f"{uuid.uuid4().hex}.properties"
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     with os.fdopen(fd, "w", encoding="utf-8") as handle:

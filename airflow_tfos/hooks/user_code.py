@@ -22,6 +22,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+from airflow_tfos.hooks.backend import own_private_file, private_dir
 from airflow_tfos.hooks.errors import UserCodeError as UserCodeError
 
 #: The largest package shipped with --py-files; larger code belongs in a packed environment.
@@ -173,8 +174,8 @@ def code_zip(
                 )
             entries.append((arcname, data))
     digest = _digest(entries)
-    target = Path(cache_dir) / f"user-code-{digest}.zip"
-    if not target.exists() or _zip_digest(target) != digest:
+    target = private_dir(cache_dir) / f"user-code-{digest}.zip"
+    if not _own_file(target) or _zip_digest(target) != digest:
         buffer = io.BytesIO()
         with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as archive:
             for arcname, data in entries:
@@ -184,6 +185,14 @@ def code_zip(
         tmp.write_bytes(buffer.getvalue())
         os.replace(tmp, target)
     return ShippedCode(target, digest, tuple(sorted(unique)), target.stat().st_size)
+
+
+def _own_file(path: Path) -> bool:
+    """Whether ``path`` is a plain file of this user that no one else may write (not a link)."""
+    try:
+        return own_private_file(os.lstat(path))
+    except FileNotFoundError:
+        return False
 
 
 def _digest(entries: Iterable[tuple[str, bytes]]) -> str:
