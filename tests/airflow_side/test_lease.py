@@ -19,6 +19,7 @@ from airflow_tfos.shared.lease import (
     LEASE,
     Lease,
     LeaseHeldError,
+    LeaseWatch,
     lease_timeout,
     live_lease_of_other,
     read_lease,
@@ -68,23 +69,27 @@ def test_renewing_ones_own_lease_keeps_when_it_was_acquired(rundir):
     assert (taken.acquired, taken.owner) == (160.0, "w2")
 
 
-def test_a_lease_lapses_its_duration_after_the_later_of_its_own_and_the_drivers_heartbeat(rundir):
-    lease = Lease("w1", "a", "local", acquired=100.0, heartbeat=100.0, duration_secs=30.0)
-    assert lease.expires(None) == 130.0
-    assert lease.expires({"state": "RUNNING", "heartbeat": 90.0}) == 130.0  # an older application's status
-    assert lease.expires({"state": "RUNNING", "heartbeat": 170.0}) == 200.0  # renewed by the driver
-    assert lease.expires({"state": "FAILED", "heartbeat": 170.0}) is None  # the driver recorded the end
-    assert lease.expires({"state": "SUCCEEDED", "heartbeat": 90.0}) == 130.0  # an older run's end does not count
+def test_a_lease_lapses_its_duration_after_the_last_change_the_reader_saw_of_it_or_of_the_drivers_heartbeat():
+    lease, watch = Lease("w1", "a", "local", acquired=100.0, heartbeat=100.0, duration_secs=30.0), LeaseWatch()
+    assert watch.remaining(lease, None, status_after_lease=False, now=5.0) == 30.0  # first seen now
+    assert watch.remaining(lease, None, status_after_lease=False, now=25.0) == 10.0
+    beating = {"state": "RUNNING", "heartbeat": 1.0}  # the driver's clock: never compared with the reader's
+    assert watch.remaining(lease, beating, status_after_lease=True, now=30.0) == 30.0  # renewed by the driver
+    assert watch.remaining(lease, beating, status_after_lease=True, now=60.0) == 0.0
+    ended = {"state": "FAILED", "heartbeat": 2.0}
+    assert LeaseWatch().remaining(lease, ended, status_after_lease=True, now=0.0) == 0.0  # the driver recorded the end
+    assert LeaseWatch().remaining(lease, ended, status_after_lease=False, now=0.0) == 30.0  # an older run's end
 
 
 def test_only_a_live_lease_of_another_owner_holds_the_run(rundir):
     assert live_lease_of_other(rundir, "w2", now=0.0) is None  # no lease
     take_lease(rundir, owner="w1", backend="local", duration_secs=30, now=100.0)
-    assert live_lease_of_other(rundir, "w1", now=110.0) is None  # one's own
-    assert live_lease_of_other(rundir, "w2", now=110.0)[1] == 130.0
-    assert live_lease_of_other(rundir, "w2", now=130.0) is None  # lapsed
-    rundir.write_status("RUNNING", application_id="app-1")  # the driver beats now (real time, >> 130)
-    assert live_lease_of_other(rundir, "w2", now=131.0) is not None
+    watch = LeaseWatch()
+    assert live_lease_of_other(rundir, "w1", watch, now=110.0) is None  # one's own
+    assert live_lease_of_other(rundir, "w2", watch, now=110.0)[1] == 30.0
+    assert live_lease_of_other(rundir, "w2", watch, now=140.0) is None  # unchanged for 30 s: lapsed
+    rundir.write_status("RUNNING", application_id="app-1")  # the driver beats
+    assert live_lease_of_other(rundir, "w2", watch, now=141.0) is not None
 
 
 def test_a_live_application_of_another_workers_lease_is_adopted_without_waiting(rundir):
@@ -103,7 +108,7 @@ def test_an_invisible_application_is_waited_out_until_its_lease_lapses(rundir, c
                                sleep=clock.sleep)  # fmt: skip
     assert found is None and clock.now == 1_012.0 and clock.slept == [5, 5, 2]
     said = [r.getMessage() for r in caplog.records if "held by" in r.getMessage()]
-    assert len(said) == 1 and "w1 (application local-a, backend local) until 1970-01-01 00:16:52 UTC" in said[0]
+    assert len(said) == 1 and "w1 (application local-a, backend local), which lapses in 12 s" in said[0]
 
 
 def test_a_lease_that_outlives_the_timeout_fails_naming_its_holder_and_what_to_do(rundir):
@@ -186,11 +191,12 @@ def test_the_operator_submits_once_the_other_workers_lease_lapses_and_then_holds
     use_backend(op, backend)
     rundir = RunDir(str(tmp_path))
     exporting(backend, rundir, op.request_hash())
-    lapses = take_lease(rundir, owner="other-worker", backend="local", duration_secs=0.5).expires()
+    take_lease(rundir, owner="other-worker", backend="local", duration_secs=0.5)
     context = make_context()
     context["ti"].task = op
+    started = time.monotonic()
     result = op.execute(context)
-    assert len(backend.submitted) == 1 and time.time() >= lapses
+    assert len(backend.submitted) == 1 and time.monotonic() - started >= 0.5
     lease = read_lease(rundir)
     assert (lease.owner, lease.application_id, lease.backend) == (
         "fake-worker",
