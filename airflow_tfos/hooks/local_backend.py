@@ -4,7 +4,9 @@
 
 With a standalone master (``spark://``) the application's name carries the run's tag, and the master's
 web UI (:class:`~airflow_tfos.hooks.standalone.StandaloneMaster`) finds and kills the run's applications
-that other Airflow workers started: the tracker stays the fast path for the applications of this worker."""
+that other Airflow workers started, of this backend's user only (the master lists every user's applications,
+and a name is no proof of who submitted it): the tracker stays the fast path for the applications of this
+worker."""
 
 from __future__ import annotations
 
@@ -15,7 +17,7 @@ from airflow_tfos.hooks.backend import ApplicationAlreadyRunningError, Backend, 
 from airflow_tfos.hooks.local import LocalBackend
 from airflow_tfos.hooks.spark_conf import check_local_master, env_conf
 from airflow_tfos.hooks.spark_submit import private_properties, spark_submit_for
-from airflow_tfos.hooks.standalone import StandaloneMaster, master_webui_url, name_with_tag
+from airflow_tfos.hooks.standalone import StandaloneMaster, master_webui_url, name_with_tag, spark_user
 from airflow_tfos.hooks.state import AppState
 from airflow_tfos.shared.lease import lease_owner
 
@@ -29,16 +31,21 @@ class LocalSparkBackend(Backend):
     :param tracker: the tracker of local applications.
     :param master: the Spark master (``local-cluster[...]``, ``local[N]`` or ``spark://host:port``).
     :param webui_url: a standalone master's web UI (default: :func:`~airflow_tfos.hooks.standalone.master_webui_url`).
+    :param user: the user this backend's applications run as on a standalone master, whose applications alone
+        it finds and kills there (default: :func:`~airflow_tfos.hooks.standalone.spark_user`).
     """
 
     name = "local"
 
-    def __init__(self, tracker: LocalBackend, *, master: str, webui_url: str | None = None) -> None:
+    def __init__(
+        self, tracker: LocalBackend, *, master: str, webui_url: str | None = None, user: str | None = None
+    ) -> None:
         self.tracker = tracker
         self.master = master
         self.webui_url = webui_url or master_webui_url(master)
+        self.user = user or spark_user()
         #: the standalone master, for ``spark://`` masters (None for local masters)
-        self.standalone = StandaloneMaster(self.webui_url) if self.webui_url else None
+        self.standalone = StandaloneMaster(self.webui_url, user=self.user) if self.webui_url else None
 
     @property
     def lease_owner(self) -> str:

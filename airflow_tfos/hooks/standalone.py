@@ -8,6 +8,12 @@ applications with their names. A kill goes through the master's UI (``POST /app/
 which removes the application and its executors; the driver, a client-mode process on another worker,
 sees its executors go and its application end.
 
+A name is no proof of who submitted an application: any user of the master can put any tag in a name (and
+two teams with the same default run directories have the same tags). So a search by tag keeps only the
+applications of one user (the ``user`` the master lists: :func:`spark_user`), and a kill refuses an
+application of another user. That field is what the driver says of itself: it tells teams apart, not a user
+who means to pass for another (the master's web UI, which kills, has no authentication of its own either).
+
 The web UI port is 8080 unless the master was started with another ``--webui-port`` /
 ``spark.master.ui.port``: then set ``AIRFLOW_TFOS_MASTER_WEBUI`` (e.g. ``http://master-host:18080``) on
 the Airflow workers. Pure Python: no Airflow import.
@@ -15,12 +21,16 @@ the Airflow workers. Pure Python: no Airflow import.
 
 from __future__ import annotations
 
+import getpass
 import json
 import logging
 import os
+import pwd
+import shlex
 import time
 import urllib.parse
 import urllib.request
+from collections.abc import Iterable
 from typing import Any
 
 from airflow_tfos.hooks.errors import ApplicationNotFoundError, LocalBackendError
@@ -58,6 +68,33 @@ def carries_tag(name: str, tag: str) -> bool:
     return f"[{tag}]" in (name or "")
 
 
+def spark_user(driver_java_options: str | None = None) -> str:
+    """The user a standalone master lists for an application whose driver starts from this process.
+
+    The master lists the driver JVM's ``user.name``: the OS user the driver runs as, unless its Java options
+    (``spark.driver.extraJavaOptions``) set ``-Duser.name=...`` (``SPARK_USER`` and ``HADOOP_USER_NAME`` do
+    not change it).
+
+    :param driver_java_options: the driver's ``spark.driver.extraJavaOptions``, if any.
+    """
+    try:
+        options = shlex.split(driver_java_options or "")
+    except ValueError:  # unbalanced quotes: the JVM would not start with them either
+        options = []
+    for option in options:
+        if option.startswith("-Duser.name="):
+            return option.removeprefix("-Duser.name=")
+    try:
+        return pwd.getpwuid(os.getuid()).pw_name
+    except KeyError:  # a uid without a passwd entry
+        return getpass.getuser()
+
+
+def owned_with_tag(apps: Iterable[AppState], tag: str, user: str | None) -> list[AppState]:
+    """The applications of ``apps`` whose name carries ``tag`` and that run as ``user`` (None: any user)."""
+    return [app for app in apps if carries_tag(app.name, tag) and (user is None or app.user == user)]
+
+
 def master_webui_url(master: str, port: int | None = None) -> str | None:
     """The web UI of a standalone master (``spark://h:7077`` -> ``http://h:8080``); None for other masters.
 
@@ -93,11 +130,14 @@ class StandaloneMaster:
     """Ask a standalone master's web UI for applications, and kill them through it.
 
     :param webui_url: the master's web UI (:func:`master_webui_url`).
+    :param user: the user whose applications a search finds and a kill may end (:func:`spark_user`); None:
+        any user's (for reading states only).
     :param timeout: seconds to wait for an answer.
     """
 
-    def __init__(self, webui_url: str, *, timeout: float = 5.0) -> None:
+    def __init__(self, webui_url: str, *, user: str | None = None, timeout: float = 5.0) -> None:
         self.webui_url = webui_url.rstrip("/")
+        self.user = user
         self.timeout = timeout
 
     def applications(self) -> list[AppState]:
@@ -116,8 +156,8 @@ class StandaloneMaster:
         return sorted(found, key=lambda app: app.app_id)
 
     def find_by_tag(self, tag: str) -> list[AppState]:
-        """The applications whose name carries ``tag``, live or not, oldest first."""
-        return [app for app in self.applications() if carries_tag(app.name, tag)]
+        """The applications of :attr:`user` whose name carries ``tag``, live or not, oldest first."""
+        return owned_with_tag(self.applications(), tag, self.user)
 
     def get_state(self, app_id: str) -> AppState:
         """The application's state; :class:`ApplicationNotFoundError` when the master does not know it."""
@@ -129,7 +169,8 @@ class StandaloneMaster:
     def kill(self, app_id: str, grace_secs: float = 30) -> AppState:
         """Ask the master to kill the application, and wait up to ``grace_secs`` for it to leave the active list.
 
-        An application that has ended, or that the master has forgotten, is left alone.
+        An application that has ended, or that the master has forgotten, is left alone; one of another user
+        than :attr:`user` is refused (:class:`LocalBackendError`).
         """
         try:
             state = self.get_state(app_id)
@@ -137,6 +178,12 @@ class StandaloneMaster:
             return AppState(app_id=app_id, state="KILLED", final_status="KILLED", diagnostics="not known to the master")
         if state.is_terminal:
             return state
+        if self.user is not None and state.user != self.user:
+            raise LocalBackendError(
+                f"application {app_id} on the standalone master at {self.webui_url} runs as user {state.user!r}, "
+                f"not as {self.user!r}: it is not this run's to kill (set SPARK_USER or HADOOP_USER_NAME to the "
+                "user the run's applications run as if that is wrong)"
+            )
         body = urllib.parse.urlencode({"id": app_id, "terminate": "true"}).encode()
         request = urllib.request.Request(self.webui_url + KILL_PATH, data=body, method="POST")
         try:

@@ -156,8 +156,10 @@ class TFoSHook(BaseHook):
 
             return YarnBackend(self.yarn_hook, tracker_dir=self._tracker_dir)
         from airflow_tfos.hooks.local_backend import LocalSparkBackend
+        from airflow_tfos.hooks.standalone import spark_user
 
-        return LocalSparkBackend(self.local, master=self.master)
+        java_options = self.conf.get("spark.driver.extraJavaOptions")
+        return LocalSparkBackend(self.local, master=self.master, user=spark_user(java_options))
 
     @property
     def backend(self) -> str:
