@@ -10,7 +10,8 @@ Connection (type ``yarn``): host is one or more RM web addresses, comma-separate
 (``rm1.example.com,rm2.example.com`` or ``rm1:8088,rm2:8088``); port (default 8088, or 8090 for
 https); schema ``http`` or ``https``; login is the ``user.name`` of simple authentication. Extras:
 ``auth`` (``simple`` or ``kerberos``), ``application_user`` (the user the run's applications run as,
-which a search by tag must match; default: login, else ``$HADOOP_USER_NAME``, else the OS user),
+which a search by tag must match; default with ``kerberos``: the short name of the principal, else with
+``simple``: login, else ``$HADOOP_USER_NAME``, else the OS user),
 ``verify`` (TLS: true, false or a CA bundle path), ``timeout`` (seconds per request, default 10),
 ``rm_addresses`` (a list, instead of host), ``max_retries`` (default 3), ``retry_backoff`` (first wait
 in seconds, default 1), ``max_retry_seconds`` (default 60).
@@ -22,6 +23,7 @@ Hadoop's ``yarn-site.xml`` (``YARN_CONF_DIR`` or ``HADOOP_CONF_DIR``: :mod:`airf
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
@@ -92,6 +94,12 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 
+def principal_short_name(principal: str) -> str:
+    """The user a Kerberos principal stands for under Hadoop's default ``auth_to_local`` rule (a principal of
+    the default realm): the part before ``/`` and ``@`` (``etl/host.example.com@EXAMPLE.COM`` -> ``etl``)."""
+    return principal.split("@", 1)[0].split("/", 1)[0]
+
+
 class YarnHook(BaseHook):
     """Read, find and kill YARN applications through the ResourceManager REST API.
 
@@ -160,7 +168,7 @@ class YarnHook(BaseHook):
             extra["rm_addresses"] = list(found)
             if conf is not None and conf.auth() == "kerberos":
                 extra.setdefault("auth", "kerberos")
-        return parse_connection(
+        settings = parse_connection(
             self.yarn_conn_id,
             host=host,
             port=conn.port if conn is not None else None,
@@ -168,6 +176,10 @@ class YarnHook(BaseHook):
             login=conn.login if conn is not None else None,
             extra=extra,
         )
+        explicit = extra.get("application_user") or extra.get("extra__yarn__application_user")
+        if settings.auth == "kerberos" and not explicit:  # the login is no user under Kerberos: the principal is
+            settings = dataclasses.replace(settings, app_user=None)
+        return settings
 
     @property
     def _rms(self) -> RmTransport:
@@ -327,11 +339,40 @@ class YarnHook(BaseHook):
 
     @property
     def application_user(self) -> str:
-        """The user this connection's applications run as: extra ``application_user``, else the login, else
-        ``$HADOOP_USER_NAME``, else the OS user (what spark-submit runs as with simple authentication)."""
+        """The user this connection's applications run as, whose applications alone a search by tag finds.
+
+        Extra ``application_user`` when given. Else with ``auth=kerberos``, the short name of the connection's
+        principal (else of the ticket cache's): ``etl/host@REALM`` -> ``etl``, as Hadoop's default
+        ``auth_to_local`` rule maps a principal of the cluster's realm (a cluster with other rules needs the
+        extra). Else (simple authentication) the login, else ``$HADOOP_USER_NAME``, else the OS user: what
+        spark-submit runs as.
+        """
         import getpass
 
-        return self.settings.app_user or os.environ.get("HADOOP_USER_NAME") or getpass.getuser()
+        settings = self.settings
+        if settings.app_user:
+            return settings.app_user
+        if settings.auth == "kerberos":
+            principal = settings.principal or self._ticket_cache_principal()
+            if principal:
+                return principal_short_name(principal)
+            return getpass.getuser()
+        return os.environ.get("HADOOP_USER_NAME") or getpass.getuser()
+
+    def _ticket_cache_principal(self) -> str | None:
+        """The principal of the ticket cache this connection authenticates with, or None (warned) if none."""
+        from airflow_tfos.shared.errors import KerberosAuthError
+
+        try:
+            return str(self.settings.kerberos_login().credentials("the ResourceManager").name)
+        except (ImportError, KerberosAuthError) as exc:
+            log.warning(
+                "connection %s: no principal to name the user of its applications (%s); searching for the OS "
+                "user's: set extra 'application_user' or 'principal'",
+                self.yarn_conn_id,
+                exc,
+            )
+            return None
 
     async def aapplication_user(self) -> str:
         """:attr:`application_user`, reading the connection without blocking the event loop."""
