@@ -1,8 +1,15 @@
-"""Extra links on TFoS tasks: the application's UI, TensorBoard, the training report."""
+"""Extra links on TFoS tasks: the application's UI, TensorBoard, the training report.
+
+A link's target may come from a place that others can write (tensorboard.json in the run directory, an
+application's tracking URL): only an ``http://`` or ``https://`` URL with a host is ever pushed or shown
+(:func:`link_url`); anything else (``javascript:``, ``file:``, ``data:``...) is dropped with a warning.
+"""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import logging
+import urllib.parse
+from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseOperatorLink
 from airflow.sdk.execution_time.xcom import XCom
@@ -21,6 +28,35 @@ REPORT_URL_KEY = "report_url"
 RUN_DIR_KEY = "run_dir"
 #: The Spark setting (or ``spark`` connection extra) that names the Spark history server (``host:port``).
 HISTORY_SERVER_CONF = "spark.yarn.historyServer.address"
+#: The only schemes a link may lead to.
+LINK_SCHEMES = ("http", "https")
+
+log = logging.getLogger(__name__)
+
+
+def link_url(url: object, what: str = "a link", logger: Any = None) -> str | None:
+    """``url`` when a link may lead there: an ``http://`` or ``https://`` URL with a host and no user or
+    password in it; else None, with a warning that names ``what`` and the scheme (not the URL) unless ``url``
+    is empty.
+
+    :param url: the link's target as found (tensorboard.json, a tracking URL, an XCom).
+    :param what: what the link is, for the warning.
+    :param logger: where to warn (a logger; default: this module's).
+    """
+    if not url:
+        return None
+    text = str(url).strip()
+    try:
+        parts = urllib.parse.urlsplit(text)
+        host, userinfo = parts.hostname, parts.username is not None or parts.password is not None
+    except ValueError:
+        parts, host, userinfo = None, None, False
+    scheme = parts.scheme.lower() if parts is not None else ""
+    if scheme in LINK_SCHEMES and host and not userinfo and not any(c.isspace() for c in text):
+        return text
+    why = "it names a user or password" if userinfo else f"scheme {scheme or 'none'!r}, not http(s) with a host"
+    (logger or log).warning("not linking %s: its URL is refused (%s)", what, why)
+    return None
 
 
 def history_server_url(address: str, app_id: str) -> str:
@@ -48,7 +84,7 @@ class _XComLink(BaseOperatorLink):
         targets = getattr(operator, "link_targets", None)
         known = isinstance(targets, dict)
         value = targets.get(self.key) if known else XCom.get_value(ti_key=ti_key, key=self.key)
-        return str(value) if value else ""
+        return link_url(value, f"the {self.name} link") or ""
 
 
 class SparkApplicationLink(_XComLink):

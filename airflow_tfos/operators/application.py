@@ -35,6 +35,7 @@ from airflow_tfos.links.tfos import (
     TRACKING_URL_KEY,
     SparkApplicationLink,
     TensorBoardLink,
+    link_url,
 )
 from airflow_tfos.operators.checks import check_at_parse_time, check_rendered
 from airflow_tfos.operators.run import ApplicationRun, AppResources
@@ -141,6 +142,7 @@ class _TFoSApplicationOperator(ResumableJobMixin, BaseOperator):
         self._tfos_result: dict[str, Any] | None = None
         self._ti: Any = None
         self._tracking_url: str | None = None
+        self._tensorboard_found = ""  # the address tensorboard.json held at the last look
         #: what this try pushed for the extra links (see airflow_tfos.links.tfos)
         self.link_targets: dict[str, str] = {}
 
@@ -285,6 +287,7 @@ class _TFoSApplicationOperator(ResumableJobMixin, BaseOperator):
             url = self.hook.history_url(app, self.conf) or (app.tracking_url if app.is_terminal else None)
         except Exception as exc:  # a link is never worth failing the task for
             self.log.warning("cannot tell where application %s's UI is now: %s", app.app_id, exc)
+        url = link_url(url, f"the UI of application {app.app_id}", self.log)
         if url:
             self.link_targets[TRACKING_URL_KEY] = url
         else:
@@ -353,8 +356,12 @@ class _TFoSApplicationOperator(ResumableJobMixin, BaseOperator):
     # --- waiting -------------------------------------------------------------------------------------------
 
     def push_tracking_url(self, url: str | None) -> None:
-        """Push the application's UI address (the Spark application link) once it is known, or when it changes."""
+        """Push the application's UI address (the Spark application link) once it is known, or when it changes;
+        one that is not an http(s) URL is dropped with a warning (once)."""
         if url and url != self._tracking_url and self._ti is not None:
+            self._tracking_url = url
+            if link_url(url, "the application's UI", self.log) is None:
+                return
             self._ti.xcom_push(key=TRACKING_URL_KEY, value=url)
             # under the link's own key too, so that the UI shows the link while the task still runs
             self._ti.xcom_push(key=SparkApplicationLink().xcom_key, value=url)
@@ -363,7 +370,8 @@ class _TFoSApplicationOperator(ResumableJobMixin, BaseOperator):
 
     def push_tensorboard_url(self) -> None:
         """Push where TensorBoard serves the run (tensorboard.json, written by the node that serves it) under the
-        TensorBoard link's key while the application runs; an empty link once it stopped."""
+        TensorBoard link's key while the application runs; an empty link once it stopped, or when the address
+        is not an http(s) URL (dropped with a warning, once)."""
         if not getattr(self, "tensorboard", False) or self._ti is None:
             return
         try:
@@ -371,7 +379,11 @@ class _TFoSApplicationOperator(ResumableJobMixin, BaseOperator):
         except Exception as exc:
             self.log.warning("cannot read where TensorBoard serves the run: %s", exc)
             return
-        url = str(record.get("url") or "") if isinstance(record, dict) else ""
+        found = str(record.get("url") or "") if isinstance(record, dict) else ""
+        if found and found == self._tensorboard_found:
+            return  # unchanged since the last look (a refused one is warned about once)
+        self._tensorboard_found = found
+        url = link_url(found, "TensorBoard", self.log) or ""
         if url == self.link_targets.get(TENSORBOARD_URL_KEY, ""):
             return
         if url:
