@@ -21,7 +21,7 @@ from airflow_tfos.hooks.apps import ApplicationClient
 from airflow_tfos.hooks.run_dir import PollPacer, RunDirHook, RunWatch
 from airflow_tfos.hooks.runs import RunConfigError, check_run_dir, run_key, run_tag, safe_name
 from airflow_tfos.hooks.state import AppState
-from airflow_tfos.links.tfos import TRACKING_URL_KEY, SparkApplicationLink, TrainingReportLink
+from airflow_tfos.links.tfos import TRACKING_URL_KEY, SparkApplicationLink, TrainingReportLink, link_url
 from airflow_tfos.operators.checks import rendered
 from airflow_tfos.operators.run_dirs import resolve_run_dir, templated
 from airflow_tfos.sensors.tfos import application_failure
@@ -100,17 +100,31 @@ class _RunTaskOperator(BaseOperator):
         return self.run_dir
 
     def live_application(self) -> AppState | None:
-        """The application named by ``application_id`` if it is live, else a live one with the run's tag."""
+        """The application named by ``application_id`` if it is live, else a live one with the run's tag.
+
+        A named application must be one that a search for the run's tag finds (it carries the tag and, on YARN
+        or a standalone master, runs as the user of this task's applications): another one is refused with
+        :class:`RunConfigError`, never stopped nor killed.
+        """
+        tag = run_tag(self.run_dir)
         if self.application_id:
             state = self.apps.get(self.application_id)
             if not state.is_terminal:
+                if all(app.app_id != state.app_id for app in self.apps.find(tag)):
+                    raise RunConfigError(
+                        f"{type(self).__name__} {self.task_id!r}: application_id {state.app_id} is not an "
+                        f"application of {self.run_dir} (it does not carry the run's tag {tag}, or runs as "
+                        "another user than this connection's applications): give the application the launch "
+                        "task started, or no application_id to act on the live one with the run's tag"
+                    )
                 return self._linked(state)
-        live = [a for a in self.apps.find(run_tag(self.run_dir)) if not a.is_terminal]
+        live = [a for a in self.apps.find(tag) if not a.is_terminal]
         return self._linked(live[0]) if live else None
 
     def _linked(self, app: AppState) -> AppState:
-        if app.tracking_url:
-            self.link_targets[TRACKING_URL_KEY] = app.tracking_url
+        url = link_url(app.tracking_url, f"the UI of application {app.app_id}", self.log)
+        if url:
+            self.link_targets[TRACKING_URL_KEY] = url
         return app
 
 

@@ -6,6 +6,10 @@ that race both keep the earliest application and kill the other), and name the a
 work. :class:`TrainingRun` adds what training means by done (an export of this spec), its result and its
 failure; batch inference has its own (``airflow_tfos.operators.inference.InferenceRun``).
 
+Every application it adopts (reattaching, waiting out another worker's lease, after a submission refused for
+a live tag, or the winner of a race) is one that the backend finds by the run's tag (of this connection's
+user, where the cluster is shared) and that works on this spec (:meth:`ApplicationRun.works_on_spec`).
+
 It does no waiting and knows nothing of Airflow's task machinery: the operators wait, defer and push
 XComs, and call these steps in order (``already_done``, ``reattach_or_submit``, ``finish``).
 """
@@ -219,14 +223,18 @@ class ApplicationRun:
         try:
             app_id = self.hook.submit(self.run_dir, tag=tag, spec_hash=spec_digest(self.spec_json), **vars(resources))
         except ApplicationAlreadyRunningError as exc:
-            # another try of this task submitted first (the local backend's per-tag lock said so)
-            self.log.warning("%s: attaching to the application already running", exc)
-            live = self.hook.find_live(tag)
+            # another try of this task submitted first (the local backend's per-tag lock said so): attach to it
+            # only if it works on this spec
+            live = self.live_on_spec()
             if not live:
+                self.log.warning("%s, and none works on this task's spec %s", exc, self.digest)
                 raise
-            return live[0]
+            winner = pick_winner([a.app_id for a in live])
+            self.log.warning("%s: attaching to application %s, which works on this spec", exc, winner)
+            return next(a for a in live if a.app_id == winner)
         self.log.info("submitted application %s for %s (tag %s)", app_id, self.run_dir, tag)
-        winner = pick_winner(sorted({a.app_id for a in self.hook.find_live(tag)} | {app_id}))
+        racers = [a.app_id for a in self.hook.find_live(tag) if a.app_id != app_id and self.works_on_spec(a)]
+        winner = pick_winner(sorted({*racers, app_id}))
         if winner != app_id:
             self.log.warning(
                 "another try submitted %s for this run first: killing %s and attaching to it", winner, app_id
