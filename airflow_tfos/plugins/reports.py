@@ -26,8 +26,20 @@ What it serves, and to whom:
   ``DagAccessEntity.TASK_INSTANCE``). The owner is what the run directory's ``owner.json`` records (the
   task instance that submitted the run writes it with ``spec.json``), never what the address says. A run
   directory without ``owner.json`` (written by an earlier version) is served only to users who may read
-  every Dag. A run directory that does not exist, holds no ``spec.json`` or belongs to a Dag the user may
-  not read is the same 404, which says nothing about which of these it is.
+  every Dag.
+- Authorized before anything is looked up: an address that names the owning Dag (the tabs' addresses)
+  is refused, without a connection lookup or a storage call, to a user who may not read that Dag; one that
+  names no Dag (links of earlier versions), to a user who may read no Dag. Only then is the address's
+  ``webhdfs`` connection resolved and ``owner.json`` read; the Dag it names must be the one the address
+  names, if any.
+- One answer for everything not authorized: a run directory that does not exist, holds no ``spec.json``,
+  belongs to a Dag the user may not read, or that cannot be reached (its connection is not defined here,
+  is no ``webhdfs`` connection, its namenodes fail) is the same 404, which says nothing about which of
+  these it is; the api-server's log says which. A storage failure while an authorized user's report is
+  read is a 502 that names no path, host or address either.
+- Storage calls wait seconds, not minutes (:data:`STORAGE_TIMEOUT_SECS`, :data:`STORAGE_DEADLINE_SECS`,
+  whatever the connection says): the routes are plain functions, which FastAPI runs on its worker threads,
+  off the event loop, and a namenode that does not answer must not hold those threads.
 - Only ``report.html`` and ``<name>.png`` (letters, digits, ``_``, ``-``) from the ``report/`` folder;
   any other name is a 404, and a token that is not an absolute run directory (relative, with ``..``, an
   unknown scheme) a 400. A local file that resolves (through links) outside the run directory's
@@ -45,6 +57,7 @@ import json
 import logging
 import os
 import re
+from dataclasses import replace
 from typing import Annotated, Any
 
 from airflow.sdk.plugins_manager import AirflowPlugin
@@ -60,6 +73,7 @@ from airflow_tfos.plugins.report_urls import (
     URL_PREFIX,
     ReportAddressError,
     check_report_file_name,
+    decode_report_address,
     decode_report_token,
     encode_report_token,
     normalize_run_dir,
@@ -100,6 +114,13 @@ NOT_FOUND = (
     "no training report here that you may read: the run directory does not exist, holds no training run, or "
     "belongs to a Dag whose task instances you may not read (ask for read access to that Dag)"
 )
+#: The answer to a report that an authorized user may read but whose storage failed (the log says how).
+STORAGE_FAILED = "the training report cannot be read from its storage now; the api-server's log says why"
+#: Seconds the api-server waits for one WebHDFS answer, and for one operation with its retries, and how many
+#: more rounds a failing request gets, whatever the connection says (the connection's are for tasks).
+STORAGE_TIMEOUT_SECS = 3.0
+STORAGE_DEADLINE_SECS = 6.0
+STORAGE_RETRIES = 1
 _LINK_TOKEN = re.compile(r"reports/([A-Za-z0-9_-]+)/")
 
 _bearer = HTTPBearer(auto_error=False)
@@ -133,12 +154,21 @@ async def authenticated_user(
     return await get_user(request, _oauth_token=None, bearer_credentials=credentials)
 
 
+def _not_found() -> HTTPException:
+    return HTTPException(status.HTTP_404_NOT_FOUND, NOT_FOUND)
+
+
 def run_dir_storage(run_dir: str, webhdfs_conn_id: str | None) -> Storage:
     """The storage of ``run_dir``: local, or HDFS through a ``webhdfs`` connection defined here (else the
-    api-server's ``AIRFLOW_TFOS_WEBHDFS`` or Hadoop files)."""
+    api-server's ``AIRFLOW_TFOS_WEBHDFS`` or Hadoop files), with the api-server's short timeouts.
+
+    404 (:data:`NOT_FOUND`) when there is none (the connection is not defined, or of another type): the log
+    says which, the answer does not (call it once the user is authorized for the run's Dag).
+    """
     from airflow.sdk.exceptions import AirflowNotFoundException
 
     from airflow_tfos.hooks.run_dir import RunDirHook
+    from airflow_tfos.shared.storage.webhdfs_client import WebHDFSStorage
 
     conn_id = webhdfs_conn_id or DEFAULT_WEBHDFS_CONN_ID
     hook = RunDirHook(run_dir, webhdfs_conn_id=conn_id)
@@ -148,18 +178,31 @@ def run_dir_storage(run_dir: str, webhdfs_conn_id: str | None) -> Storage:
         except AirflowNotFoundException:
             from airflow_tfos.hooks.webhdfs_connection import config_without_connection
 
-            if config_without_connection() is not None:  # AIRFLOW_TFOS_WEBHDFS or HADOOP_CONF_DIR name the namenodes
-                return hook.storage
-            raise HTTPException(
-                status.HTTP_404_NOT_FOUND,
-                f"connection {conn_id!r} (for {run_dir}) is not defined on the api-server, and neither "
-                "AIRFLOW_TFOS_WEBHDFS nor HADOOP_CONF_DIR names a namenode there",
-            ) from None
-        if conn_type != "webhdfs":
-            raise HTTPException(
-                status.HTTP_400_BAD_REQUEST, f"connection {conn_id!r} is of type {conn_type!r}, not 'webhdfs'"
-            )
-    return hook.storage
+            if config_without_connection() is None:
+                log.warning(
+                    "report of %s refused: connection %r is not defined on the api-server, and neither "
+                    "AIRFLOW_TFOS_WEBHDFS nor HADOOP_CONF_DIR names a namenode here",
+                    run_dir,
+                    conn_id,
+                )
+                raise _not_found() from None
+        else:
+            if conn_type != "webhdfs":
+                log.warning(
+                    "report of %s refused: connection %r is of type %r, not 'webhdfs'", run_dir, conn_id, conn_type
+                )
+                raise _not_found()
+    storage = hook.storage
+    if isinstance(storage, WebHDFSStorage):
+        config = storage.config
+        config = replace(
+            config,
+            timeout=min(config.timeout, STORAGE_TIMEOUT_SECS),
+            deadline=min(config.deadline, STORAGE_DEADLINE_SECS),
+            retries=min(config.retries, STORAGE_RETRIES),
+        )
+        storage = WebHDFSStorage(config, login=storage.login)
+    return storage
 
 
 def _check_local_file(storage: Storage, run_dir: str, path: str) -> None:
@@ -187,16 +230,25 @@ def may_read_dag(user: Any, dag_id: str | None) -> bool:
     )
 
 
+def may_read_some_dag(user: Any) -> bool:
+    """Whether the auth manager lets ``user`` read any Dag at all (every Dag, or some)."""
+    if may_read_dag(user, None):
+        return True
+    from airflow.api_fastapi.app import get_auth_manager
+
+    return bool(get_auth_manager().get_authorized_dag_ids(user=user, method="GET"))
+
+
 def require_dag_reader(user: Any, dag_id: str) -> None:
     """404 (:data:`NOT_FOUND`) unless ``user`` may read the task instances of ``dag_id``."""
     if not may_read_dag(user, dag_id):
-        raise HTTPException(status.HTTP_404_NOT_FOUND, NOT_FOUND)
+        raise _not_found()
 
 
 def run_dir_owner(storage: Storage, run_dir: str) -> dict[str, Any] | None:
     """The run directory's owner.json; None when it has none. 404 (:data:`NOT_FOUND`) when it holds no spec.json."""
     if not storage.exists(join(run_dir, SPEC)):
-        raise HTTPException(status.HTTP_404_NOT_FOUND, NOT_FOUND)
+        raise _not_found()
     try:
         owner = json.loads(storage.read_bytes(join(run_dir, OWNER)))
     except FileNotFoundError:
@@ -209,30 +261,49 @@ def run_dir_owner(storage: Storage, run_dir: str) -> dict[str, Any] | None:
     return owner
 
 
-def authorize_run_dir(storage: Storage, run_dir: str, user: Any) -> None:
-    """404 (:data:`NOT_FOUND`) unless ``run_dir`` is a run directory whose owning Dag ``user`` may read."""
-    owner = run_dir_owner(storage, run_dir)
-    if not may_read_dag(user, owner["dag_id"] if owner else None):
-        log.info("report of %s refused: the user may not read Dag %s", run_dir, owner and owner["dag_id"])
-        raise HTTPException(status.HTTP_404_NOT_FOUND, NOT_FOUND)
+def authorize_run_dir(storage: Storage, run_dir: str, user: Any, dag_id: str | None = None) -> None:
+    """404 (:data:`NOT_FOUND`) unless ``run_dir`` is a run directory whose owning Dag ``user`` may read (and,
+    when the address names a Dag, ``dag_id``, is that Dag); a storage failure is that same 404, logged."""
+    try:
+        owner = run_dir_owner(storage, run_dir)
+    except HTTPException:
+        raise
+    except Exception as exc:  # the storage failed: told in the log only, before the user is authorized
+        log.warning("report of %s refused: its owner.json cannot be read (%s: %s)", run_dir, type(exc).__name__, exc)
+        raise _not_found() from None
+    owner_dag = owner["dag_id"] if owner else None
+    if dag_id is not None and owner_dag is not None and owner_dag != dag_id:
+        log.info("report of %s refused: its address names Dag %s, its owner.json Dag %s", run_dir, dag_id, owner_dag)
+        raise _not_found()
+    if not may_read_dag(user, owner_dag):
+        log.info("report of %s refused: the user may not read Dag %s", run_dir, owner_dag)
+        raise _not_found()
 
 
 def read_report_file(token: str, name: str, user: Any = None) -> tuple[bytes, str]:
-    """Check the address and the user's access to the run's Dag, then read one report file; return its content
-    and content type."""
+    """Check the address, authorize the user for the Dag it names (before any lookup), then for the Dag of the
+    run directory's owner.json, then read one report file; return its content and content type."""
     try:
-        run_dir, conn_id = decode_report_token(token)
-        run_dir = normalize_run_dir(run_dir)
+        address = decode_report_address(token)
+        run_dir = normalize_run_dir(address.run_dir)
     except ReportAddressError as exc:
         raise HTTPException(status.HTTP_400_BAD_REQUEST, str(exc)) from None
     try:
         check_report_file_name(name)
     except ReportAddressError as exc:
         raise HTTPException(status.HTTP_404_NOT_FOUND, str(exc)) from None
-    storage = run_dir_storage(run_dir, conn_id)
+    if not (may_read_dag(user, address.dag_id) if address.dag_id is not None else may_read_some_dag(user)):
+        raise _not_found()  # no connection is resolved, no storage is asked
+    try:
+        storage = run_dir_storage(run_dir, address.conn_id)
+    except HTTPException:
+        raise
+    except Exception as exc:  # a connection that cannot be used (its extras): the log says why
+        log.warning("report of %s refused: its storage cannot be set up (%s: %s)", run_dir, type(exc).__name__, exc)
+        raise _not_found() from None
+    authorize_run_dir(storage, run_dir, user, address.dag_id)
     path = join(run_dir, REPORT_DIR, name)
     try:
-        authorize_run_dir(storage, run_dir, user)
         _check_local_file(storage, run_dir, path)
         data = storage.read_bytes(path)
     except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
@@ -240,8 +311,8 @@ def read_report_file(token: str, name: str, user: Any = None) -> tuple[bytes, st
             raise HTTPException(status.HTTP_404_NOT_FOUND, f"no training report yet in {run_dir}") from None
         raise HTTPException(status.HTTP_404_NOT_FOUND, f"no {name} in the training report of {run_dir}") from None
     except (OSError, ValueError) as exc:
-        log.warning("cannot read %s: %s", path, exc)
-        raise HTTPException(status.HTTP_502_BAD_GATEWAY, f"cannot read {path}: {exc}") from None
+        log.warning("cannot read %s: %s: %s", path, type(exc).__name__, exc)
+        raise HTTPException(status.HTTP_502_BAD_GATEWAY, STORAGE_FAILED) from None
     return data, HTML_TYPE if name == REPORT_PAGE else PNG_TYPE
 
 
@@ -277,7 +348,7 @@ def task_report_tokens(
         run_dir = values.get(RUN_DIR_XCOM_KEY)
         if not isinstance(run_dir, str) or not run_dir:
             continue
-        token = encode_report_token(run_dir)
+        token = encode_report_token(run_dir, dag_id=dag_id)
         link = values.get(REPORT_LINK_XCOM_KEY)
         linked = _LINK_TOKEN.search(link) if isinstance(link, str) else None
         if linked:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import base64
 import contextlib
 import json
+import logging
 import os
 import re
 import secrets
@@ -95,6 +96,7 @@ def signed_in(monkeypatch):
     """A client factory: the app with ``user`` signed in, authorized per Dag by :data:`READERS` (the
     api-server's authentication and a real auth manager are tested on a real api-server below)."""
     monkeypatch.setattr(reports, "may_read_dag", fake_may_read_dag)
+    monkeypatch.setattr(reports, "may_read_some_dag", lambda user: READERS.get(user, set()) != set())
 
     def client_of(user: str) -> TestClient:
         app = create_app()
@@ -239,7 +241,7 @@ def test_serves_a_report_only_to_readers_of_the_dag_its_owner_json_names(signed_
     plot = alice.get(f"/tfos/reports/{encode_report_token(theirs)}/metrics.png")
     assert (plot.status_code, plot.json()["detail"]) == (404, NOT_FOUND)
     assert get(tester, report_link(theirs)).content == PAGE  # a reader of every Dag
-    # the address does not decide: owner.json does (a token naming dag_a cannot exist; only run_dir is in it)
+    # the address does not decide: owner.json does
     RunDir(ours).write_owner(dag_id="dag_b", task_id="train", run_id="manual__2")
     assert get(alice, report_link(ours)).status_code == 404
 
@@ -322,7 +324,7 @@ def set_connection(monkeypatch, conn_id: str, **fields) -> None:
     monkeypatch.setenv(f"AIRFLOW_CONN_{conn_id.upper()}", json.dumps({"conn_type": "webhdfs", **fields}))
 
 
-def test_serves_a_run_directory_on_hdfs(client, monkeypatch):
+def test_serves_a_run_directory_on_hdfs(client, monkeypatch, caplog):
     with WebHDFSEmulator() as emu:
         hosts = ",".join(u.split("://", 1)[1] for u in emu.urls)
         set_connection(monkeypatch, "hdfs_reports", host=hosts, login="airflow", extra={"retries": 1})
@@ -336,15 +338,15 @@ def test_serves_a_run_directory_on_hdfs(client, monkeypatch):
 
         missing = get(client, report_link("hdfs://prod/runs/digits/2026-11-23", "hdfs_reports"))
         assert (missing.status_code, missing.json()["detail"]) == (404, NOT_FOUND)
-        undefined = get(client, report_link(run_dir, "hdfs_nowhere"))
-        assert undefined.status_code == 404
-        assert undefined.json()["detail"].startswith(
-            f"connection 'hdfs_nowhere' (for {run_dir}) is not defined on the api-server, and neither "
-            "AIRFLOW_TFOS_WEBHDFS nor HADOOP_CONF_DIR names a namenode"
-        )
-        monkeypatch.setenv("AIRFLOW_CONN_NOT_HDFS", json.dumps({"conn_type": "http", "host": "127.0.0.1"}))
-        wrong = get(client, report_link(run_dir, "not_hdfs"))
-        assert wrong.status_code == 400 and "is of type 'http', not 'webhdfs'" in wrong.json()["detail"]
+        # a connection that is not defined here, or of another type: the same 404, the log says which
+        with caplog.at_level(logging.WARNING, logger=reports.__name__):
+            undefined = get(client, report_link(run_dir, "hdfs_nowhere"))
+            monkeypatch.setenv("AIRFLOW_CONN_NOT_HDFS", json.dumps({"conn_type": "http", "host": "127.0.0.1"}))
+            wrong = get(client, report_link(run_dir, "not_hdfs"))
+        for reply in (undefined, wrong):
+            assert (reply.status_code, reply.json()["detail"]) == (404, NOT_FOUND)
+        assert "connection 'hdfs_nowhere' is not defined on the api-server" in caplog.text
+        assert "connection 'not_hdfs' is of type 'http', not 'webhdfs'" in caplog.text
 
 
 def test_serves_an_hdfs_run_directory_known_from_the_hadoop_files_alone(client, monkeypatch, tmp_path):
@@ -488,22 +490,26 @@ def test_a_real_api_server_serves_each_report_to_the_readers_of_its_dag(api_serv
     RunDir(runs["b"]).write_owner(dag_id="nightly_b", task_id="train", run_id="scheduled__2026-11-22")
     server, signed = api_server, api_server.signed
 
-    def fetch(user: str | None, run: str, name: str = "report.html") -> tuple[int, bytes]:
-        url = f"{server.url}/{report_path(encode_report_token(run), name)}"
+    def fetch(user: str | None, run: str, name: str = "report.html", dag_id: str | None = None) -> tuple[int, bytes]:
+        url = f"{server.url}/{report_path(encode_report_token(run, dag_id=dag_id), name)}"
         code, body, _ = http_get(url, signed[user] if user else None)
         return code, body
 
     not_found = json.dumps({"detail": NOT_FOUND}, separators=(",", ":")).encode()
     missing = str(tmp_path / "never-written")
-    assert fetch("alice", runs["a"]) == (200, PAGE)
-    assert fetch("alice", runs["a"], "metrics.png") == (200, PNG)
+    assert fetch("alice", runs["a"], dag_id="nightly_a") == (200, PAGE)
+    assert fetch("alice", runs["a"], "metrics.png", dag_id="nightly_a") == (200, PNG)
     # another Dag's report, a run directory that does not exist and one that names no Dag read the same
     for run in (runs["b"], missing, runs["old"]):
-        assert fetch("alice", run) == (404, not_found), run
+        assert fetch("alice", run, dag_id="nightly_a") == (404, not_found), run
+        assert fetch("alice", run, dag_id="nightly_b") == (404, not_found), run
     assert fetch("alice", runs["b"], "metrics.png") == (404, not_found)
-    assert fetch("bob", runs["b"]) == (200, PAGE)
-    assert fetch("bob", runs["a"]) == (404, not_found)
+    assert fetch("bob", runs["b"], dag_id="nightly_b") == (200, PAGE)
+    assert fetch("bob", runs["a"], dag_id="nightly_b") == (404, not_found)
+    # an address naming no Dag: for users who may read some Dag (none is in this api-server's database)
+    assert fetch("bob", runs["b"]) == (404, not_found)
     assert fetch("admin", runs["old"]) == (200, PAGE)  # a reader of every Dag
+    assert fetch("admin", runs["b"]) == (200, PAGE)
     assert fetch(None, runs["a"])[0] == 401
 
     # the task instance tab asks the auth manager first: no answer about another Dag's task instances
