@@ -107,8 +107,9 @@ class TrainingReportLink(BaseOperatorLink):
     """The run's training report, served by the api-server (see :mod:`airflow_tfos.plugins.reports`).
 
     The run directory is the one the task resolved (XCom ``run_dir``), else the operator's ``run_dir``;
-    HDFS run directories are read through the operator's ``webhdfs_conn_id``. The link is relative to
-    the api-server's base URL, as the UI resolves it.
+    HDFS run directories are read through the operator's ``webhdfs_conn_id``. The link names the task's Dag,
+    so that the api-server authorizes the reader before it reads anything of the run. It is relative to the
+    api-server's base URL, as the UI resolves it.
     """
 
     name = "Training report"
@@ -117,4 +118,4 @@ class TrainingReportLink(BaseOperatorLink):
         run_dir = XCom.get_value(ti_key=ti_key, key=RUN_DIR_KEY) or getattr(operator, "run_dir", None)
         if not run_dir or not isinstance(run_dir, str):
             return ""
-        return report_link(run_dir, getattr(operator, "webhdfs_conn_id", None))
+        return report_link(run_dir, getattr(operator, "webhdfs_conn_id", None), dag_id=ti_key.dag_id)

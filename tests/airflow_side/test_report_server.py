@@ -136,13 +136,16 @@ def test_the_link_is_the_address_the_app_serves(client, tmp_path, monkeypatch):
     xcoms: dict[str, str] = {"run_dir": run_dir}
     monkeypatch.setattr(links.XCom, "get_value", lambda *, ti_key, key: xcoms.get(key))
     train = SimpleNamespace(run_dir=None, webhdfs_conn_id=None)  # run_dir resolved at run time, pushed to XCom
-    link = TrainingReportLink().get_link(train, ti_key=None)
-    assert link == report_link(run_dir) and link.startswith("tfos/reports/") and link.endswith("/report.html")
+    ti_key = SimpleNamespace(dag_id="nightly")
+    link = TrainingReportLink().get_link(train, ti_key=ti_key)
+    assert link == report_link(run_dir, dag_id="nightly") != report_link(run_dir)  # names the task's Dag
+    assert link.startswith("tfos/reports/") and link.endswith("/report.html")
     assert get(client, link).content == PAGE
 
     xcoms.clear()  # the feed and shutdown tasks push no run_dir: their own (rendered) run_dir is used
     feed = SimpleNamespace(run_dir=run_dir, webhdfs_conn_id="webhdfs_default")
-    assert TrainingReportLink().get_link(feed, ti_key=None) == link
+    expected = report_link(run_dir, "webhdfs_default", dag_id="nightly")
+    assert TrainingReportLink().get_link(feed, ti_key=ti_key) == expected
     assert TrainingReportLink().get_link(SimpleNamespace(run_dir=None), ti_key=None) == ""
 
 

@@ -456,7 +456,7 @@ def test_report_link_points_at_the_report_of_the_runs_directory(drills, stack):
         drill.check_ended()
         links = stack.links(DAG_ID, drill.run_id, TASK_ID)["extra_links"]
         report = f"{drill.run_dir}/report/report.html"
-        assert links["Training report"] == report_link(drill.run_dir), links  # served by the api-server
+        assert links["Training report"] == report_link(drill.run_dir, dag_id=DAG_ID), links  # served by the api-server
         assert Path(report).is_file(), f"{report} was not written"
 
 

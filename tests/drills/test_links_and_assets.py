@@ -120,7 +120,7 @@ def test_every_link_of_the_finished_task_opens_or_is_absent(links_run, stack):
         with pytest.raises(OSError):
             fetch(links_run["opened"][name][0])  # what they led to while it ran is gone indeed
     run_dir = stack.xcom(LINKS_DAG, RUN_ID, "train", "run_dir")
-    assert links["Training report"] == report_link(run_dir)
+    assert links["Training report"] == report_link(run_dir, dag_id=LINKS_DAG)
     status, page = fetch(urllib.parse.urljoin(stack.base_url + "/", links["Training report"]), stack.token())
     assert status == 200 and page == Path(run_dir, "report", "report.html").read_text(errors="replace")
     assert stack.links(LINKS_DAG, RUN_ID, "publish")["extra_links"] == {}

@@ -105,7 +105,7 @@ def test_task_and_run_tabs_lead_to_the_run_directorys_report(stack, trained):
     auth = {"Authorization": f"Bearer {stack.token()}"}
     code, final, body = open_url(task_tab(stack.base_url, DAG_ID, run_id), auth)
     assert code == 200 and body == report, body[:500]
-    assert final == f"{stack.base_url}/{report_link(str(run_dir))}"  # the extra link's address, kept
+    assert final == f"{stack.base_url}/{report_link(str(run_dir), dag_id=DAG_ID)}"  # the extra link's address, kept
     query = urllib.parse.urlencode({"dag_id": DAG_ID, "run_id": run_id})
     code, final, body = open_url(f"{stack.base_url}/tfos/tab/run?{query}", auth)
     assert code == 200 and body == report  # one training task in the run: its report
