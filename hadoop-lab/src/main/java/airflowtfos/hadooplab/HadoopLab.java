@@ -2,11 +2,15 @@ package airflowtfos.hadooplab;
 
 import java.io.IOException;
 import java.io.InputStream;
+import java.net.InetAddress;
+import java.net.ServerSocket;
 import java.nio.charset.StandardCharsets;
 import java.nio.file.Files;
 import java.nio.file.Path;
 import java.nio.file.StandardCopyOption;
+import java.util.ArrayList;
 import java.util.LinkedHashMap;
+import java.util.List;
 import java.util.Map;
 import java.util.concurrent.CountDownLatch;
 
@@ -17,6 +21,7 @@ import org.apache.hadoop.hdfs.HdfsConfiguration;
 import org.apache.hadoop.hdfs.MiniDFSCluster;
 import org.apache.hadoop.yarn.conf.YarnConfiguration;
 import org.apache.hadoop.yarn.server.MiniYARNCluster;
+import org.apache.hadoop.yarn.server.nodemanager.NodeManager;
 
 import sun.misc.Signal;
 
@@ -71,7 +76,7 @@ public final class HadoopLab {
             System.out.println(READY + description);
             System.out.flush();
         } catch (Throwable e) {
-            System.err.println("hadoop-lab: failed to start: " + e);
+            say("failed to start: " + e);
             e.printStackTrace();
             lab.stop();
             System.exit(1);
@@ -79,7 +84,7 @@ public final class HadoopLab {
         if (options.exitOnStdinEof) {
             Thread watcher = new Thread(() -> {
                 waitForEof(System.in);
-                System.err.println("hadoop-lab: standard input closed");
+                say("standard input closed");
                 stopRequested.countDown();
             }, "hadoop-lab-stdin");
             watcher.setDaemon(true);
@@ -138,7 +143,19 @@ public final class HadoopLab {
         yconf.setInt(YarnConfiguration.RM_SCHEDULER_MAXIMUM_ALLOCATION_VCORES, options.nodeManagerVcores);
         // A shared test machine's disk may be fuller than YARN's default 90% allows.
         yconf.setFloat(YarnConfiguration.NM_MAX_PER_DISK_UTILIZATION_PERCENTAGE, 99.9f);
-        yconf.setBoolean(YarnConfiguration.YARN_MINICLUSTER_FIXED_PORTS, false);
+        // Containers' logs go to HDFS when their application ends, as on a production cluster (and a stopping
+        // NodeManager then has no local log deletions to wait for).
+        yconf.setBoolean(YarnConfiguration.LOG_AGGREGATION_ENABLED, true);
+        yconf.set(YarnConfiguration.NM_REMOTE_APP_LOG_DIR, "/tmp/logs");
+        // The ResourceManager's addresses on 127.0.0.1. The web port is chosen before it starts: with port 0
+        // there, the applications' tracking URLs would say port 0 (the web proxy's address is read early).
+        yconf.setBoolean(YarnConfiguration.YARN_MINICLUSTER_FIXED_PORTS, true);
+        for (String key : new String[] {YarnConfiguration.RM_ADDRESS, YarnConfiguration.RM_SCHEDULER_ADDRESS,
+            YarnConfiguration.RM_RESOURCE_TRACKER_ADDRESS, YarnConfiguration.RM_ADMIN_ADDRESS}) {
+            yconf.set(key, LOOPBACK + ":0");
+        }
+        int webPort = options.resourceManagerWebPort != 0 ? options.resourceManagerWebPort : freePort();
+        yconf.set(YarnConfiguration.RM_WEBAPP_ADDRESS, LOOPBACK + ":" + webPort);
         yarn = new MiniYARNCluster("hadoop-lab", 1, options.nodeManagers, 1, 1);
         yarn.init(yconf);
         yarn.start();
@@ -149,6 +166,12 @@ public final class HadoopLab {
         control = new LabControl(dfs, yarn, options.nodeManagers);
         control.start();
         writeSiteFiles(user);
+    }
+
+    private static int freePort() throws IOException {
+        try (ServerSocket socket = new ServerSocket(0, 1, InetAddress.getByName(LOOPBACK))) {
+            return socket.getLocalPort();
+        }
     }
 
     private static void prepareHdfs(FileSystem fs, String user) throws IOException {
@@ -236,31 +259,54 @@ public final class HadoopLab {
     }
 
     private synchronized void stop() {
-        System.err.println("hadoop-lab: stopping");
+        long began = System.nanoTime();
+        say("stopping");
         if (control != null) {
             control.close();
         }
         if (yarn != null) {
-            try {
-                yarn.stop();
-            } catch (Throwable e) {
-                System.err.println("hadoop-lab: stopping YARN: " + e);
+            // Each NodeManager waits up to 10 s for its scheduled log deletions when it stops: stop them
+            // side by side, then the ResourceManager.
+            List<Thread> stoppers = new ArrayList<>();
+            for (int i = 0; i < options.nodeManagers; i++) {
+                NodeManager nm = yarn.getNodeManager(i);
+                Thread t = new Thread(() -> quietly("stopping a NodeManager", nm::stop), "stop-nm-" + i);
+                t.start();
+                stoppers.add(t);
             }
+            for (Thread t : stoppers) {
+                try {
+                    t.join();
+                } catch (InterruptedException e) {
+                    Thread.currentThread().interrupt();
+                }
+            }
+            quietly("stopping YARN", yarn::stop);
             yarn = null;
+            say(String.format("stopped YARN in %.1f s", (System.nanoTime() - began) / 1e9));
         }
         if (dfs != null) {
-            try {
-                dfs.shutdown();
-            } catch (Throwable e) {
-                System.err.println("hadoop-lab: stopping HDFS: " + e);
-            }
+            quietly("stopping HDFS", dfs::shutdown);
             dfs = null;
         }
+        quietly("removing lab.json", () -> Files.deleteIfExists(options.dir.resolve("lab.json")));
+        say(String.format("stopped in %.1f s", (System.nanoTime() - began) / 1e9));
+    }
+
+    private interface Step {
+        void run() throws Exception;
+    }
+
+    private static void quietly(String what, Step step) {
         try {
-            Files.deleteIfExists(options.dir.resolve("lab.json"));
-        } catch (IOException e) {
-            System.err.println("hadoop-lab: removing lab.json: " + e);
+            step.run();
+        } catch (Throwable e) {
+            say(what + ": " + e);
         }
-        System.err.println("hadoop-lab: stopped");
+    }
+
+    static void say(String message) {
+        System.err.println(java.time.LocalDateTime.now() + " hadoop-lab: " + message);
+        System.err.flush();
     }
 }

@@ -6,7 +6,8 @@ import java.nio.file.Paths;
 /** The launcher's command line, validated once. */
 final class LabOptions {
     static final String USAGE = "usage: HadoopLab --dir DIR [--datanodes N] [--nodemanagers N]"
-        + " [--nodemanager-vcores N] [--namenode-port P] [--namenode-http-port P] [--exit-on-stdin-eof]";
+        + " [--nodemanager-vcores N] [--namenode-port P] [--namenode-http-port P]"
+        + " [--resourcemanager-web-port P] [--exit-on-stdin-eof]";
     /** MiniYARNCluster gives every NodeManager 4096 MB; it is not configurable there. */
     static final int NODE_MANAGER_MB = 4096;
 
@@ -16,6 +17,7 @@ final class LabOptions {
     int nodeManagerVcores = 4;
     int nameNodePort = 0;
     int nameNodeHttpPort = 0;
+    int resourceManagerWebPort = 0;
     boolean exitOnStdinEof = false;
 
     static LabOptions parse(String[] args) {
@@ -29,6 +31,7 @@ final class LabOptions {
                 case "--nodemanager-vcores" -> o.nodeManagerVcores = number(args, ++i, arg, 1);
                 case "--namenode-port" -> o.nameNodePort = number(args, ++i, arg, 0);
                 case "--namenode-http-port" -> o.nameNodeHttpPort = number(args, ++i, arg, 0);
+                case "--resourcemanager-web-port" -> o.resourceManagerWebPort = number(args, ++i, arg, 0);
                 case "--exit-on-stdin-eof" -> o.exitOnStdinEof = true;
                 default -> throw new IllegalArgumentException("unknown option " + arg);
             }
