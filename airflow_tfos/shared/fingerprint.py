@@ -85,14 +85,26 @@ def listing_hash(entries: dict[str, list[Any]]) -> str:
     return digest.hexdigest()[:16]
 
 
+def fixed_prefix(path: str) -> str:
+    """The folders of a glob before its first pattern (``/data/day=*/part-0.parquet``: ``/data``)."""
+    parts = path.split("/")
+    first = next(i for i, part in enumerate(parts) if _GLOB & set(part))
+    return "/".join(parts[:first])
+
+
 def files_fingerprint(path: str, storage: Storage) -> dict[str, Any]:
     """The fingerprint of the files under ``path``: their count, bytes, listing hash and (up to
-    :data:`MAX_LISTED`) each one's ``[size, modified ms]`` by path relative to ``path``."""
-    base = _plain(path).rstrip("/")
+    :data:`MAX_LISTED`) each one's ``[size, modified ms]`` by path relative to ``path`` (a glob: relative to
+    its folders before the first pattern, so that ``day=*/part-0.parquet`` keeps one entry per day)."""
+    is_glob = bool(_GLOB & set(path))
+    base = fixed_prefix(_plain(path)) if is_glob else _plain(path).rstrip("/")
     entries = {}
     for info in list_files(path, storage):
         found = _plain(info.path)
-        rel = found[len(base) + 1 :] if found.startswith(base + "/") else posixpath.basename(found)
+        if found.startswith(base + "/"):
+            rel = found[len(base) + 1 :]
+        else:  # ``path`` is a file (its name), or a glob's match outside its prefix (its whole path)
+            rel = found if is_glob else posixpath.basename(found)
         entries[rel] = [info.size, None if info.modified is None else round(info.modified * 1000)]
     return listing_fingerprint(entries, kind="files", path=path)
 
