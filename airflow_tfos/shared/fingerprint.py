@@ -101,10 +101,8 @@ def files_fingerprint(path: str, storage: Storage) -> dict[str, Any]:
     entries = {}
     for info in list_files(path, storage):
         found = _plain(info.path)
-        if found.startswith(base + "/"):
-            rel = found[len(base) + 1 :]
-        else:  # ``path`` is a file (its name), or a glob's match outside its prefix (its whole path)
-            rel = found if is_glob else posixpath.basename(found)
+        outside = found if is_glob else posixpath.basename(found)  # a glob's odd match; ``path`` is a file
+        rel = found[len(base) + 1 :] if found.startswith(base + "/") else outside
         entries[rel] = [info.size, None if info.modified is None else round(info.modified * 1000)]
     return listing_fingerprint(entries, kind="files", path=path)
 
