@@ -257,6 +257,11 @@ def up(conf_dir: Path, *, datanodes: int, nodemanagers: int, vcores: int, heap: 
         raise LabError(
             f"a lab is already running from {conf_dir} (pid {running['pid']}): run 'hadoop.py down {conf_dir}' first"
         )
+    left = lab_processes(conf_dir, None)
+    if left:
+        raise LabError(
+            f"processes of an earlier lab in {conf_dir} are still running ({left}): run 'hadoop.py down {conf_dir}'"
+        )
     if needs_build():
         log.info("built the launcher in %.1f s", build())
     data = conf_dir / "data"
