@@ -199,6 +199,68 @@ class TestRerunDecision:
         assert run.already_done() is not None
 
 
+class TestUnlistedInput:
+    """An input that cannot be listed (no storage for its scheme, unreachable): its changes cannot be seen, so
+    each Airflow run trains again (a retry of the same run resumes); AIRFLOW_TFOS_UNLISTED_INPUT=reuse keeps the
+    last export instead."""
+
+    def run(self, tmp_path: Path, monkeypatch, run_id: str, run_dir: str = "run") -> TrainingRun:
+        for name, value in (("DAG_ID", "nightly"), ("TASK_ID", "train"), ("DAG_RUN_ID", run_id)):
+            monkeypatch.setenv(f"AIRFLOW_CTX_{name}", value)
+        spec = RunSpec(
+            train_fn="my_training:main_fun",
+            num_nodes=2,
+            data={"format": "parquet", "path": "s3a://events/day=1"},
+            feed={"features": ["x"], "label": "y", "batch_size": 30},
+        )
+        rundir = RunDir(str(tmp_path / run_dir))
+        log = logging.getLogger("test_fingerprint")
+        return TrainingRun(run_dir=rundir.uri, spec=spec, hook=None, run_dir_contents=rundir, log=log)
+
+    def test_the_next_airflow_run_trains_again_and_says_why_first(self, tmp_path, monkeypatch, caplog):
+        monkeypatch.delenv("AIRFLOW_TFOS_UNLISTED_INPUT", raising=False)
+        first = self.run(tmp_path, monkeypatch, "scheduled__2026-11-26")
+        first.before_submit()
+        exported(first.run_dir_contents, first.digest)
+
+        rerun = self.run(tmp_path, monkeypatch, "scheduled__2026-11-27")
+        with caplog.at_level(logging.INFO):
+            assert rerun.already_done() is None
+            rerun.before_submit()
+        lines = [
+            r.getMessage() for r in caplog.records if r.name in ("test_fingerprint", "airflow_tfos.shared.fingerprint")
+        ]
+        assert lines[0].startswith("input data (s3a://events/day=1) cannot be listed (ValueError: no storage for")
+        assert "retraining" in lines[0] and "set AIRFLOW_TFOS_UNLISTED_INPUT=reuse" in lines[0]
+        assert not any("a rerun will not see it" in line for line in lines)
+        assert any("cannot be listed" in line and "Training starts from scratch" in line for line in lines)
+        assert list((tmp_path / "run" / "previous").iterdir())  # the old export, kept aside
+
+    def test_a_retry_in_the_same_airflow_run_resumes_and_keeps_its_live_application(self, tmp_path, monkeypatch):
+        monkeypatch.delenv("AIRFLOW_TFOS_UNLISTED_INPUT", raising=False)
+        backend = FakeBackend()
+        first = self.run(tmp_path, monkeypatch, "manual__1")
+        first.hook = backend
+        first.before_submit()
+        first.run_dir_contents.write_spec(first.spec_json)
+        live = backend.add("app-live", "RUNNING", tags=[run_tag(first.run_dir)])
+        retry = self.run(tmp_path, monkeypatch, "manual__1")
+        retry.hook = backend
+        assert retry.fingerprint["hash"] == first.fingerprint["hash"]
+        assert retry.live_on_spec() == [live] and backend.killed == []
+        exported(first.run_dir_contents, first.digest)
+        assert self.run(tmp_path, monkeypatch, "manual__1").already_done() is not None
+
+    def test_reuse_keeps_the_last_export_with_a_warning(self, tmp_path, monkeypatch, caplog):
+        monkeypatch.setenv("AIRFLOW_TFOS_UNLISTED_INPUT", "reuse")
+        first = self.run(tmp_path, monkeypatch, "scheduled__2026-11-26")
+        first.before_submit()
+        exported(first.run_dir_contents, first.digest)
+        with caplog.at_level(logging.WARNING, logger="test_fingerprint"):
+            assert self.run(tmp_path, monkeypatch, "scheduled__2026-11-27").already_done() is not None
+        assert "a change of the input data" in caplog.text and "a rerun will not see it" in caplog.text
+
+
 class TestInferenceRerun:
     """Predictions are redone when their input or their model changed, even at the same paths."""
 
