@@ -84,5 +84,23 @@ def test_a_webhdfs_glob_is_keyed_by_path_below_its_prefix(emu):
         "day=1/part-00000.parquet": 10,
         "day=2/part-00000.parquet": 20,
     }
+    folders = files_fingerprint(f"{base}/day=*", storage)
+    assert folders["files"] == before["files"]
     storage.write_bytes(f"{base}/day=1/part-00000.parquet", b"y" * 11)
     assert files_fingerprint(f"{base}/day=*/part-00000.parquet", storage)["hash"] != before["hash"]
+    assert files_fingerprint(f"{base}/day=*", storage)["hash"] != folders["hash"]
+
+
+def test_a_glob_that_matches_folders_counts_the_files_under_them(tmp_path):
+    """``day=*`` names folders: Spark reads the files in them, so they are what the fingerprint lists."""
+    write_layout(tmp_path)
+    (tmp_path / "day=1" / "_SUCCESS").write_bytes(b"")
+    (tmp_path / "_temporary" / "day=3").mkdir(parents=True)
+    before = run_fingerprint({"data": {"format": "parquet", "path": f"{tmp_path}/day=*"}})
+    assert sorted(before["inputs"]["data"]["files"]) == ["day=1/part-00000.parquet", "day=2/part-00000.parquet"]
+    rewritten = tmp_path / "day=1" / "part-00000.parquet"
+    rewritten.write_bytes(b"s" * 11)
+    after = run_fingerprint({"data": {"format": "parquet", "path": f"{tmp_path}/day=*"}})
+    assert after["hash"] != before["hash"]
+    mixed = files_fingerprint(f"{tmp_path}/*", LocalStorage())  # a file and folders at once
+    assert sorted(mixed["files"]) == ["day=1/part-00000.parquet", "day=2/part-00000.parquet", "part-9.parquet"]

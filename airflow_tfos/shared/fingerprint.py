@@ -36,6 +36,7 @@ beside the spec; the export records its hash, and a rerun whose fingerprint diff
 
 from __future__ import annotations
 
+import fnmatch
 import hashlib
 import json
 import logging
@@ -70,9 +71,13 @@ log = logging.getLogger(__name__)
 
 
 def list_files(path: str, storage: Storage) -> list[FileInfo]:
-    """The files Spark reads under ``path`` (a file, a directory tree or a glob), skipping ``_`` and ``.`` names."""
+    """The files Spark reads under ``path`` (a file, a directory tree or a glob), skipping ``_`` and ``.`` names;
+    a glob's files, and the trees of the folders it matches."""
     if _GLOB & set(path):
-        return storage.list(path)
+        found = {info.path: info for info in storage.list(path)}
+        for folder in _glob_folders(path, storage):
+            found.update((info.path, info) for info in list_files(folder, storage))
+        return sorted(found.values(), key=lambda f: f.path)
     found: list[FileInfo] = []
     pending = [(path.rstrip("/") or path, 0)]
     while pending:
@@ -86,6 +91,26 @@ def list_files(path: str, storage: Storage) -> list[FileInfo]:
             if name not in names and not name.startswith(("_", ".")):
                 pending.append((f"{folder}/{name}", depth + 1))
     return sorted(found, key=lambda f: f.path)
+
+
+def _glob_folders(path: str, storage: Storage) -> list[str]:
+    """The folders (holding something) that the glob ``path`` matches, one listing per folder and pattern; a
+    pattern skips ``_`` and ``.`` names, as Spark skips them in a folder it reads."""
+    prefix = fixed_prefix(path)
+    current = [prefix]
+    for part in path[len(prefix) :].strip("/").split("/"):
+        if not part:
+            continue
+        if not _GLOB & set(part):
+            current = [f"{base}/{part}" for base in current]
+            continue
+        current = [
+            f"{base}/{name}"
+            for base in current
+            for name in storage.listdir(base + "/" if base.endswith("//") or not base else base)  # a root
+            if fnmatch.fnmatchcase(name, part) and not name.startswith(("_", "."))
+        ]
+    return [folder for folder in current if storage.listdir(folder)]
 
 
 def _plain(path: str) -> str:
