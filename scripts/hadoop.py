@@ -4,6 +4,7 @@
     python scripts/hadoop.py status DIR    # is it up; addresses; the daemons; memory
     python scripts/hadoop.py control DIR 'stop-datanode 0'   # or start-datanode, stop/start-nodemanager
     python scripts/hadoop.py down DIR      # stop everything ``up`` started, and check that nothing is left
+    python scripts/hadoop.py inspect DIR PATH...   # what HDFS holds there, as Hadoop's own client sees it (JSON)
     python scripts/hadoop.py build         # only fetch the jars from Maven Central and compile the launcher
 
 ``up`` writes ``core-site.xml``, ``hdfs-site.xml`` and ``yarn-site.xml`` into DIR (use it as HADOOP_CONF_DIR),
@@ -34,6 +35,7 @@ REPO = Path(__file__).resolve().parent.parent
 LAB_SOURCE = REPO / "hadoop-lab"
 LAB_TARGET = LAB_SOURCE / "target"
 LAUNCHER_CLASS = "airflowtfos.hadooplab.HadoopLab"
+INSPECT_CLASS = "airflowtfos.hadooplab.HdfsInspect"
 READY_PREFIX = "hadoop-lab ready "
 PID_FILE = "lab.pid"
 DESCRIPTION_FILE = "lab.json"
@@ -363,6 +365,27 @@ def down(conf_dir: Path, *, grace: float = 60.0) -> list[int]:
     return sorted(ended)
 
 
+def inspect_hdfs(conf_dir: Path, paths: list[str], timeout: float = 120.0) -> dict:
+    """Describe ``paths`` on the lab's HDFS with Hadoop's own Java client (over RPC, from DIR's site files).
+
+    Return ``{"fs": ..., "client": ..., "paths": {path: None | [entry, ...]}}``: each existing path gives itself
+    and everything under it, each entry with ``path``, ``type``, ``permission`` (octal), ``owner``, ``group``,
+    ``length``, ``replication`` and, for a file, the ``sha256`` of its content and (up to 64 KiB) its ``text``.
+    """
+    conf_dir = conf_dir.resolve()
+    if needs_build():
+        log.info("built the launcher in %.1f s", build())
+    java, _ = _java()
+    cmd = [java, f"-Dhadoop.lab.log={conf_dir / 'inspect.log'}", "-cp", classpath(), INSPECT_CLASS]
+    cmd += ["--conf", str(conf_dir), *paths]
+    env = dict(os.environ)
+    env.pop("HADOOP_CONF_DIR", None)
+    result = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env, check=False)
+    if result.returncode != 0:
+        raise LabError(f"HdfsInspect exited with {result.returncode}: {result.stderr.strip()[-3000:]}")
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
 def status(conf_dir: Path) -> dict:
     """Describe the lab in ``conf_dir``: up or not, its addresses, its daemons and its processes' memory."""
     conf_dir = conf_dir.resolve()
@@ -405,6 +428,9 @@ def main(argv: list[str] | None = None) -> int:
     p_control = sub.add_parser("control", help="stop-datanode I | start-datanode I | stop-nodemanager I | ...")
     p_control.add_argument("dir", type=Path)
     p_control.add_argument("line")
+    p_inspect = sub.add_parser("inspect", help="describe HDFS paths with Hadoop's own client, as JSON")
+    p_inspect.add_argument("dir", type=Path)
+    p_inspect.add_argument("paths", nargs="+")
     p_build = sub.add_parser("build", help="fetch the jars and compile the launcher")
     p_build.add_argument("--maven-arg", action="append", default=[], help="passed to mvn, e.g. -o")
     args = parser.parse_args(argv)
@@ -432,6 +458,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"lab down; ended pids {ended}" if ended else "no lab was running; nothing left")
         elif args.command == "status":
             print(json.dumps(status(args.dir), indent=2))
+        elif args.command == "inspect":
+            print(json.dumps(inspect_hdfs(args.dir, args.paths), indent=2))
         elif args.command == "control":
             print(control(args.dir, args.line))
     except LabError as e:
