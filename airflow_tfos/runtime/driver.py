@@ -16,8 +16,13 @@ report (``report/report.html``, :mod:`airflow_tfos.runtime.report`; best effort)
   ``spec_hash``): then nothing named in it is imported.
 
 A feed request whose own input cannot be used (its data, columns, fields) fails alone: it is marked
-done with ``error`` and ``exit_code`` 2, and the driver goes on serving. Whatever ends the driver,
-status.json is left with the final state and, on failure, the error.
+done with ``error`` and ``exit_code`` 2, and the driver goes on serving. A feed request is read from the
+run directory, which no hash vouches for: it may name only the data functions the verified spec allows
+(its ``feed_functions``, ``data`` and ``validation_data``), Spark's own reader options and plain table
+names (:func:`~airflow_tfos.shared.spec.check_feed_data`). Any other is refused before anything it names
+is imported or read: marked done with ``refused``, ``error`` and ``exit_code`` 2, and recorded as the
+event ``feed_refused`` (``feed_id``, ``error``). Whatever ends the driver, status.json is left with the
+final state and, on failure, the error.
 """
 
 from __future__ import annotations
@@ -38,7 +43,7 @@ from airflow_tfos.runtime.spec import RunSpec, SpecError, import_callable, parse
 from airflow_tfos.runtime.table_fingerprint import already_trained, has_table_inputs, resolve_tables
 from airflow_tfos.shared import events
 from airflow_tfos.shared.rundir import RunDir, RunDirError, verified_spec_hash
-from airflow_tfos.shared.spec import check_data
+from airflow_tfos.shared.spec import FeedRefusedError, allowed_feed_functions, check_feed_data
 from airflow_tfos.shared.storage.kerberos import take_submitted_token
 from airflow_tfos.shared.storage.webhdfs_config import WebHDFSConfigError, add_config_option, use_config
 
@@ -47,6 +52,8 @@ log = logging.getLogger("airflow_tfos.driver")
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT = 0, 1, 2
 #: How often a serving driver looks for new feed requests.
 SERVE_POLL_SECS = 2.0
+#: The event of a feed request refused unread (``feed_id``, ``error``): it asked for what the spec does not allow.
+FEED_REFUSED = "feed_refused"
 
 
 def build_input(spark, data: dict[str, Any], what: str = "data"):
@@ -109,7 +116,8 @@ FEED_REQUEST_FIELDS = frozenset({"feed_id", "requested", "data", "args"})
 
 
 def feed_request_input(spec: RunSpec, request: dict[str, Any]) -> tuple[dict[str, Any] | None, Any]:
-    """Check a feed request; return its ``(data, args)`` or raise :class:`SpecError` naming what is wrong."""
+    """Check a feed request; return its ``(data, args)`` or raise :class:`SpecError` naming what is wrong
+    (:class:`FeedRefusedError` when it asks for what ``spec`` does not allow). Nothing it names is imported."""
     feed_id = request.get("feed_id")
     if request.get("invalid"):
         raise SpecError(f"feed request {feed_id} cannot be read: {request['invalid']}")
@@ -120,7 +128,7 @@ def feed_request_input(spec: RunSpec, request: dict[str, Any]) -> tuple[dict[str
     if data is not None:
         if not isinstance(data, dict):
             raise SpecError(f"feed request {feed_id}: data must be a JSON object, not {type(data).__name__}")
-        check_data(data, "feed data")
+        check_feed_data(data, allowed_feed_functions(spec), "feed data")
         if spec.input_mode == "SPARK" and not spec.feed:
             raise SpecError(
                 f"feed request {feed_id} has data, but spec.json has no 'feed' (features, label, batch_size)"
@@ -135,12 +143,20 @@ def _serve_feed(
     spark, spec: RunSpec, rundir: RunDir, train_fn, watch: DriverWatch, digest: str, request: dict[str, Any]
 ):
     """Run one feed request and mark it done. A feed whose own input is unusable is marked done with the
-    error (exit code 2) and None is returned; a failure of the TF cluster is marked too, then raised."""
+    error (exit code 2) and None is returned, as is a feed refused (recorded as the event ``feed_refused`` too);
+    a failure of the TF cluster is marked too, then raised."""
     feed_id = request["feed_id"]
     log.info("serving feed %s", feed_id)
     try:
         data, args = feed_request_input(spec, request)
         result = _run_once(spark, spec, rundir, train_fn, args, data, watch, digest)
+    except FeedRefusedError as exc:  # nothing it names was imported or read; the next request is served
+        log.error("feed %s refused: %s", feed_id, exc)
+        _record(rundir, FEED_REFUSED, feed_id=feed_id, error=str(exc))
+        rundir.mark_feed_done(
+            feed_id, step=_step_or_none(watch), error=str(exc), exit_code=EXIT_BAD_INPUT, refused=True, spec_hash=digest
+        )
+        return None
     except (SpecError, FeedConfigError) as exc:
         log.error("feed %s failed on its input; the cluster serves on: %s", feed_id, exc)
         rundir.mark_feed_done(

@@ -24,7 +24,8 @@ import difflib
 import hashlib
 import importlib
 import json
-from collections.abc import Callable, Iterable
+import re
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import MISSING, Field, dataclass, field, fields
 from typing import Any
 
@@ -123,6 +124,9 @@ class RunSpec:
     inference: dict | None = field(default=None, metadata=_spec((dict, type(None))))
     #: the shipped user code: ``{"packages": [...], "hash": ...}``
     code: dict | None = field(default=None, metadata=_spec((dict, type(None))))
+    #: the data functions (``package.module:function``) a feed request may name besides those of ``data`` and
+    #: ``validation_data`` (the operators' ``feed_functions``); a request naming another is refused unimported
+    feed_functions: list = field(default_factory=list, metadata=_spec(list))
 
     def to_json(self) -> dict[str, Any]:
         """spec.json's content (without ``spec_hash``): the fields this spec writes, as they are."""
@@ -215,6 +219,12 @@ def parse_spec(raw: Any, *, pending: Callable[[Any], bool] = _never) -> RunSpec:
     for name in ("data", "validation_data"):
         if getattr(spec, name) is not None:
             check_data(getattr(spec, name), name, pending=pending)
+    for index, path in enumerate(spec.feed_functions if isinstance(spec.feed_functions, list) else ()):
+        if pending(path):
+            continue
+        if not isinstance(path, str):
+            raise SpecError(f"spec.json feed_functions[{index}] must be a string 'package.module:function'")
+        split_import_path(path, f"feed_functions[{index}]")
     if spec.input_mode == "SPARK" and spec.data is not None and not spec.feed:
         raise SpecError("spec.json input_mode SPARK with data needs 'feed' (features, label, batch_size)")
     if spec.feed is not None:
@@ -258,6 +268,96 @@ def check_data(data: Any, name: str, *, pending: Callable[[Any], bool] = _never)
         raise SpecError(f"spec.json {name} with format {fmt!r} needs {needs!r}")
     if fmt == "function" and not pending(data["function"]):
         split_import_path(data["function"], f"{name}.function")
+
+
+class FeedRefusedError(SpecError):
+    """A feed request asks for what the run's spec does not allow (a data function, a reader option, a table
+    name that could make the driver load code): it is refused before anything it names is imported or read."""
+
+
+#: Options of Spark's file sources that a feed request may set (matched case-insensitively, as Spark does).
+_FILE_SOURCE_OPTIONS = frozenset(
+    {"pathglobfilter", "recursivefilelookup", "modifiedbefore", "modifiedafter", "ignorecorruptfiles",
+     "ignoremissingfiles", "basepath"}
+)  # fmt: skip
+#: The reader options a feed request may set for each format Spark reads: those Spark documents for the source.
+#: Any other key is refused: Spark copies a reader's options into the Hadoop configuration of the read, where
+#: keys such as ``fs.<scheme>.impl``, ``io.compression.codecs`` or ``parquet.crypto.factory.class`` name classes
+#: that the driver and the executors load and instantiate.
+FEED_READER_OPTIONS = {
+    "parquet": _FILE_SOURCE_OPTIONS | {"mergeschema", "datetimerebasemode", "int96rebasemode"},
+    "csv": _FILE_SOURCE_OPTIONS
+    | {
+        "sep", "delimiter", "encoding", "charset", "quote", "escape", "comment", "header", "inferschema",
+        "preferdate", "enforceschema", "ignoreleadingwhitespace", "ignoretrailingwhitespace", "nullvalue",
+        "nanvalue", "positiveinf", "negativeinf", "dateformat", "timestampformat", "timestampntzformat",
+        "enabledatetimeparsingfallback", "maxcolumns", "maxcharspercolumn", "mode", "columnnameofcorruptrecord",
+        "multiline", "chartoescapequoteescaping", "samplingratio", "emptyvalue", "locale", "linesep",
+        "unescapedquotehandling",
+    },
+    "table": frozenset(),
+}  # fmt: skip
+#: A table a feed request may name: ``table``, ``db.table`` or ``catalog.db.table``, unquoted. A quoted part
+#: (`` `...` ``) could name a Java class as the data source of a path (Spark's SQL on files), which Spark loads.
+_TABLE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*){0,2}")
+
+
+def allowed_feed_functions(spec: Mapping[str, Any] | RunSpec) -> frozenset[str]:
+    """The data functions a feed request of a run of ``spec`` (spec.json's content, or the parsed spec) may
+    name: its ``feed_functions``, and the functions its own ``data`` and ``validation_data`` read with."""
+    get = spec.get if isinstance(spec, Mapping) else lambda name: getattr(spec, name, None)
+    allowed = {path for path in get("feed_functions") or () if isinstance(path, str)}
+    for name in ("data", "validation_data"):
+        data = get(name)
+        if isinstance(data, dict) and data.get("format") == "function" and isinstance(data.get("function"), str):
+            allowed.add(data["function"])
+    return frozenset(allowed)
+
+
+def check_feed_data(data: Any, allowed_functions: Iterable[str], name: str = "feed data") -> None:
+    """Raise :class:`SpecError` unless a feed request's ``data`` can be read, and :class:`FeedRefusedError` if it
+    names a data function not in ``allowed_functions`` (see :func:`allowed_feed_functions`), a reader option not
+    in :data:`FEED_READER_OPTIONS` or a quoted table name. Nothing it names is imported or read here.
+
+    A feed request is read from the run directory, where others may be able to write: unlike spec.json, whose
+    hash the submission gives, nothing vouches for it, so it may only choose among what the spec allows.
+    """
+    check_data(data, name)
+    fmt = data["format"]
+    if fmt == "function":
+        allowed = sorted(allowed_functions)
+        if data["function"] not in allowed:
+            raise FeedRefusedError(
+                f"{name}.function {data['function']!r} is not a data function the run's spec allows (allowed: "
+                f"{', '.join(allowed) or 'none'}): nothing was imported. To feed with it, add it to feed_functions "
+                "of the operator that launches the run (TFoSLaunchClusterOperator or TFoSTrainOperator) and launch "
+                "the run again"
+            )
+        options = data.get("options") or {}
+        if not isinstance(options, dict) or not all(isinstance(key, str) for key in options):
+            raise SpecError(f"{name}.options must be a mapping of keyword arguments for {data['function']!r}")
+        return
+    if fmt == "table" and not _TABLE_NAME.fullmatch(str(data["table"])):
+        raise FeedRefusedError(
+            f"{name}.table {data['table']!r} is not a plain table name: a feed request may name 'table', "
+            "'db.table' or 'catalog.db.table' (letters, digits, underscores), without quotes"
+        )
+    options = data.get("options") or {}
+    if not isinstance(options, dict):
+        raise SpecError(f"{name}.options must be a mapping of reader options")
+    allowed = FEED_READER_OPTIONS.get(fmt)
+    if allowed is None:
+        return  # read by the TF nodes' own code (input_mode TENSORFLOW)
+    refused = sorted(key for key in options if str(key).lower() not in allowed)
+    if refused:
+        raise FeedRefusedError(
+            f"{name}.options {', '.join(map(repr, refused))} cannot be set by a feed request: a feed may set only "
+            f"Spark's {fmt} reader options ({', '.join(sorted(allowed)) or 'none'}). Give Hadoop and other Spark "
+            "settings to the launch instead (its conf, e.g. spark.hadoop.*)"
+        )
+    for key, value in options.items():
+        if not isinstance(value, str | int | float | bool):
+            raise SpecError(f"{name}.options[{key!r}] must be a string, number or boolean")
 
 
 def check_feed(feed: Any, *, pending: Callable[[Any], bool] = _never) -> None:
