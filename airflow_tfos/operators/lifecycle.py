@@ -15,17 +15,17 @@ from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseOperator
 from airflow.sdk.configuration import conf
-from airflow.sdk.exceptions import AirflowException
+from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
 from airflow_tfos.hooks.apps import ApplicationClient
 from airflow_tfos.hooks.run_dir import PollPacer, RunDirHook, RunWatch
 from airflow_tfos.hooks.runs import RunConfigError, check_run_dir, run_key, run_tag, safe_name
 from airflow_tfos.hooks.state import AppState
 from airflow_tfos.links.tfos import TRACKING_URL_KEY, SparkApplicationLink, TrainingReportLink, link_url
-from airflow_tfos.operators.checks import rendered
+from airflow_tfos.operators.checks import RenderedArgumentError, rendered
 from airflow_tfos.operators.run_dirs import resolve_run_dir, templated
 from airflow_tfos.sensors.tfos import application_failure
-from airflow_tfos.shared.spec import SpecError, check_data
+from airflow_tfos.shared.spec import SpecError, allowed_feed_functions, check_data, check_feed_data
 from airflow_tfos.triggers.tfos import APP_ENDED, DONE, TFoSRunDirTrigger, watch_arguments
 
 if TYPE_CHECKING:
@@ -137,7 +137,10 @@ class TFoSFeedOperator(_RunTaskOperator):
 
     :param run_dir: the run directory of the application (templated); or
     :param launch_task_id: the launch task, whose default run directory in this DAG run is used.
-    :param data: what to feed (templated), as ``data`` of :class:`TFoSTrainOperator`.
+    :param data: what to feed (templated), as ``data`` of :class:`TFoSTrainOperator`; a data function only if the
+        launch allows it (its ``feed_functions``, ``data`` or ``validation_data``), Spark's own reader options
+        only, a table by its plain name. Anything else fails the task before the feed is requested, and the
+        application refuses it too.
     :param args: replaces the spec's ``args`` for this feed (templated), e.g. ``{"epochs": 2}``.
     :param feed_id: the feed's id (templated); default ``<task_id>-<logical date>``.
     :param application_id: the application (templated); default: the live one with the run's tag.
@@ -182,6 +185,15 @@ class TFoSFeedOperator(_RunTaskOperator):
         except SpecError as exc:
             raise RunConfigError(f"TFoSFeedOperator {self.task_id!r}: {str(exc).removeprefix('spec.json ')}") from None
 
+    def check_allowed(self, spec: dict[str, Any]) -> None:
+        """Raise :class:`RenderedArgumentError` (no retry) unless the application of ``spec`` (the run's
+        spec.json) would serve ``data``: a data function it allows, Spark's own reader options, a plain table
+        name. The application checks the same against the spec it verified; this fails the task sooner."""
+        try:
+            check_feed_data(self.data, allowed_feed_functions(spec), "data")
+        except SpecError as exc:
+            raise RenderedArgumentError(f"TFoSFeedOperator {self.task_id!r}: {exc}") from None
+
     def _feed(self, context: Context) -> dict[str, Any]:
         self.resolve(context)
         self.check_data()  # rendered now: before the feed is requested
@@ -202,6 +214,8 @@ class TFoSFeedOperator(_RunTaskOperator):
             raise AirflowException(
                 f"no live application works on {self.run_dir}: start it with TFoSLaunchClusterOperator first"
             )
+        if self.data is not None:
+            self.check_allowed(rundir.read_spec() or {})
         request = {"data": self.data} if self.data is not None else {}
         if self.args is not None:
             request["args"] = self.args
@@ -287,6 +301,8 @@ def feed_outcome(feed_id: str, record: dict[str, Any]) -> dict[str, Any]:
     error = record.get("error")
     if not error:
         return record
+    if record.get("refused"):  # asked again, it is refused again: no retry
+        raise AirflowFailException(f"{error} (feed {feed_id} was refused by the application, which serves on)")
     if record.get("exit_code") == 2:
         raise AirflowException(f"{error} (feed {feed_id} failed on its input; the application serves on)")
     raise AirflowException(f"{error} (feed {feed_id} failed: the application failed with it)")

@@ -103,6 +103,7 @@ class _TFoSRunOperator(_TFoSApplicationOperator):
         stall_timeout: float | None = 600.0,
         tensorboard: bool = False,
         log_dir: str | None = None,
+        feed_functions: Sequence[str] = (),
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -128,6 +129,7 @@ class _TFoSRunOperator(_TFoSApplicationOperator):
         self.stall_timeout = stall_timeout
         self.tensorboard = tensorboard
         self.log_dir = log_dir
+        self.feed_functions = list(feed_functions)  # not templated: a DAG run's conf cannot widen it
         self._check_parameters()
 
     # --- checks at DAG parse time (no I/O) ---------------------------------------------------------------
@@ -168,7 +170,7 @@ class _TFoSRunOperator(_TFoSApplicationOperator):
 
     def user_functions(self) -> list[str]:
         """Import paths of the user's functions the application runs (``train_fn``, data functions)."""
-        paths = [self.train_fn] if self.train_fn else []
+        paths = ([self.train_fn] if self.train_fn else []) + self.feed_functions
         for data in (self.data, self.validation_data):
             if isinstance(data, dict) and data.get("format") == "function" and data.get("function"):
                 paths.append(str(data["function"]))
@@ -241,6 +243,10 @@ class TFoSTrainOperator(_TFoSRunOperator):
         TensorBoard link leads to it while the application runs (not while the task is deferred).
     :param log_dir: the log directory TensorBoard reads, which the training function finds as ``ctx.log_dir``
         (templated); default ``<run_dir>/tensorboard`` when ``tensorboard`` is on.
+    :param feed_functions: data functions (``package.module:function``) that feed requests (the ``data`` of
+        :class:`~airflow_tfos.operators.lifecycle.TFoSFeedOperator` with format ``function``) may name besides
+        those of ``data`` and ``validation_data``; the application refuses any other before importing it. Not
+        templated: what a DAG run's conf renders cannot widen it.
     :param spark_conn_id: the ``spark`` connection (``yarn`` master: YARN; else the local backend).
     :param yarn_conn_id: the ``yarn`` connection (YARN backend).
     :param webhdfs_conn_id: the ``webhdfs`` connection for HDFS run directories.
