@@ -42,8 +42,9 @@ from airflow_tfos.runtime.launcher import TFClusterRun
 from airflow_tfos.runtime.spec import RunSpec, SpecError, import_callable, parse_spec
 from airflow_tfos.runtime.table_fingerprint import already_trained, has_table_inputs, resolve_tables
 from airflow_tfos.shared import events
+from airflow_tfos.shared.errors import FeedRefusedError
 from airflow_tfos.shared.rundir import RunDir, RunDirError, verified_spec_hash
-from airflow_tfos.shared.spec import FeedRefusedError, allowed_feed_functions, check_feed_data
+from airflow_tfos.shared.spec import allowed_feed_functions, check_feed_data
 from airflow_tfos.shared.storage.kerberos import take_submitted_token
 from airflow_tfos.shared.storage.webhdfs_config import WebHDFSConfigError, add_config_option, use_config
 
@@ -53,7 +54,6 @@ EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT = 0, 1, 2
 #: How often a serving driver looks for new feed requests.
 SERVE_POLL_SECS = 2.0
 #: The event of a feed request refused unread (``feed_id``, ``error``): it asked for what the spec does not allow.
-FEED_REFUSED = "feed_refused"
 
 
 def build_input(spark, data: dict[str, Any], what: str = "data"):
@@ -152,7 +152,7 @@ def _serve_feed(
         result = _run_once(spark, spec, rundir, train_fn, args, data, watch, digest)
     except FeedRefusedError as exc:  # nothing it names was imported or read; the next request is served
         log.error("feed %s refused: %s", feed_id, exc)
-        _record(rundir, FEED_REFUSED, feed_id=feed_id, error=str(exc))
+        _record(rundir, events.FEED_REFUSED, feed_id=feed_id, error=str(exc))
         rundir.mark_feed_done(
             feed_id, step=_step_or_none(watch), error=str(exc), exit_code=EXIT_BAD_INPUT, refused=True, spec_hash=digest
         )

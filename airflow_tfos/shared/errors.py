@@ -32,6 +32,11 @@ class SpecError(TFoSError, ValueError):
     """spec.json cannot be run; the message names the field."""
 
 
+class FeedRefusedError(SpecError):
+    """A feed request asks for what the run's spec does not allow (a data function, a reader option, a table
+    name that could make the driver load code): it is refused before anything it names is imported or read."""
+
+
 class RunDirError(TFoSError, RuntimeError):
     """The run directory cannot be read or written as the contract says; the message says why."""
 

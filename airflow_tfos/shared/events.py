@@ -21,6 +21,8 @@ FAILED = "failed"
 STOPPED = "stopped"
 #: A serving driver stopped after ``serve_idle_secs`` without a feed request.
 IDLE_STOP = "idle_stop"
+#: A feed request was refused unread: it asked for what the verified spec does not allow (``feed_id``, ``error``).
+FEED_REFUSED = "feed_refused"
 #: A TF cluster attempt started (``run_id``, ``attempt``).
 ATTEMPT = "attempt"
 #: A TF cluster attempt failed (``run_id``, ``attempt``, ``reason``, ``retrying``).

@@ -29,7 +29,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import MISSING, Field, dataclass, field, fields
 from typing import Any
 
-from airflow_tfos.shared.errors import RunDirError, SpecError
+from airflow_tfos.shared.errors import FeedRefusedError, RunDirError, SpecError
 
 INPUT_MODES = ("SPARK", "TENSORFLOW")
 DATA_FORMATS = ("table", "parquet", "csv", "tfrecord", "function")
@@ -268,11 +268,6 @@ def check_data(data: Any, name: str, *, pending: Callable[[Any], bool] = _never)
         raise SpecError(f"spec.json {name} with format {fmt!r} needs {needs!r}")
     if fmt == "function" and not pending(data["function"]):
         split_import_path(data["function"], f"{name}.function")
-
-
-class FeedRefusedError(SpecError):
-    """A feed request asks for what the run's spec does not allow (a data function, a reader option, a table
-    name that could make the driver load code): it is refused before anything it names is imported or read."""
 
 
 #: Options of Spark's file sources that a feed request may set (matched case-insensitively, as Spark does).
