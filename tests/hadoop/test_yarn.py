@@ -1,0 +1,107 @@
+"""Spark on Hadoop's own YARN, through the project's YARN backend: spark-submit in cluster mode as
+TFoSTrainOperator submits (tag, ``waitAppCompletion=false``), the ResourceManager found from ``HADOOP_CONF_DIR``
+alone (no ``yarn`` connection), and the application found by its tag, followed and killed through the RM's REST
+API by :class:`~airflow_tfos.hooks.yarn.YarnHook`."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from airflow_tfos.hooks.backend import ApplicationAlreadyRunningError, Submission
+from airflow_tfos.hooks.spark_conf import training_conf
+from airflow_tfos.hooks.state import AppState
+from airflow_tfos.hooks.yarn import YarnHook
+from airflow_tfos.hooks.yarn_backend import YarnBackend
+
+pytestmark = pytest.mark.real_hadoop
+
+APP = Path(__file__).with_name("yarn_app.py")
+SPARK_CONN = "spark_hadoop_lab"
+
+
+@pytest.fixture
+def backend(hadoop_lab, monkeypatch, tmp_path) -> YarnBackend:
+    """The YARN backend with no ``yarn`` connection: the RM comes from the lab's yarn-site.xml."""
+    monkeypatch.setenv("HADOOP_CONF_DIR", str(hadoop_lab.conf_dir))
+    monkeypatch.setenv(f"AIRFLOW_CONN_{SPARK_CONN.upper()}", json.dumps({"conn_type": "spark", "host": "yarn"}))
+    return YarnBackend(YarnHook(yarn_conn_id="yarn_hadoop_lab"), tracker_dir=str(tmp_path / "tracker"))
+
+
+def submission(tmp_path: Path, spark_archive: str, tag: str, *args: str) -> Submission:
+    """The tiny application, with the Spark settings a training run gets on YARN (one executor of 512 MB)."""
+    import pyspark
+
+    conf = training_conf(
+        backend="yarn",
+        tag=tag,
+        num_nodes=1,
+        executor_memory="512m",
+        user_conf={
+            "spark.driver.memory": "512m",
+            "spark.yarn.archive": spark_archive,
+            # the containers run the venv's Python (else the NodeManager's python3, without the packages)
+            "spark.pyspark.python": sys.executable,
+            # else the driver and the executor listen on the machine's outside address
+            "spark.yarn.appMasterEnv.SPARK_LOCAL_IP": "127.0.0.1",
+            "spark.executorEnv.SPARK_LOCAL_IP": "127.0.0.1",
+            # short-lived JVMs: the JIT's first tier only, as for every JVM of the tests
+            "spark.yarn.appMasterEnv.JAVA_TOOL_OPTIONS": "-XX:TieredStopAtLevel=1",
+            "spark.executorEnv.JAVA_TOOL_OPTIONS": "-XX:TieredStopAtLevel=1",
+        },
+    )
+    return Submission(
+        application=str(APP),
+        args=args,
+        name=f"hadoop-lab-{tag}",
+        tag=tag,
+        run_dir=str(tmp_path / "run"),
+        conf=conf,
+        spark_conn_id=SPARK_CONN,
+        spark_binary=str(Path(pyspark.__file__).parent / "bin" / "spark-submit"),
+        cache_dir=str(tmp_path / "cache"),
+        num_nodes=1,
+        executor_memory="512m",
+    )
+
+
+def wait_for(backend: YarnBackend, app_id: str, done, timeout: float = 300) -> AppState:
+    """Poll the RM through the hook until ``done(state)``; fail naming the last state after ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while True:
+        state = backend.hook.get_application(app_id)
+        if done(state) or time.monotonic() > deadline:
+            return state
+        time.sleep(1)
+
+
+def test_the_yarn_backend_submits_an_application_the_hook_finds_by_tag_and_follows_to_finished(
+    backend, spark_archive, tmp_path
+):
+    tag = f"tfos-lab-{uuid.uuid4().hex[:8]}"
+    app_id = backend.submit(submission(tmp_path, spark_archive, tag))
+
+    assert [app.app_id for app in backend.find_by_tag(tag)] == [app_id]
+    final = wait_for(backend, app_id, lambda s: s.is_terminal)
+    assert (final.state, final.final_status) == ("FINISHED", "SUCCEEDED"), final.diagnostics
+    assert backend.find_live(tag) == []
+    assert backend.find_by_tag(tag.upper())[0].app_id == app_id  # YARN keeps tags lower-cased
+
+
+def test_a_running_application_is_refused_a_second_submit_and_killed_through_the_hook(backend, spark_archive, tmp_path):
+    tag = f"tfos-lab-{uuid.uuid4().hex[:8]}"
+    app_id = backend.submit(submission(tmp_path, spark_archive, tag, "600"))
+    running = wait_for(backend, app_id, lambda s: s.state == "RUNNING" or s.is_terminal, timeout=180)
+    assert running.state == "RUNNING", running
+
+    with pytest.raises(ApplicationAlreadyRunningError):
+        backend.submit(submission(tmp_path, spark_archive, tag, "600"))
+    killed = backend.kill(app_id, grace_secs=60)
+    assert killed.state == "KILLED", killed
+    assert backend.find_live(tag) == []
+    assert [app.state for app in backend.find_by_tag(tag)] == ["KILLED"]
