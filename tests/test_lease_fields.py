@@ -158,3 +158,27 @@ def test_lease_files_written_by_the_code_before_are_read(rundir):
     no_duration = {k: v for k, v in old_lease(owner="worker-3").items() if k != "duration_secs"}
     write_raw(rundir, no_duration)
     assert read_lease(rundir).duration_secs == 180.0
+
+
+def test_a_lease_naming_an_application_the_backend_knows_has_ended_lapses_at_once(rundir):
+    clock = Clock()
+    take_lease(rundir, owner="w1", backend="local", application_id="local-x", duration_secs=60)
+    asked = []
+
+    def ended(lease):
+        asked.append(lease.application_id)
+        return lease.application_id == "local-x"
+
+    found = wait_for_lease(rundir, owner="w2", find_live=list, timeout_secs=120, ended=ended, clock=clock,
+                           sleep=clock.sleep)  # fmt: skip
+    assert found is None and clock.now == 1_000.0 and asked == ["local-x"]  # no wait: its writer is gone
+
+    take_lease(rundir, owner="w1", backend="local", application_id="local-y", duration_secs=60)
+    found = wait_for_lease(rundir, owner="w2", find_live=list, timeout_secs=120, ended=ended, clock=clock,
+                           sleep=clock.sleep)  # fmt: skip
+    assert found is None and clock.now == 1_060.0  # the backend cannot say it ended: waited out
+
+    take_lease(rundir, owner="w1", backend="local", duration_secs=60)  # still submitting: names no application
+    with pytest.raises(LeaseHeldError):
+        wait_for_lease(rundir, owner="w2", find_live=list, timeout_secs=30, ended=lambda lease: True, clock=clock,
+                       sleep=clock.sleep)  # fmt: skip

@@ -30,7 +30,7 @@ from airflow_tfos.hooks.run_dir import progress_line
 from airflow_tfos.hooks.runs import pick_winner, run_tag
 from airflow_tfos.shared.events import SUBMIT, SUBMITTED
 from airflow_tfos.shared.fingerprint import carry_tables, changes, pending_tables, run_fingerprint, unseen
-from airflow_tfos.shared.lease import lease_timeout, take_lease, wait_for_lease
+from airflow_tfos.shared.lease import Lease, lease_timeout, take_lease, wait_for_lease
 from airflow_tfos.shared.rundir import REPORT_HTML, spec_digest, spec_hash
 from airflow_tfos.shared.spec import RunSpec, parse_spec
 from airflow_tfos.shared.storage import Storage, storage_for
@@ -159,12 +159,28 @@ class ApplicationRun:
         if not live:  # another worker's lease: adopt its application if visible, else wait for the lease to lapse
             owner, timeout = self.hook.lease_owner, lease_timeout(ti)
             adopted = wait_for_lease(
-                self.run_dir_contents, owner=owner, find_live=self.live_on_spec, timeout_secs=timeout, logger=self.log
+                self.run_dir_contents,
+                owner=owner,
+                find_live=self.live_on_spec,
+                timeout_secs=timeout,
+                ended=self.lease_application_ended,
+                logger=self.log,
             )
             return adopted or self.submit(ti, resources)
         winner = pick_winner([a.app_id for a in live])
         self.log.info("reattaching to application %s, which already works on %s", winner, self.run_dir)
         return next(a for a in live if a.app_id == winner)
+
+    def lease_application_ended(self, lease: Lease) -> bool:
+        """Whether this task's backend knows that the application ``lease`` names has ended (False when it cannot
+        tell: another backend's, or one it does not find)."""
+        if lease.backend != self.hook.backend or not lease.application_id:
+            return False
+        try:
+            return self.hook.get_state(lease.application_id).is_terminal
+        except Exception as exc:  # not found, not reachable: no early lapse
+            self.log.debug("cannot tell whether %s has ended: %s", lease.application_id, exc)
+            return False
 
     def live_on_spec(self) -> list[AppState]:
         """The live applications carrying the run's tag that work on this spec (others are killed)."""

@@ -26,8 +26,9 @@ naming the file and the field, never taken for lapsed (it may be a live writer's
 as before.
 
 Before a submission, :func:`wait_for_lease` looks at the lease: a lease of this owner, a lapsed one or none
-lets the submission go on; a live lease of another owner (another task) is adopted when the backend can see a
-live application of the run (its tag), else waited out, bounded by a timeout. A second writer is never
+lets the submission go on; so does a lease naming an application that the backend knows has ended; a live lease
+of another owner (another task) is adopted when the backend can see a live application of the run (its tag), else
+waited out, bounded by a timeout. A second writer is never
 started while the lease lives. Pure Python: no Airflow, no TensorFlow.
 """
 
@@ -247,6 +248,7 @@ def wait_for_lease(
     owner: str,
     find_live: Callable[[], Sequence[App]],
     timeout_secs: float,
+    ended: Callable[[Lease], bool] | None = None,
     poll_secs: float = LEASE_POLL_SECS,
     logger: logging.Logger = log,
     clock: Callable[[], float] = time.monotonic,
@@ -258,6 +260,9 @@ def wait_for_lease(
     :param owner: this task (:func:`lease_owner`).
     :param find_live: the backend's live applications carrying the run's tag.
     :param timeout_secs: how long to wait for another owner's lease to lapse.
+    :param ended: whether this reader's backend knows that the application the lease names has ended (its
+        writer is gone, so the lease lapses at once: a retry after a driver that died without recording its end
+        does not wait the lease out). Only a positive answer counts: an application it cannot see does not.
     :param poll_secs: how often to look again.
     :param logger: where to say who holds the lease and for how long it still lives.
     :param clock: this reader's monotonic clock.
@@ -271,6 +276,10 @@ def wait_for_lease(
         if held is None:
             return None
         lease, remaining = held
+        if lease.application_id and ended is not None and ended(lease):
+            logger.info("%s was held by %s for application %s, which has ended: the lease lapses", rundir.uri,
+                        lease.owner, lease.application_id)  # fmt: skip
+            return None
         live = list(find_live())
         if live:
             logger.info("%s is held by %s (application %s): adopting %s", rundir.uri, lease.owner,

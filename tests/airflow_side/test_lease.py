@@ -203,3 +203,19 @@ def test_the_operator_submits_once_the_other_workers_lease_lapses_and_then_holds
         result["application_id"],
         FakeBackend.backend,
     )
+
+
+def test_a_retry_after_a_driver_that_died_without_recording_its_end_submits_without_waiting(tmp_path):
+    op, backend = train_op(tmp_path, execution_timeout=timedelta(seconds=60)), FakeBackend()
+    use_backend(op, backend)
+    rundir = RunDir(str(tmp_path))
+    exporting(backend, rundir, op.request_hash())
+    backend.add("local-dead", "FAILED", "FAILED")  # the earlier try's application: its driver was SIGKILLed
+    rundir.write_status("RUNNING", application_id="local-dead")  # ... so status.json still says it runs
+    take_lease(rundir, owner="earlier-try", backend="local", application_id="local-dead", duration_secs=600)
+    context = make_context()
+    context["ti"].task = op
+    started = time.monotonic()
+    result = op.execute(context)
+    assert len(backend.submitted) == 1 and time.monotonic() - started < 5  # the lease's 600 s not waited out
+    assert read_lease(rundir).application_id == result["application_id"] != "local-dead"
