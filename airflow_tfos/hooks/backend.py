@@ -85,8 +85,8 @@ def private_dir(path: str | Path) -> Path:
 
     Every directory of the resolved path is looked at with ``os.lstat``: ``path`` itself must belong to this
     user and be writable by no one else; each directory above it must belong to root or to this user and be
-    writable by no one else, unless it has the sticky bit (``/tmp``: others cannot rename or remove what is
-    ours in it). So no other user can replace anything in ``path`` after it was checked.
+    writable by no one else but root's group (gid 0), unless it has the sticky bit (``/tmp``: others cannot rename
+    or remove what is ours in it). So no other user can replace anything in ``path`` after it was checked.
 
     :raises UntrustedLocalDirError: naming the directory and what to change.
     """
@@ -108,11 +108,13 @@ def private_dir(path: str | Path) -> Path:
             continue
         if info.st_uid not in (0, uid):
             raise _refuse(folder, f"(above the tracker directory {real}) belongs to uid {info.st_uid}")
-        if info.st_mode & 0o022 and not info.st_mode & stat.S_ISVTX:
+        # group 0 is root's own: a folder it may write (Airflow's image makes $AIRFLOW_HOME so) trusts no one else
+        others_write = info.st_mode & 0o002 or (info.st_mode & 0o020 and info.st_gid != 0)
+        if others_write and not info.st_mode & stat.S_ISVTX:
             raise _refuse(
                 folder,
-                f"(above the tracker directory {real}) is writable by its group or others without the sticky bit "
-                f"(mode {info.st_mode & 0o7777:o})",
+                f"(above the tracker directory {real}) is writable by its group (gid {info.st_gid}) or others "
+                f"without the sticky bit (mode {info.st_mode & 0o7777:o})",
             )
     return Path(real)
 

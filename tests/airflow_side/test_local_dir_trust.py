@@ -163,6 +163,10 @@ def test_a_lock_file_of_another_user_blocks_no_submission(tmp_path):
         ("its group can write it", lambda t: (t.mkdir(), t.chmod(0o770))),
         ("another user owns the directory above", lambda t: (t.parent.chmod(0o755), os.chown(t.parent, OTHER, OTHER))),
         ("others can write the directory above", lambda t: t.parent.chmod(0o777)),
+        (
+            "another group can write the directory above",
+            lambda t: (t.parent.chmod(0o775), os.chown(t.parent, -1, OTHER)),
+        ),
     ],
 )
 def test_a_tracker_dir_another_user_owns_or_can_write_is_refused(tmp_path, what, setup):
@@ -175,6 +179,14 @@ def test_a_tracker_dir_another_user_owns_or_can_write_is_refused(tmp_path, what,
     ):
         pass
     assert str(tracker.parent if "above" in what else tracker) in str(err.value)
+
+
+def test_a_private_tracker_dir_below_one_that_roots_group_may_write_is_accepted(tmp_path):
+    home = tmp_path / "airflow"  # as Airflow's image makes $AIRFLOW_HOME: group root, group-writable
+    home.mkdir(mode=0o775)
+    os.chown(home, -1, 0)
+    home.chmod(0o775)
+    assert private_dir(home / "tfos-local") == (home / "tfos-local").resolve()
 
 
 def test_a_private_tracker_dir_below_a_sticky_shared_one_is_accepted(shared):
