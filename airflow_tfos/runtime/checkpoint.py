@@ -2,10 +2,14 @@
 
 Follows TensorFlow's multi-worker rules: every worker takes part in each save (a collective under
 MultiWorkerMirroredStrategy), the chief writes the real checkpoint and the others write to a
-throw-away directory. The chief writes under a temporary name, renames it into place, then names it
-in the manifest (:mod:`airflow_tfos.shared.rundir`), so a crash mid-save leaves the previous checkpoint in
-charge. On every start of a TF cluster, :meth:`RunCheckpointer.restore` loads the latest one: weights,
-optimizer state, and the global step (hence the epoch and the position within it).
+throw-away directory. Under ParameterServerStrategy only the chief (the coordinator) runs the program:
+it alone saves and restores, reading and writing the variables on the parameter servers, and waits
+for the steps it scheduled (``ClusterCoordinator.join``) before each save, so that a checkpoint's
+variables are those of its step. The chief writes under a temporary name, renames it into place,
+then names it in the manifest (:mod:`airflow_tfos.shared.rundir`), so a crash mid-save leaves the
+previous checkpoint in charge. On every start of a TF cluster, :meth:`RunCheckpointer.restore` loads
+the latest one: weights, optimizer state, and the global step (hence the epoch and the position
+within it).
 
 TensorFlow writes only to local disk here (TF 2.21 has no HDFS file system), so with a remote run
 directory (``webhdfs://``, ``hdfs://``) the chief writes each checkpoint and export into a local
@@ -105,6 +109,8 @@ class RunCheckpointer:
         self.check_every = check_every
         self.keep = keep
         self.strategy = strategy or getattr(model, "distribute_strategy", None) or tf.distribute.get_strategy()
+        #: Under ParameterServerStrategy: the chief alone saves, after the steps in flight are done.
+        self.coordinated = uses_parameter_servers(self.strategy)
         self._saved_at = time.monotonic()
         self.rundir = RunDir(ctx.run_dir)
         self._checkpoint = tf.train.Checkpoint(model=model, optimizer=model.optimizer, **trackables)
@@ -189,7 +195,14 @@ class RunCheckpointer:
             )
 
     def save(self, epoch: int | None = None) -> None:
-        """Save now (every worker must call this at the same step); the chief publishes its copy."""
+        """Save now (every worker must call this at the same step); the chief publishes its copy.
+
+        Under parameter servers the chief alone calls it; it first waits for the steps scheduled so far.
+        """
+        if self.coordinated:
+            import tensorflow as tf
+
+            tf.distribute.experimental.coordinator.ClusterCoordinator(self.strategy).join()
         step = self.step
         if step == self.last_saved:
             return
@@ -221,9 +234,15 @@ class RunCheckpointer:
         self.last_saved = step
         self._saved_at = time.monotonic()
 
-    def maybe_save(self, epoch: int | None = None) -> None:
-        """Save if a rule says so; every worker calls it after every step and reaches the same answer."""
-        step = self.step
+    def maybe_save(self, epoch: int | None = None, *, step: int | None = None) -> None:
+        """Save if a rule says so; every worker calls it after every step and reaches the same answer.
+
+        ``step`` is the global step the rules are applied to (default: the optimizer's). Under parameter
+        servers steps run asynchronously and the optimizer's count lags behind: pass the number of steps
+        scheduled so far, or call it after ``coordinator.join()``.
+        """
+        if step is None:
+            step = self.step
         due = bool(self.every_steps) and step % self.every_steps == 0
         if not due and self.every_secs is not None and step % self.check_every == 0:
             due = self._any_worker(time.monotonic() - self._saved_at >= self.every_secs)
@@ -237,7 +256,7 @@ class RunCheckpointer:
         """How many training nodes pass ``flag`` true (a small all-reduce that every node must join)."""
         import tensorflow as tf
 
-        if self.ctx.num_workers <= 1:
+        if self.ctx.num_workers <= 1 or self.coordinated:  # under parameter servers the chief decides alone
             return int(flag)
         value = self.strategy.experimental_distribute_values_from_function(
             lambda _: tf.constant(1 if flag else 0, tf.int32)
@@ -251,8 +270,26 @@ class RunCheckpointer:
         checkpointer = self
 
         class _Save(tf.keras.callbacks.Callback):
+            def __init__(self):
+                super().__init__()
+                # The logs are not read: under parameter servers Keras passes batch hooks RemoteValues,
+                # and refuses batch hooks of callbacks that do not say they take them.
+                self._supports_tf_logs = True
+                self._scheduled = 0
+                self._epoch_start = 0
+
+            def on_train_begin(self, logs=None):
+                self._scheduled = checkpointer.step  # nothing in flight yet
+
+            def on_epoch_begin(self, epoch, logs=None):
+                self._epoch_start = self._scheduled
+
             def on_train_batch_end(self, batch, logs=None):
-                checkpointer.maybe_save(epoch=checkpointer.step // steps_per_epoch)
+                if checkpointer.coordinated:  # steps run asynchronously: count those scheduled
+                    self._scheduled = self._epoch_start + batch + 1
+                    checkpointer.maybe_save(epoch=self._scheduled // steps_per_epoch, step=self._scheduled)
+                else:
+                    checkpointer.maybe_save(epoch=checkpointer.step // steps_per_epoch)
 
             def on_train_end(self, logs=None):
                 checkpointer.save(epoch=checkpointer.step // steps_per_epoch)
@@ -274,7 +311,10 @@ def fit_resumable(
 
     ``dataset`` must yield one epoch of ``steps_per_epoch`` batches per iteration (``ctx.dataset()``
     does). A run restored mid-epoch first finishes that epoch, skipping the batches already trained
-    on, then runs the remaining epochs. Without a checkpoint it starts from the warm-start model when
+    on, then runs the remaining epochs. Under parameter servers ``dataset`` is a Keras
+    ``DatasetCreator`` (of ``ctx.dataset_fn``): there each worker skips an even part of the batches
+    already trained on, as near to the previous attempt as the coordinator's scheduling (steps go to
+    whichever worker is free) allows. Without a checkpoint it starts from the warm-start model when
     the run has one (:meth:`RunCheckpointer.restore`, which it calls; calling it first is harmless).
     With ``progress`` (default) it reports progress to the run directory
     (:func:`airflow_tfos.runtime.progress.progress_callback`; pass ``progress=False`` when ``callbacks``
@@ -295,9 +335,8 @@ def fit_resumable(
     if epoch < epochs and done_in_epoch:
         rest = steps_per_epoch - done_in_epoch
         log.info("resuming at step %d: epoch %d, %d of its steps left", start, epoch, rest)
-        histories.append(
-            model.fit(dataset.skip(done_in_epoch), epochs=1, steps_per_epoch=rest, callbacks=callbacks, **fit_kwargs)
-        )
+        rest_of_epoch = skip_batches(dataset, done_in_epoch, checkpointer.ctx)
+        histories.append(model.fit(rest_of_epoch, epochs=1, steps_per_epoch=rest, callbacks=callbacks, **fit_kwargs))
         epoch += 1
     if epoch < epochs:
         histories.append(
@@ -311,6 +350,24 @@ def fit_resumable(
             )
         )
     return histories
+
+
+def skip_batches(dataset, batches: int, ctx):
+    """``dataset`` without its first ``batches`` batches: a ``tf.data.Dataset``'s own ``skip``, or for a Keras
+    ``DatasetCreator`` (parameter servers) each worker's dataset without its even part of them."""
+    if hasattr(dataset, "skip"):
+        return dataset.skip(batches)
+    workers = max(1, len(ctx.cluster_spec.get("worker", [])))
+    per_worker = batches // workers
+    make = dataset.dataset_fn
+    return type(dataset)(lambda input_context: make(input_context).skip(per_worker), dataset.input_options)
+
+
+def uses_parameter_servers(strategy) -> bool:
+    """Whether ``strategy`` is TensorFlow 2's ParameterServerStrategy (a ``ClusterCoordinator`` runs its steps)."""
+    import tensorflow as tf
+
+    return isinstance(strategy, tf.distribute.experimental.ParameterServerStrategy)
 
 
 def export_model(ctx, model, *, metrics: dict[str, Any] | None = None, step: int | None = None) -> str | None:

@@ -495,6 +495,13 @@ def progress_callback(
             self._replicas = 1
             self._evaluating: Any = None
 
+        def set_model(self, model):
+            super().set_model(model)
+            # Under parameter servers Keras passes batch hooks RemoteValues (steps run asynchronously)
+            # and refuses batch hooks of callbacks that do not say they take them; they are not read.
+            strategy = getattr(model, "distribute_strategy", None)
+            self._supports_tf_logs = isinstance(strategy, tf.distribute.experimental.ParameterServerStrategy)
+
         def _global_step(self) -> int | None:
             optimizer = getattr(self.model, "optimizer", None)
             iterations = getattr(optimizer, "iterations", None)
@@ -515,7 +522,8 @@ def progress_callback(
         def on_train_batch_end(self, batch, logs=None):
             began, self._batch_began = self._batch_began, None
             secs = time.monotonic() - began if began is not None else None
-            tracker.step(per_replica_mean(logs, self._replicas), step=self._global_step(), step_secs=secs)
+            logs = per_replica_mean(logs, self._replicas) if isinstance(logs, dict) else None
+            tracker.step(logs, step=self._global_step(), step_secs=secs)
 
         def on_test_begin(self, logs=None):
             self._evaluating = tracker.phase("evaluating")
