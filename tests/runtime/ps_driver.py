@@ -168,5 +168,40 @@ def main(num_nodes: int, run_dir: str, scenarios: list[str]) -> int:
     return 0
 
 
+def main_checkpointed(run_dir: str, epochs: int = 3, every: int = 10) -> int:
+    """Run ``ps_checkpointed`` on ps, chief and 2 workers (``local-cluster[4,...]``), resumable with
+    max_attempts=3, on 800 fed rows in batches of 16 (52 steps an epoch: 26 per worker); print
+    ``RESULT checkpointed <json>``. tests/runtime/test_ps_checkpoints.py runs it with ``python -c``.
+    """
+    from pyspark import SparkContext
+    from pyspark.sql import SparkSession
+
+    from airflow_tfos.runtime import TFClusterRun
+    from airflow_tfos.runtime.feed import Feed
+
+    conf = local_cluster_conf(4, app_name="airflow-tfos-ps-checkpoints").set("spark.executor.memory", "640m")
+    sc = SparkContext(conf=conf)
+    sc.setLogLevel("ERROR")
+    try:
+        args = {"epochs": epochs, "every": every, "sleep": 0.1}
+        tf_run = TFClusterRun(
+            sc,
+            ps_programs.ps_checkpointed,
+            args,
+            num_nodes=4,
+            num_ps=1,
+            run_dir=run_dir,
+            data=linear_frame(SparkSession(sc), 800, 3),
+            feed=Feed(features="x", label="y", batch_size=16),
+            max_attempts=3,
+        )
+        result = tf_run.start().wait(400)
+        sys.stdout.write(f"RESULT checkpointed {json.dumps(result)}\n")
+        sys.stdout.flush()
+    finally:
+        sc.stop()
+    return 0
+
+
 if __name__ == "__main__":
     sys.exit(main(int(sys.argv[1]), sys.argv[2], sys.argv[3:]))

@@ -329,3 +329,67 @@ def ps_mixed_types(args, ctx):
         "dots": dots.numpy()[found].tolist(),
         "returned_at": time.time(),
     }
+
+
+def ps_checkpointed(args, ctx):
+    """Keras ``fit`` under parameter servers through :func:`fit_resumable`, with a :class:`RunCheckpointer`
+    saving every args['every'] steps.
+
+    The chief records the model's weights (variables on the parameter server) as each checkpoint is
+    saved (``saved-a<attempt>-s<step>-chief-0.json``) and as each attempt restored them
+    (``restored<attempt>-chief-0.json``), and sleeps args['sleep'] seconds after scheduling each step,
+    so that a test can kill a node mid-run.
+    """
+    import tensorflow as tf
+
+    from airflow_tfos.runtime.checkpoint import RunCheckpointer, fit_resumable
+
+    if ctx.job_name in ("ps", "worker"):
+        _serve(ctx)
+        return None
+    strategy, _ = _coordinator()
+    with strategy.scope():
+        model = tf.keras.Sequential([tf.keras.Input(shape=(2,)), tf.keras.layers.Dense(1)])
+        model.compile(optimizer=tf.keras.optimizers.SGD(0.05), loss="mse")
+
+    def weights() -> list:
+        return [w.ravel().tolist() for w in model.get_weights()]
+
+    class RecordingCheckpointer(RunCheckpointer):
+        def save(self, epoch=None):
+            before = self.last_saved
+            super().save(epoch)
+            if self.last_saved != before:  # no step runs between the save and this read
+                record = {"attempt": ctx.attempt, "step": self.step, "weights": weights()}
+                _write(ctx, f"saved-a{ctx.attempt}-s{self.last_saved}", record)
+
+    class Throttle(tf.keras.callbacks.Callback):
+        def __init__(self):
+            super().__init__()
+            self._supports_tf_logs = True
+
+        def on_train_batch_end(self, batch, logs=None):
+            time.sleep(args["sleep"])
+
+    checkpointer = RecordingCheckpointer(ctx, model=model, every_steps=args["every"])
+    start = checkpointer.restore()
+    iterations = int(model.optimizer.iterations.numpy())
+    _write(ctx, f"restored{ctx.attempt}", {"step": start, "iterations": iterations, "weights": weights()})
+    fit_resumable(
+        model,
+        tf.keras.utils.experimental.DatasetCreator(ctx.dataset_fn),
+        epochs=args["epochs"],
+        steps_per_epoch=ctx.steps_per_epoch,
+        checkpointer=checkpointer,
+        callbacks=[Throttle()],
+        verbose=0,
+    )
+    kernel, bias = model.get_weights()
+    return {
+        "step": int(model.optimizer.iterations.numpy()),
+        "attempt": ctx.attempt,
+        "steps_per_epoch": ctx.steps_per_epoch,
+        "kernel": kernel.ravel().tolist(),
+        "bias": bias.tolist(),
+        "returned_at": time.time(),
+    }
