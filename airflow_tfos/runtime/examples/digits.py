@@ -4,7 +4,9 @@ Two training functions:
 
 - :func:`main_fun` (what ``make`` runs without Airflow): each training node loads the digits itself
   and takes its own shard of the training split; MultiWorkerMirroredStrategy keeps the replicas in
-  step with a synchronous all-reduce; the chief evaluates on the held-out split.
+  step with a synchronous all-reduce; each replica trains ``batch_size`` rows of its own shard per
+  step, as on the fed path, so an epoch is one pass over every shard; the chief evaluates on the
+  held-out split.
 - :func:`train_fed` (what the example DAGs run): the data is fed from Spark (``InputMode.SPARK``),
   training checkpoints to the run directory and resumes from it, starts from the model in service
   when there is one (warm start), scores that model and the new one on the same held-out data, and
@@ -25,7 +27,7 @@ class DigitsArgs:
     """Training settings.
 
     :param epochs: passes over each worker's shard.
-    :param batch_size: examples per worker per step.
+    :param batch_size: examples per worker (replica) per step.
     :param learning_rate: Adam's learning rate.
     :param hidden_units: width of the hidden layer.
     :param test_fraction: share of the data held out for the test accuracy.
@@ -58,7 +60,8 @@ def load_split(test_fraction: float, seed: int):
     return x_train, y_train, x_test, y_test
 
 
-def build_model(args: DigitsArgs):
+def build_model(args: DigitsArgs, metrics: tuple = ()):
+    """The digits classifier, compiled with Adam and accuracy (and ``metrics``)."""
     import tensorflow as tf
 
     tf.keras.utils.set_random_seed(args.seed)
@@ -72,15 +75,47 @@ def build_model(args: DigitsArgs):
     model.compile(
         optimizer=tf.keras.optimizers.Adam(args.learning_rate),
         loss="sparse_categorical_crossentropy",
-        metrics=["accuracy"],
+        metrics=["accuracy", *metrics],
     )
     return model
 
 
+def rows_per_replica(replicas: int):
+    """A Keras metric: the rows each replica has trained on since the metric was reset (each epoch), one
+    count per replica by its id in the sync group."""
+    import tensorflow as tf
+
+    class RowsPerReplica(tf.keras.metrics.Metric):
+        def __init__(self, name="rows_per_replica", **kwargs):
+            super().__init__(name=name, **kwargs)
+            self.rows = self.add_weight(name="rows", shape=(replicas,), initializer="zeros")
+
+        def update_state(self, y_true, y_pred, sample_weight=None):
+            replica = tf.distribute.get_replica_context().replica_id_in_sync_group
+            rows = tf.cast(tf.shape(y_true)[0], self.dtype)
+            self.rows.assign_add(tf.one_hot(replica, replicas, dtype=self.dtype) * rows)
+
+        def result(self):
+            return tf.identity(self.rows)
+
+        def reset_state(self):
+            self.rows.assign(tf.zeros_like(self.rows))
+
+    return RowsPerReplica()
+
+
 def main_fun(args: DigitsArgs | dict | None, ctx) -> dict:
-    """Train on this node's shard with MultiWorkerMirroredStrategy; the chief returns the metrics."""
+    """Train on this node's shard with MultiWorkerMirroredStrategy; the chief returns the metrics.
+
+    Each step gives every replica ``batch_size`` rows of its own node's shard (its batches laid out for
+    tf.distribute by :func:`~airflow_tfos.runtime.feed.dataset.for_workers`, as the fed path does), and an
+    epoch is one pass over every shard: ``rows_per_replica`` holds, epoch by epoch, the rows each
+    replica trained on.
+    """
     import numpy as np
     import tensorflow as tf
+
+    from airflow_tfos.runtime.feed.dataset import for_workers
 
     if not isinstance(args, DigitsArgs):
         args = DigitsArgs(**(args or {}))
@@ -89,20 +124,19 @@ def main_fun(args: DigitsArgs | dict | None, ctx) -> dict:
     x_train, y_train, x_test, y_test = load_split(args.test_fraction, args.seed)
     rank = ctx.training_rank
     x_shard, y_shard = x_train[rank :: ctx.num_workers], y_train[rank :: ctx.num_workers]
-    steps = int(np.ceil(len(x_train) / ctx.num_workers / args.batch_size))
-    options = tf.data.Options()
-    options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.OFF
-    dataset = (
+    # One pass over the largest shard; a node whose shard has a batch fewer starts its next pass early.
+    steps = int(np.ceil(np.ceil(len(x_train) / ctx.num_workers) / args.batch_size))
+    batches = (
         tf.data.Dataset.from_tensor_slices((x_shard, y_shard))
         .shuffle(len(x_shard), seed=args.seed + rank)
-        .repeat()
         .batch(args.batch_size)
-        .with_options(options)
+        .repeat()
     )
+    dataset = for_workers(batches, ctx.num_workers)
     with strategy.scope():
-        model = build_model(args)
+        model = build_model(args, metrics=(rows_per_replica(strategy.num_replicas_in_sync),))
     history = model.fit(dataset, epochs=args.epochs, steps_per_epoch=steps, verbose=0)
-    _, accuracy = model.evaluate(x_test, y_test, verbose=0)
+    accuracy = model.evaluate(x_test, y_test, verbose=0, return_dict=True)["accuracy"]
     log.info("node %s:%d test accuracy %.4f", ctx.job_name, ctx.task_index, accuracy)
     return {
         "test_accuracy": float(accuracy),
@@ -111,6 +145,9 @@ def main_fun(args: DigitsArgs | dict | None, ctx) -> dict:
         "steps_per_epoch": steps,
         "workers": ctx.num_workers,
         "train_examples": len(x_train),
+        "rows_per_replica": [
+            np.asarray(rows).round().astype(int).tolist() for rows in history.history["rows_per_replica"]
+        ],
         "seconds": time.monotonic() - started,
         "args": asdict(args),
     }
