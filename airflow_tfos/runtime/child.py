@@ -256,6 +256,20 @@ def _record_launch(ctx, times: dict) -> None:
         log.warning("cannot record the launch times: %s", exc)
 
 
+def _start_data_service(ctx) -> None:
+    """Under parameter servers: the chief's tf.data dispatcher, each worker's tf.data worker (in its working
+    directory), before ``main_fun`` builds its strategy (:mod:`airflow_tfos.runtime.feed.service`)."""
+    service = getattr(ctx, "data_service", None)
+    if service is None:
+        return
+    from airflow_tfos.runtime.feed import service as data_service
+
+    if ctx.job_name in ("chief", "master"):
+        data_service.start_dispatcher(int(service.dispatcher.rsplit(":", 1)[1]))
+    elif ctx.job_name == "worker":
+        data_service.start_worker(service.dispatcher, ctx.host)
+
+
 def main(argv: list[str]) -> int:
     times = {"started": time.time()}
     node_dir = Path(argv[1])
@@ -281,6 +295,7 @@ def main(argv: list[str]) -> int:
         if isinstance(args, list):
             sys.argv = list(args)  # as TFoS did, for programs that parse sys.argv
         _record_feed(ctx)
+        _start_data_service(ctx)
         log.info("node %s:%d starting main_fun", ctx.job_name, ctx.task_index)
         result = main_fun(args, ctx)
     except SystemExit as exc:

@@ -12,6 +12,7 @@ from airflow_tfos.runtime.cluster import CHIEF, MASTER, PS, WORKER
 if TYPE_CHECKING:
     from airflow_tfos.runtime.feed.dataset import FeedShare
     from airflow_tfos.runtime.feed.files import WorkerFiles
+    from airflow_tfos.runtime.feed.service import DataService
 
 
 @dataclass
@@ -38,6 +39,8 @@ class NodeContext:
     :param feed_shares: InputMode.SPARK: this node's share of the training (``train``) and validation
         (``validation``) data, spilled on its executor.
     :param mgr: TFoS programs' feed handle (``DataFeed(ctx.mgr)``), for RDDs fed by ``TFCluster.train``.
+    :param data_service: under parameter servers, the tf.data service that serves the workers' shares
+        (:mod:`~airflow_tfos.runtime.feed.service`), or None.
     :param warm_start: an exported model to start training from when the run has no checkpoint (the
         spec's ``warm_start``): a SavedModel directory, or a run directory whose ``export/`` to use.
         :meth:`~airflow_tfos.runtime.checkpoint.RunCheckpointer.restore` loads it. None: none.
@@ -61,6 +64,7 @@ class NodeContext:
     feed_shares: dict[str, FeedShare] = field(default_factory=dict)
     mgr: Any = None
     warm_start: str | None = None
+    data_service: DataService | None = None
 
     # --- InputMode.SPARK -------------------------------------------------------------------------
 
@@ -92,22 +96,28 @@ class NodeContext:
     @property
     def dataset_fn(self):
         """Under parameter servers: the function to give ``coordinator.create_per_worker_dataset`` or Keras
-        ``tf.keras.utils.experimental.DatasetCreator``. On each worker it yields that worker's own share,
-        read from its local disk by TensorFlow's ops, epoch after epoch without end: schedule
-        :attr:`steps_per_epoch` steps per epoch (Keras: ``steps_per_epoch=ctx.steps_per_epoch``)."""
-        return self._native("train").dataset_fn(repeat=True)
+        ``tf.keras.utils.experimental.DatasetCreator``. It yields the workers' shares, read from their local
+        disks by TensorFlow's ops and served through the tf.data service, pass after pass without end: each
+        batch to whichever worker asks first, every row once per pass. Schedule :attr:`steps_per_epoch`
+        steps per pass (Keras: ``steps_per_epoch=ctx.steps_per_epoch``). A worker may hold a batch it
+        fetched ahead when another starts the next pass, so an epoch of steps can end up to one batch per
+        worker before or after a pass does; :attr:`epoch_dataset_fn` ends each epoch on its pass."""
+        return self._native("train").dataset_fn(repeat=True, service=self.data_service)
 
     @property
     def validation_dataset_fn(self):
         """:attr:`dataset_fn` for the validation data (``validation_steps=ctx.validation_steps``), or None."""
-        return self._native("validation").dataset_fn(repeat=True) if "validation" in self.feed_shares else None
+        if "validation" not in self.feed_shares:
+            return None
+        return self._native("validation").dataset_fn(repeat=True, service=self.data_service)
 
     @property
     def epoch_dataset_fn(self):
-        """Like :attr:`dataset_fn`, but each worker's dataset ends after one epoch of its share: for custom
-        loops that take batches with ``iterator.get_next_as_optional()`` and so train on every row
-        exactly once per epoch, whichever worker runs each step."""
-        return self._native("train").dataset_fn(repeat=False)
+        """Like :attr:`dataset_fn`, but each iterator ends after one pass: for custom loops that make an
+        iterator per epoch (``iter(per_worker_dataset)``), take batches with ``iterator.get_next_as_optional()``
+        and schedule steps until they have counted :attr:`steps_per_epoch` batches. Each epoch then trains on
+        every row exactly once, whichever worker runs each step and however fast."""
+        return self._native("train").dataset_fn(repeat=False, service=self.data_service)
 
     def _native(self, split: str):
         share = self._share(split)
@@ -172,7 +182,7 @@ class NodeContext:
                 "ctx.worker_files is for ParameterServerStrategy (num_ps > 0 and a chief), where the workers "
                 "read the data; here each training node reads its own share: use ctx.shard_files()"
             )
-        return WorkerFiles.deal(list_files(paths), len(self.cluster_spec.get(WORKER, [])))
+        return WorkerFiles.deal(list_files(paths), len(self.cluster_spec.get(WORKER, [])), self.data_service)
 
     @property
     def _ps_coordinated(self) -> bool:

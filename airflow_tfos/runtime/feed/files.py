@@ -24,6 +24,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
 from airflow_tfos.runtime.feed.plan import Feed, FeedConfigError
+from airflow_tfos.runtime.feed.service import DataService
 from airflow_tfos.shared.storage import FileInfo, storage_for
 
 
@@ -75,33 +76,42 @@ class WorkerFiles:
     listed here, which must be paths every worker's TensorFlow can open (local or shared paths, or a scheme
     TensorFlow reads itself).
 
+    With ``service`` each pass over the files is served through the tf.data service
+    (:mod:`~airflow_tfos.runtime.feed.service`): every worker's tf.data worker reads that worker's files, and
+    each batch goes to whichever worker asks first, once per pass.
+
     :param shares: each worker's files, by task index: dealt largest first to the lightest worker, as
         :func:`shard_files` deals them to training nodes.
+    :param service: the tf.data service of the cluster; None: each worker's dataset yields its own files.
     """
 
     shares: tuple[tuple[str, ...], ...]
+    service: DataService | None = None
 
     @classmethod
-    def deal(cls, files: Sequence[FileInfo], num_workers: int) -> WorkerFiles:
+    def deal(cls, files: Sequence[FileInfo], num_workers: int, service: DataService | None = None) -> WorkerFiles:
         """Deal ``files`` over ``num_workers`` workers (local paths made absolute: workers run elsewhere)."""
         if num_workers < 1:
             raise FeedConfigError("a parameter-server cluster without workers cannot read files: raise num_nodes")
         named = [FileInfo(_tf_name(f.path), f.size) for f in files]
-        return cls(tuple(tuple(f.path for f in shard_files(named, num_workers, i)) for i in range(num_workers)))
+        shares = tuple(tuple(f.path for f in shard_files(named, num_workers, i)) for i in range(num_workers))
+        return cls(shares, service)
 
     @property
     def num_workers(self) -> int:
         return len(self.shares)
 
     def dataset_fn(self, read, repeat: bool = True):
-        """A function for ``coordinator.create_per_worker_dataset`` or Keras ``DatasetCreator``: on each
-        worker, ``read(files)`` over that worker's files (a 1-D string tensor of their names), which must
-        return a ``tf.data.Dataset`` of one pass over them built from TensorFlow's ops. With ``repeat``
-        pass after pass without end (schedule :meth:`steps_per_epoch` steps per epoch), else one pass."""
+        """A function for ``coordinator.create_per_worker_dataset`` or Keras ``DatasetCreator``: ``read(files)``
+        over each worker's files (a 1-D string tensor of their names), which must return a ``tf.data.Dataset``
+        of one pass over them built from TensorFlow's ops. With ``repeat`` pass after pass without end
+        (schedule :meth:`steps_per_epoch` steps per pass), else one pass per iterator. With :attr:`service`,
+        each pass hands every worker's batches to whichever worker asks first; without, each worker yields
+        its own."""
         names = [name for share in self.shares for name in share]
         owners = [index for index, share in enumerate(self.shares) for _ in share]
 
-        def dataset_fn(input_context=None):
+        def one_pass():
             import tensorflow as tf
 
             from airflow_tfos.runtime.feed.native import WORKER_INDEX_FILE
@@ -114,11 +124,17 @@ class WorkerFiles:
                 return read(tf.boolean_mask(all_names, tf.equal(all_owners, index)))
 
             dataset = tf.data.Dataset.from_tensors(0).flat_map(own_files)
-            if repeat:
-                dataset = dataset.repeat()
             options = tf.data.Options()
             options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.OFF
             return dataset.with_options(options).prefetch(tf.data.AUTOTUNE)
+
+        if self.service is not None:
+            consumer = self.service.passes(one_pass, "files", repeat)
+            return lambda input_context=None: consumer()
+
+        def dataset_fn(input_context=None):
+            dataset = one_pass()
+            return dataset.repeat() if repeat else dataset
 
         return dataset_fn
 

@@ -11,8 +11,9 @@ to that worker's own share, read on its own host by TF's C++ readers; no Python 
 
 Fixed-width records rather than TFRecord: rows of numbers have a fixed size once their array widths
 are known (the feed checks that they are), so a record needs no framing, no checksum and no parsing
-(``tf.io.decode_raw`` on a slice of a batch of records); and rather than the tf.data service, which
-would need a dispatcher and would move batches between hosts.
+(``tf.io.decode_raw`` on a slice of a batch of records). The chief hands steps to whichever worker is
+free, so the shares are served through the tf.data service (:mod:`~airflow_tfos.runtime.feed.service`):
+each worker's tf.data worker reads its own share, and every batch goes to one worker, once per pass.
 
 Columns of varying size (strings and binary, ragged arrays, sparse vectors) make records of varying size.
 Then each record is a line of web-safe base64 (read by ``tf.data.TextLineDataset``, decoded by
@@ -33,6 +34,7 @@ import numpy as np
 
 from airflow_tfos.runtime.feed.columns import Rows
 from airflow_tfos.runtime.feed.plan import Feed
+from airflow_tfos.runtime.feed.service import DataService
 
 #: Name of each split's record file, relative to the worker's working directory.
 RECORD_FILES = {"train": "airflow-tfos-train.rec", "validation": "airflow-tfos-validation.rec"}
@@ -65,6 +67,15 @@ class RecordColumn:
     def parts(self) -> int:
         """Varying parts it adds to a record (a sparse row: its indices, then its values)."""
         return {"fixed": 0, "bytes": 1, "ragged": 1, "sparse": 2}[self.kind]
+
+
+def consumer_options():
+    """Options of a per-worker dataset: no auto-sharding (each worker's pipeline is its own already)."""
+    import tensorflow as tf
+
+    options = tf.data.Options()
+    options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.OFF
+    return options
 
 
 def record_columns(
@@ -131,10 +142,18 @@ class NativeShares:
         """Batches of one epoch over every worker: the steps the chief schedules."""
         return self.steps_per_worker * self.num_workers
 
-    def dataset_fn(self, repeat: bool = True):
-        """A function for ``create_per_worker_dataset`` or Keras ``DatasetCreator``: on each worker, batches
-        of its own share, ``steps_per_worker`` per epoch; with ``repeat`` one epoch after another without
-        end (as TF advises under parameter servers), else one epoch."""
+    def dataset_fn(self, repeat: bool = True, service: DataService | None = None):
+        """A function for ``create_per_worker_dataset`` or Keras ``DatasetCreator``: batches of the workers'
+        shares, ``steps_per_epoch`` per pass over all of them; with ``repeat`` pass after pass without end (as
+        TF advises under parameter servers), else one pass per iterator.
+
+        With ``service`` (the default under parameter servers, :mod:`~airflow_tfos.runtime.feed.service`)
+        each pass serves every worker's share through the tf.data service: each batch to whichever worker
+        asks first, every batch once per pass. Without it, each worker yields its own share,
+        ``steps_per_worker`` batches per pass."""
+        if service is not None:
+            consumer = service.passes(self.one_pass, self.split, repeat)
+            return lambda input_context=None: consumer()
         shares = self
 
         def dataset_fn(input_context=None):
@@ -143,7 +162,18 @@ class NativeShares:
         return dataset_fn
 
     def build(self, repeat: bool = True):
-        """Build the per-worker pipeline (called on the chief, run on each worker)."""
+        """Build a worker's pipeline over its own share (called on the chief, run on each worker)."""
+        import tensorflow as tf
+
+        dataset = self.one_pass()
+        if repeat:
+            dataset = dataset.repeat()
+        else:
+            dataset = dataset.apply(tf.data.experimental.assert_cardinality(self.steps_per_worker))
+        return dataset.with_options(consumer_options())
+
+    def one_pass(self):
+        """One pass over the share in this process's working directory: ``steps_per_worker`` batches."""
         import tensorflow as tf
 
         feed = self.feed
@@ -156,12 +186,9 @@ class NativeShares:
         # A worker short of rows repeats its own (balance "pad"); one with more stops early ("drop").
         epoch = records.repeat().take(self.rows_per_epoch).batch(feed.batch_size, drop_remainder=True)
         epoch = epoch.map(self.decode, num_parallel_calls=tf.data.AUTOTUNE)
-        dataset = epoch.repeat() if repeat else epoch
-        if not repeat:
-            dataset = dataset.apply(tf.data.experimental.assert_cardinality(self.steps_per_worker))
         options = tf.data.Options()
         options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.OFF
-        return dataset.with_options(options).prefetch(tf.data.AUTOTUNE)
+        return epoch.with_options(options).prefetch(tf.data.AUTOTUNE)
 
     def decode(self, records):
         """Turn a batch of records into ``(features, label)`` tensors shaped as ``ctx.dataset()``'s."""
