@@ -64,6 +64,8 @@ def test_the_network_page_lists_what_the_check_looks_for():
     needles = (
         "TF gRPC",
         "every interface",
+        "tf.data dispatcher",
+        "tf.data worker",
         "TensorBoard",
         "executor's address",
         "data server",
