@@ -38,6 +38,11 @@ def report_context(args, ctx):
     }
     if ctx.run_dir:
         _write(ctx, "context", record)
+        if ctx.is_chief:  # the run ends when the chief returns: let every node's record land first (60 s at most)
+            nodes = sum(len(hosts) for hosts in ctx.cluster_spec.values())
+            deadline = time.monotonic() + 60
+            while len(list(Path(ctx.run_dir).glob("context-*.json"))) < nodes and time.monotonic() < deadline:
+                time.sleep(0.2)
     if ctx.job_name in ("ps", "evaluator"):
         time.sleep(3600)  # a service node runs until the training nodes are done
     return record
