@@ -24,6 +24,7 @@ from pathlib import Path
 
 from tests.conftest import local_cluster_conf
 from tests.runtime.ps_driver import FILE_BATCH, FILE_ROWS, write_id_files
+from tests.runtime.ps_programs import _write
 
 #: The issue's setting: 3,000 rows whose id is the row's number, batches of 50.
 ROWS, BATCH = 3000, 50
@@ -31,13 +32,6 @@ ROWS, BATCH = 3000, 50
 SLOW_US = 30000
 #: Written by each worker in its working directory: its pid, and how late it reads (read by the pipeline).
 PID_FILE, DELAY_FILE = "pid.txt", "delay_us.txt"
-
-
-def _write(ctx, name: str, record: dict) -> None:
-    target = Path(ctx.run_dir) / f"{name}-{ctx.job_name}-{ctx.task_index}.json"
-    tmp = target.with_suffix(".tmp")
-    tmp.write_text(json.dumps(record))
-    tmp.replace(target)
 
 
 def _serve(ctx) -> None:
