@@ -143,21 +143,14 @@ def private_dir_problem(path: str) -> str | None:
     directory where others cannot rename or remove it (not writable by others, or sticky like ``/tmp``).
     Read and search permission for others is taken away (a model's weights are not theirs to read).
     """
-    uid = os.geteuid()
-    try:
-        st = os.lstat(path)
-    except OSError as exc:
-        return f"it cannot be examined ({exc.strerror})"
-    if not stat.S_ISDIR(st.st_mode):
-        return "it is not a directory (a link or a file stands there)"
-    if st.st_uid != uid:
-        return f"it belongs to uid {st.st_uid}, not to this user (uid {uid})"
-    if st.st_mode & 0o022:
-        return f"its group or other users may write in it (mode {stat.S_IMODE(st.st_mode):04o})"
+    problem = _owner_problem(path)
+    if problem is not None:
+        return problem
+    st = os.lstat(path)
     if st.st_mode & 0o077:
         os.chmod(path, 0o700)
     parent = os.stat(os.path.dirname(os.path.abspath(path)))
-    if parent.st_mode & 0o002 and not parent.st_mode & stat.S_ISVTX and parent.st_uid not in (0, uid):
+    if parent.st_mode & 0o002 and not parent.st_mode & stat.S_ISVTX:
         return "other users may rename it (its parent directory is writable by all and not sticky)"
     return None
 
@@ -244,16 +237,18 @@ def copy_problem(path: str, uri: str, version: str) -> str | None:
 
 
 def _owner_problem(path: str) -> str | None:
+    """Why the directory ``path`` is not this user's own, writable by no one else (None: it is)."""
+    uid = os.geteuid()
     try:
         st = os.lstat(path)
     except OSError as exc:
         return f"it cannot be examined ({exc.strerror})"
     if not stat.S_ISDIR(st.st_mode):
-        return "it is not a directory"
-    if st.st_uid != os.geteuid():
-        return f"it belongs to uid {st.st_uid}"
+        return "it is not a directory (a link or a file stands there)"
+    if st.st_uid != uid:
+        return f"it belongs to uid {st.st_uid}, not to this user (uid {uid})"
     if st.st_mode & 0o022:
-        return f"others may write in it (mode {stat.S_IMODE(st.st_mode):04o})"
+        return f"its group or other users may write in it (mode {stat.S_IMODE(st.st_mode):04o})"
     return None
 
 
