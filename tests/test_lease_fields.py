@@ -24,19 +24,7 @@ from airflow_tfos.shared.lease import (
     wait_for_lease,
 )
 from airflow_tfos.shared.rundir import RunDir
-
-
-class Clock:
-    """A monotonic clock that moves only when the code under test sleeps."""
-
-    def __init__(self, now: float = 1_000.0) -> None:
-        self.now = now
-
-    def __call__(self) -> float:
-        return self.now
-
-    def sleep(self, secs: float) -> None:
-        self.now += secs
+from tests.airflow_side.test_lease import Clock
 
 
 @pytest.fixture

@@ -10,18 +10,14 @@ import pytest
 
 from airflow_tfos.shared.registry import ModelRegistry, RegistryError, decide
 from airflow_tfos.shared.storage import LocalStorage
+from tests.test_registry import fake_export
 
 OLD, VERSION = "20261120T000000", "20261121T000000"
 
 
 def export(root, name: str, accuracy: float) -> tuple[str, dict]:
     """An export (its saved_model.pb holds ``name``) and the record a publisher gives ``add_version``."""
-    path = os.path.join(root, name, "export")
-    os.makedirs(os.path.join(path, "variables"))
-    with open(os.path.join(path, "saved_model.pb"), "w") as f:
-        f.write(name)
-    with open(os.path.join(path, "variables", "variables.index"), "w") as f:
-        f.write(name * 2)
+    path = fake_export(root, name, name)
     metrics = {"acc": accuracy}
     with open(os.path.join(path, "_SUCCESS"), "w") as f:
         json.dump({"spec_hash": "h", "step": 100, "metrics": metrics, "time": 1.0}, f)
