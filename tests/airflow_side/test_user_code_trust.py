@@ -157,3 +157,15 @@ def test_a_module_beside_the_dag_that_links_to_a_checkout_is_shipped(tmp_path):
     shipped = code_zip([CodePackage("user_mod", tmp_path / "dags" / "user_mod.py")], tmp_path / "cache")
     with zipfile.ZipFile(shipped.path) as archive:
         assert archive.read("user_mod.py") == b"EPOCHS = 2\n"
+
+
+def test_a_zip_written_under_umask_002_is_reused_not_rebuilt(package, tmp_path):
+    old = os.umask(0o002)  # Airflow's image runs its workers so
+    try:
+        first = code_zip([CodePackage(package.name, package)], tmp_path / "cache")
+        written = first.path.stat().st_ino
+        again = code_zip([CodePackage(package.name, package)], tmp_path / "cache")
+    finally:
+        os.umask(old)
+    assert again.path == first.path and again.path.stat().st_ino == written  # not written a second time
+    assert first.path.stat().st_mode & 0o022 == 0
