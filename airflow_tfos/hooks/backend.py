@@ -147,10 +147,12 @@ def _open_lock(folder: Path, name: str) -> int:
             fd = os.open(path, flags, 0o600)
         except OSError:  # a symbolic link (ELOOP) or something else than a file
             fd = None
-        if fd is not None and own_private_file(os.fstat(fd)):
+        info = os.fstat(fd) if fd is not None else None
+        if info is not None and own_private_file(info):
             return fd
-        if fd is not None:
-            log.warning("replacing %s: it belongs to uid %d, not to this user", path, os.fstat(fd).st_uid)
+        if info is not None:
+            log.warning("replacing %s: it is not this user's own plain file writable by no one else (owner uid %d, "
+                        "mode %o)", path, info.st_uid, info.st_mode & 0o7777)  # fmt: skip
             os.close(fd)
         with contextlib.suppress(FileNotFoundError):
             os.unlink(path)
@@ -167,7 +169,8 @@ def tag_lock(tracker_dir: str | Path, tag: str, timeout: float = TAG_LOCK_TIMEOU
     is replaced, so it blocks nothing.
     """
     folder = private_dir(private_dir(tracker_dir) / "tags")
-    fd = _open_lock(folder, f"{check_tag(tag)}.lock")
+    name = f"{check_tag(tag)}.lock"
+    fd = _open_lock(folder, name)
     with os.fdopen(fd, "a+") as handle:
         deadline = time.monotonic() + timeout
         while True:
@@ -176,7 +179,7 @@ def tag_lock(tracker_dir: str | Path, tag: str, timeout: float = TAG_LOCK_TIMEOU
                 break
             except BlockingIOError:
                 if time.monotonic() >= deadline:
-                    lock = folder / f"{tag.lower()}.lock"
+                    lock = folder / name
                     raise LocalBackendError(
                         f"another submission for tag {tag!r} has held {lock} for more than {timeout:.0f} s"
                     ) from None

@@ -181,8 +181,8 @@ class StandaloneMaster:
         if self.user is not None and state.user != self.user:
             raise LocalBackendError(
                 f"application {app_id} on the standalone master at {self.webui_url} runs as user {state.user!r}, "
-                f"not as {self.user!r}: it is not this run's to kill (set SPARK_USER or HADOOP_USER_NAME to the "
-                "user the run's applications run as if that is wrong)"
+                f"not as {self.user!r}: it is not this run's to kill (if the run's drivers report another user, set "
+                "-Duser.name=<that user> in spark.driver.extraJavaOptions)"
             )
         body = urllib.parse.urlencode({"id": app_id, "terminate": "true"}).encode()
         request = urllib.request.Request(self.webui_url + KILL_PATH, data=body, method="POST")

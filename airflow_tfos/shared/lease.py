@@ -151,8 +151,6 @@ def read_lease(rundir: RunDir) -> Lease | None:
         raise RunDirError.from_storage(
             exc, f"cannot read the lease {path}", "delete it if no application works on the run"
         ) from exc
-    if lease.duration_secs > MAX_LEASE_SECS:
-        log.warning("the lease %s asks for %.0f s: counted as %.0f s", path, lease.duration_secs, MAX_LEASE_SECS)
     return lease
 
 
@@ -294,6 +292,9 @@ def wait_for_lease(
             )
         if said != (lease.owner, lease.application_id):  # once per holder: the driver's heartbeat moves the lapse
             said = (lease.owner, lease.application_id)
+            if lease.duration_secs > MAX_LEASE_SECS:
+                logger.warning("the lease %s asks for %.0f s: counted as %.0f s", rundir.path(LEASE),
+                               lease.duration_secs, MAX_LEASE_SECS)  # fmt: skip
             logger.info(
                 "%s is held by %s (application %s, backend %s), which lapses in %.0f s unless it changes, and that "
                 "application is not visible from here: waiting for the lease to lapse (at most %.0f s)",
