@@ -53,7 +53,6 @@ log = logging.getLogger("airflow_tfos.driver")
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT = 0, 1, 2
 #: How often a serving driver looks for new feed requests.
 SERVE_POLL_SECS = 2.0
-#: The event of a feed request refused unread (``feed_id``, ``error``): it asked for what the spec does not allow.
 
 
 def build_input(spark, data: dict[str, Any], what: str = "data"):

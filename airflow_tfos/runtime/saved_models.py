@@ -140,7 +140,8 @@ def private_dir_problem(path: str) -> str | None:
     """Why the directory ``path`` is not this user's alone (None: it is).
 
     It must be a directory (not a link) owned by this user that neither group nor others may write, in a
-    directory where others cannot rename or remove it (not writable by others, or sticky like ``/tmp``).
+    directory of root's or this user's where others cannot rename or remove it (writable by no one else, or
+    sticky like ``/tmp``).
     Read and search permission for others is taken away (a model's weights are not theirs to read).
     """
     problem = _owner_problem(path)
@@ -150,8 +151,8 @@ def private_dir_problem(path: str) -> str | None:
     if st.st_mode & 0o077:
         os.chmod(path, 0o700)
     parent = os.stat(os.path.dirname(os.path.abspath(path)))
-    if parent.st_mode & 0o002 and not parent.st_mode & stat.S_ISVTX:
-        return "other users may rename it (its parent directory is writable by all and not sticky)"
+    if parent.st_uid not in (0, os.geteuid()) or (parent.st_mode & 0o022 and not parent.st_mode & stat.S_ISVTX):
+        return "other users may rename it (its parent directory is another user's, or others may write it unsticky)"
     return None
 
 

@@ -170,7 +170,7 @@ class NativeShares:
             dataset = dataset.repeat()
         else:
             dataset = dataset.apply(tf.data.experimental.assert_cardinality(self.steps_per_worker))
-        return dataset.with_options(consumer_options())
+        return dataset  # one_pass set the options: no auto-sharding
 
     def one_pass(self):
         """One pass over the share in this process's working directory: ``steps_per_worker`` batches."""
@@ -186,9 +186,7 @@ class NativeShares:
         # A worker short of rows repeats its own (balance "pad"); one with more stops early ("drop").
         epoch = records.repeat().take(self.rows_per_epoch).batch(feed.batch_size, drop_remainder=True)
         epoch = epoch.map(self.decode, num_parallel_calls=tf.data.AUTOTUNE)
-        options = tf.data.Options()
-        options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.OFF
-        return epoch.with_options(options).prefetch(tf.data.AUTOTUNE)
+        return epoch.with_options(consumer_options()).prefetch(tf.data.AUTOTUNE)
 
     def decode(self, records):
         """Turn a batch of records into ``(features, label)`` tensors shaped as ``ctx.dataset()``'s."""
