@@ -19,6 +19,7 @@ from airflow_tfos.operators.inference import InferenceRun
 from airflow_tfos.operators.run import TrainingRun
 from airflow_tfos.shared.fingerprint import (
     changes,
+    data_fingerprint,
     files_fingerprint,
     inference_fingerprint,
     listing_hash,
@@ -309,3 +310,16 @@ class TestInferenceRerun:
 
         write_input(data, {"part-1.parquet": 7})  # the input grew
         assert self.run(tmp_path, data, model).already_done() is None
+
+
+def test_an_unlistable_inputs_recorded_error_carries_no_token_or_password(monkeypatch):
+    monkeypatch.delenv("AIRFLOW_TFOS_UNLISTED_INPUT", raising=False)
+
+    def unreachable(path):
+        raise OSError(
+            f"cannot reach https://alice:s3cret@nn:9871/webhdfs/v1/d?op=LISTSTATUS&delegation=TOKEN123 ({path})"
+        )
+
+    found = data_fingerprint({"format": "parquet", "path": "webhdfs://alice:s3cret@nn:9871/d"}, unreachable)
+    assert found["hash"] is None and "cannot reach" in found["error"]
+    assert "TOKEN123" not in found["error"] and "s3cret" not in found["error"]  # the path is spec.json's own

@@ -50,6 +50,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from airflow_tfos.shared.storage import FileInfo, Storage, storage_for
+from airflow_tfos.shared.storage.kerberos import redact_credentials, redacted_error
 
 FINGERPRINT = "fingerprint.json"
 #: The spec's fields that name input data.
@@ -177,14 +178,14 @@ def data_fingerprint(
     try:
         return files_fingerprint(path, storage_of(path))
     except Exception as exc:  # no storage or connection for it, unreachable: the run goes on, the log says so
-        error = _USERINFO.sub(r"\1***@", f"{type(exc).__name__}: {exc}")
+        error = _USERINFO.sub(r"\1***@", redacted_error(exc))  # no user part, password or token in the record
         return unlisted({"kind": "files", "path": path, "hash": None, "error": error}, name)
 
 
 def unlisted(found: dict[str, Any], name: str) -> dict[str, Any]:
     """``found`` (an input that cannot be listed) with the token of this Airflow run, so that the fingerprint
     differs from the last run's and the run trains again; unchanged when :data:`UNLISTED_ENV` is ``reuse``."""
-    where = _USERINFO.sub(r"\1***@", str(found.get("path")))
+    where = _USERINFO.sub(r"\1***@", redact_credentials(str(found.get("path"))))
     setting = os.environ.get(UNLISTED_ENV, "").strip().lower()
     if setting == "reuse":
         return found
