@@ -156,26 +156,11 @@ def next_record_header(chunk: bytes, start: int) -> int | None:
     return start + position
 
 
-def _crc32c_table() -> list[int]:
-    table = []
-    for byte in range(256):
-        crc = byte
-        for _ in range(8):
-            crc = (crc >> 1) ^ 0x82F63B78 if crc & 1 else crc >> 1
-        table.append(crc)
-    return table
-
-
-_CRC32C = _crc32c_table()
-
-
 def masked_crc32c(data: bytes) -> int:
-    """TFRecord's masked CRC-32C (Castagnoli) of ``data``."""
-    crc = 0xFFFFFFFF
-    for byte in data:
-        crc = _CRC32C[(crc ^ byte) & 0xFF] ^ (crc >> 8)
-    crc ^= 0xFFFFFFFF
-    return (((crc >> 15) | (crc << 17)) + 0xA282EAD8) & 0xFFFFFFFF
+    """TFRecord's masked CRC-32C (Castagnoli) of ``data``, as TensorBoard's own record writer computes it."""
+    from tensorboard.compat.tensorflow_stub.pywrap_tensorflow import masked_crc32c as tensorboards
+
+    return tensorboards(data)
 
 
 def main(argv: list[str] | None = None) -> int:
