@@ -128,29 +128,38 @@ def _node_fields(ctx) -> dict:
 
 def _record_feed(ctx) -> None:
     """Record how many rows reached this node from Spark, and how fast (all splits were read together)."""
-    if not ctx.run_dir or not ctx.feed_shares:
+    if not ctx.run_dir or not (ctx.feed_shares or hasattr(ctx.mgr, "balance_record")):
         return
+    from airflow_tfos.shared import events
     from airflow_tfos.shared.rundir import RunDir
 
     try:
+        if not ctx.feed_shares:  # TFCluster.train's rows, read by DataFeed
+            balance = {"train": ctx.mgr.balance_record()}
+            RunDir(ctx.run_dir).add_event(events.FEED, **_node_fields(ctx), rows=ctx.mgr.rows, balance=balance)
+            return
         shares = list(ctx.feed_shares.values())
         rows = sum(int(share.rows) for share in shares)
+        # Per split: the rows an epoch feeds, and how many of them balance repeated or left out on this node.
+        balance = {name: share.balance_record() for name, share in sorted(ctx.feed_shares.items()) if share.rows}
         if any(share.streamed for share in shares):
             # Direct reads: the TF process reads its Parquet slices while it trains, nothing was read before.
             RunDir(ctx.run_dir).add_event(
-                "feed",
+                events.FEED,
                 **_node_fields(ctx),
                 rows=rows,
                 splits={name: int(share.rows) for name, share in sorted(ctx.feed_shares.items())},
+                balance=balance,
                 source="parquet",
             )
             return
         seconds = max(float(share.spill_seconds) for share in shares)
         RunDir(ctx.run_dir).add_event(
-            "feed",
+            events.FEED,
             **_node_fields(ctx),
             rows=rows,
             splits={name: int(share.rows) for name, share in sorted(ctx.feed_shares.items())},
+            balance=balance,
             bytes=sum(os.path.getsize(share.path) for share in shares if os.path.exists(share.path)),
             seconds=round(seconds, 3),
             rows_per_sec=round(rows / seconds, 1) if seconds > 0 else None,

@@ -225,6 +225,7 @@ def _launch_node(
             shares = spark_side.write_native_shares(shares, str(node_dir))
         elif job.row_feed is not None:
             mgr = job.row_feed.manager(infos, job.roles, role, str(node_dir))
+            notes = job.row_feed.describe(infos, job.roles)
     except FeedConfigError as exc:
         raise _input_failure(role, host, exc) from None
     if notes and is_result:

@@ -23,6 +23,9 @@ STOPPED = "stopped"
 IDLE_STOP = "idle_stop"
 #: A feed request was refused unread: it asked for what the verified spec does not allow (``feed_id``, ``error``).
 FEED_REFUSED = "feed_refused"
+#: A node's share of the fed data (``node``, ``rows``, ``splits``: rows per split, ``balance``: per split the rows an
+#: epoch feeds, ``repeated`` (balance ``pad``) and ``dropped`` (balance ``drop``), and the spill's figures).
+FEED = "feed"
 #: A TF cluster attempt started (``run_id``, ``attempt``).
 ATTEMPT = "attempt"
 #: A TF cluster attempt failed (``run_id``, ``attempt``, ``reason``, ``retrying``).

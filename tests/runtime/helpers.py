@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import time
 from pathlib import Path
 
@@ -59,3 +60,34 @@ def training_spec(data_path, **extra) -> dict:
         "feed": {"features": ["x"], "label": "y", "batch_size": 30},
         **extra,
     }
+
+
+def feed_balance(run_dir: str, split: str = "train") -> dict[str, dict]:
+    """Per node (``job:index``), what its ``feed`` event says one epoch feeds of ``split``: ``rows`` (the node's
+    rows), ``rows_per_epoch``, ``repeated`` and ``dropped``. Nodes that hold none of it are left out."""
+    from airflow_tfos.shared import events
+    from airflow_tfos.shared.rundir import RunDir
+
+    found = {}
+    for event in RunDir(run_dir).events(events.FEED):
+        if split in event.get("balance", {}):
+            rows = event["splits"][split] if "splits" in event else event["rows"]
+            found[event["worker"]] = {"rows": rows, **event["balance"][split]}
+    return found
+
+
+_BALANCE_LINE = re.compile(r"TF cluster (\S+): (?:training data: \d+ steps|TFCluster\.train: \d+ epoch)[^:]*: (.*)$")
+_NODE_PART = re.compile(r"(\w+:\d+) (\d+) rows(?: \(\+(\d+) repeated\))?(?: \((\d+) left out\))?")
+
+
+def logged_balance(log_text: str, run_id: str) -> dict[str, dict]:
+    """Per node, the rows, repeated and dropped rows that the driver's log line of run ``run_id`` states for the
+    training data (``... on every node: chief:0 102 rows (+18 repeated), worker:0 101 rows (1 left out)``)."""
+    for line in log_text.splitlines():
+        found = _BALANCE_LINE.search(line)
+        if found and found.group(1) == run_id:
+            return {
+                node: {"rows": int(rows), "repeated": int(rep or 0), "dropped": int(drop or 0)}
+                for node, rows, rep, drop in _NODE_PART.findall(found.group(2))
+            }
+    raise AssertionError(f"no balance line of run {run_id} in the driver's log")

@@ -10,13 +10,15 @@ iterator and ``steps_per_epoch`` steps of ``next`` per epoch (Keras ``fit``'s wa
 with an iterator per epoch and ``get_next_as_optional`` until ``steps_per_epoch`` batches were counted.
 Scenarios: ``frame`` (a DataFrame fed from Spark), ``parquet`` (the same rows read directly from Parquet
 files), ``files`` (InputMode.TENSORFLOW: TFRecord files read by the workers), ``resume`` (epoch loop with a
-checkpoint at each epoch's end; a test kills worker 0 mid-epoch).
+checkpoint at each epoch's end; a test kills worker 0 mid-epoch), and the visitation matrix's cells
+``cell-<frame|parquet>-<drop|pad>-<shuffle|ordered>`` (one epoch each, the workers' shares uneven).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import os
 import sys
 import time
@@ -28,6 +30,8 @@ from tests.runtime.ps_programs import _write
 
 #: The issue's setting: 3,000 rows whose id is the row's number, batches of 50.
 ROWS, BATCH = 3000, 50
+#: Rows of a matrix cell: the two workers' shares (502 and 501 rows) fill no whole number of batches.
+CELL_ROWS = 1003
 #: How late worker 1 reads each batch, in microseconds.
 SLOW_US = 30000
 #: Written by each worker in its working directory: its pid, and how late it reads (read by the pipeline).
@@ -154,7 +158,8 @@ def visit(args, ctx):
     else:
         steps, endless, epoch_fn = ctx.steps_per_epoch, ctx.dataset_fn, ctx.epoch_dataset_fn
     result = {"steps_per_epoch": steps, "chief_pid": os.getpid(), "returned_at": 0.0}
-    for name, fn, optional in (("endless", endless, False), ("per_epoch", epoch_fn, True)):
+    styles = (("endless", endless, False), ("per_epoch", epoch_fn, True))
+    for name, fn, optional in (s for s in styles if s[0] in args.get("styles", ("endless", "per_epoch"))):
         counter = Counter(strategy, coordinator, args["max_id"])
         per_worker = coordinator.create_per_worker_dataset(_slowed(fn))
         result[name] = _epochs(counter, per_worker, steps, args.get("epochs", 2), optional)
@@ -196,9 +201,26 @@ def resume(args, ctx):
     return {"counts": counter.snapshot(), "attempt": ctx.attempt, "returned_at": time.time()}
 
 
-def id_frame(spark):
-    """ROWS rows: ``x`` (the id as an array of one double) and ``id``, the row's number."""
-    return spark.range(0, ROWS, numPartitions=3).selectExpr("array(cast(id as double)) as x", "id")
+def id_frame(spark, rows: int = ROWS):
+    """``rows`` rows: ``x`` (the id as an array of one double) and ``id``, the row's number."""
+    return spark.range(0, rows, numPartitions=3).selectExpr("array(cast(id as double)) as x", "id")
+
+
+def run_cell(sc, spark, cell: str, **kwargs):
+    """A cell of the visitation matrix: ``cell-<frame|parquet>-<drop|pad>-<shuffle|ordered>``, CELL_ROWS rows
+    (the workers' shares fill no whole number of batches), one epoch of ``ctx.epoch_dataset_fn``."""
+    from airflow_tfos.runtime import TFClusterRun
+    from airflow_tfos.runtime.feed import Feed
+
+    _, source, balance, order = cell.split("-")
+    feed = Feed(features="x", label="id", batch_size=BATCH, balance=balance, shuffle=order == "shuffle")
+    data = id_frame(spark, CELL_ROWS)
+    if source == "parquet":
+        path = str(Path(kwargs["run_dir"]) / "ids.parquet")
+        data.write.parquet(path)
+        data, feed = spark.read.parquet(path), dataclasses.replace(feed, read="direct")
+    args = {"max_id": CELL_ROWS, "epochs": 1, "styles": ["per_epoch"]}
+    return TFClusterRun(sc, visit, args, data=data, feed=feed, **kwargs)
 
 
 def run_scenario(sc, spark, run_dir: str, scenario: str) -> dict:
@@ -207,7 +229,9 @@ def run_scenario(sc, spark, run_dir: str, scenario: str) -> dict:
 
     kwargs = {"num_nodes": 4, "num_ps": 1, "run_dir": run_dir}
     feed = Feed(features="x", label="id", batch_size=BATCH, balance="drop", shuffle=False)
-    if scenario == "frame":
+    if scenario.startswith("cell-"):
+        run = run_cell(sc, spark, scenario, **kwargs)
+    elif scenario == "frame":
         run = TFClusterRun(sc, visit, {"max_id": ROWS}, data=id_frame(spark), feed=feed, **kwargs)
     elif scenario == "parquet":
         path = str(Path(run_dir) / "ids.parquet")
@@ -231,6 +255,7 @@ def main(run_dir: str, scenarios: list[str]) -> int:
     from pyspark import SparkContext
     from pyspark.sql import SparkSession
 
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s [%(name)s] %(message)s", stream=sys.stderr)
     conf = local_cluster_conf(4, app_name="airflow-tfos-ps-visitation").set("spark.executor.memory", "640m")
     sc = SparkContext(conf=conf)
     sc.setLogLevel("ERROR")

@@ -79,6 +79,20 @@ class FeedShare:
     def rows_per_epoch(self) -> int:
         return self.rows if self.once else self.steps_per_epoch * self.feed.batch_size
 
+    @property
+    def repeated(self) -> int:
+        """Rows this node feeds a second time each epoch to fill its last steps (balance ``pad``)."""
+        return max(self.rows_per_epoch - self.rows, 0) if self.rows else 0
+
+    @property
+    def left_out(self) -> int:
+        """Rows of this node no epoch feeds (balance ``drop``: what does not fill the common steps)."""
+        return max(self.rows - self.rows_per_epoch, 0)
+
+    def balance_record(self) -> dict[str, int]:
+        """What one epoch feeds of this share, for the ``feed`` event: rows fed, repeated, left out."""
+        return {"rows_per_epoch": self.rows_per_epoch, "repeated": self.repeated, "dropped": self.left_out}
+
 
 def _cast(array, feed: Feed):
     if feed.cast_floats and array.dtype.kind == "f":

@@ -17,11 +17,14 @@ from __future__ import annotations
 
 import atexit
 import hashlib
+import itertools
 import os
 import shutil
 import tempfile
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
+
+import numpy as np
 
 from airflow_tfos.runtime.feed.plan import Feed, FeedConfigError
 from airflow_tfos.runtime.feed.service import DataService
@@ -231,8 +234,17 @@ def _file_dataset(files: Sequence[str | FileInfo], fmt: str, feed: Feed, workers
 
     from airflow_tfos.runtime.feed.dataset import checked_batches, for_workers, signature_of
 
+    passes = itertools.count()
+
     def generate():
-        yield from checked_batches(_arrow_batches(files, fmt, feed.columns), feed)
+        # Each iteration of the dataset (each epoch) runs this anew: with feed.shuffle, a new order of the
+        # files and of the rows within each record batch (a window of a row group), seeded by the pass.
+        batches: Iterable = _arrow_batches(files, fmt, feed.columns)
+        if feed.shuffle:
+            rng = np.random.default_rng([feed.seed, next(passes)])
+            order = [files[i] for i in rng.permutation(len(files))]
+            batches = (b.take(rng.permutation(b.num_rows)) for b in _arrow_batches(order, fmt, feed.columns))
+        yield from checked_batches(batches, feed)
 
     first = next(generate(), None)  # empty record batches are skipped
     if first is None:
@@ -254,6 +266,9 @@ def parquet_dataset(files: Sequence[str | FileInfo], feed: Feed, *, workers: int
         ``batch_size`` of its own node's rows per step and every row once per epoch. With more than one,
         iterating the dataset directly (without tf.distribute) yields each batch ``workers`` times over.
         1 (the default): the batches as they are, with tf.data's auto-sharding off.
+
+    With ``feed.shuffle`` (the default) every epoch reads the files in a new order and shuffles the rows
+    within each record batch (one row group, or a part of one); every row still comes once per epoch.
     """
     return _file_dataset(files, "parquet", feed, workers)
 

@@ -55,6 +55,21 @@ class RowFeed:
         per_epoch = max(counts) if self.train_mode and mine else mine
         return self.manager_for(node_dir, rows=mine, rows_per_epoch=per_epoch, label=me.label)
 
+    def describe(self, infos: Sequence[dict], roles: Sequence[NodeRole]) -> list[str]:
+        """Lines for the driver's log: the rows each training node feeds per epoch, and how many it repeats."""
+        from airflow_tfos.runtime.feed.spark_side import training_order
+
+        if not self.train_mode:
+            return []
+        order = training_order(roles)
+        counts = [infos[r.executor_id]["rows"] for r in order]
+        per_epoch = max(counts)
+        parts = [
+            f"{r.label} {c} rows" + (f" (+{per_epoch - c} repeated)" if 0 < c < per_epoch else "")
+            for r, c in zip(order, counts, strict=True)
+        ]
+        return [f"TFCluster.train: {self.epochs} epoch(s) of {per_epoch} rows on every node: " + ", ".join(parts)]
+
     def manager_for(self, node_dir: str, *, rows: int, rows_per_epoch: int, label: str) -> RowFeedManager:
         """The feed handle of rows spilled by :meth:`spill` into ``node_dir``."""
         return RowFeedManager(
@@ -86,6 +101,10 @@ class RowFeedManager:
     @property
     def total(self) -> int:
         return self.rows_per_epoch * self.epochs
+
+    def balance_record(self) -> dict[str, int]:
+        """What one epoch feeds of this node's rows, for the ``feed`` event (short nodes repeat rows)."""
+        return {"rows_per_epoch": self.rows_per_epoch, "repeated": self.rows_per_epoch - self.rows, "dropped": 0}
 
     def stalled(self) -> str | None:
         """On the Spark task's side: a message if the feed went unread for ``feed_timeout`` seconds."""
