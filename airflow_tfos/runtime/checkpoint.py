@@ -50,7 +50,9 @@ from collections.abc import Iterator
 from typing import Any
 
 from airflow_tfos.runtime.errors import WarmStartError as WarmStartError
+from airflow_tfos.runtime.feed.dataset import replays_epochs, start_epoch
 from airflow_tfos.runtime.progress import node_phase
+from airflow_tfos.shared import events
 from airflow_tfos.shared.errors import StaleAttemptError
 from airflow_tfos.shared.rundir import EXPORT, SUCCESS, RunDir
 from airflow_tfos.shared.storage import Storage, join, storage_for
@@ -116,6 +118,8 @@ class RunCheckpointer:
         self._checkpoint = tf.train.Checkpoint(model=model, optimizer=model.optimizer, **trackables)
         self.last_saved = -1
         self.restored_step: int | None = None
+        #: (epochs done, batches of the next one done) as the restored checkpoint recorded them, when it did
+        self.restored_position: tuple[int, int] | None = None
         self.warm_started: str | None = None
 
     @property
@@ -154,8 +158,17 @@ class RunCheckpointer:
             self.rundir.storage.get_dir(latest.path, local)
         self._checkpoint.read(os.path.join(local, "ckpt")).assert_existing_objects_matched()
         self.last_saved = latest.step
+        if all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in (latest.epoch, latest.in_epoch)):
+            self.restored_position = (latest.epoch, latest.in_epoch)
         if self.ctx.is_chief:
-            self.rundir.add_event("restore", step=latest.step, attempt=self.ctx.attempt, checkpoint=latest.path)
+            self.rundir.add_event(
+                "restore",
+                step=latest.step,
+                epoch=latest.epoch,
+                in_epoch=latest.in_epoch,
+                attempt=self.ctx.attempt,
+                checkpoint=latest.path,
+            )
         log.info("restored checkpoint of step %d from %s", latest.step, latest.path)
         self.restored_step = latest.step
         return latest.step
@@ -194,10 +207,12 @@ class RunCheckpointer:
                 attempt=self.ctx.attempt,
             )
 
-    def save(self, epoch: int | None = None) -> None:
+    def save(self, epoch: int | None = None, in_epoch: int | None = None) -> None:
         """Save now (every worker must call this at the same step); the chief publishes its copy.
 
-        Under parameter servers the chief alone calls it; it first waits for the steps scheduled so far.
+        ``epoch``: epochs done; ``in_epoch``: batches of the next one done (recorded for
+        :func:`fit_resumable`, which resumes there). Under parameter servers the chief alone calls it; it
+        first waits for the steps scheduled so far.
         """
         if self.coordinated:
             import tensorflow as tf
@@ -207,20 +222,21 @@ class RunCheckpointer:
         if step == self.last_saved:
             return
         with node_phase("checkpointing"):
-            self._save(step, epoch)
+            self._save(step, epoch, in_epoch)
 
-    def _save(self, step: int, epoch: int | None) -> None:
+    def _save(self, step: int, epoch: int | None, in_epoch: int | None = None) -> None:
         started = time.monotonic()
         if self.ctx.is_chief:
             staging = self.rundir.checkpoint_staging(step)
             with local_dir_for(self.rundir.storage, staging) as local:
                 self._checkpoint.write(os.path.join(local, "ckpt"))
             fence(self.ctx, self.rundir, staging)
-            published = self.rundir.publish_checkpoint(staging, step, epoch=epoch, keep=self.keep)
+            published = self.rundir.publish_checkpoint(staging, step, epoch=epoch, in_epoch=in_epoch, keep=self.keep)
             self.rundir.add_event(
                 "checkpoint",
                 step=step,
                 epoch=epoch,
+                in_epoch=in_epoch,
                 seconds=round(time.monotonic() - started, 3),
                 path=published.path,
                 attempt=getattr(self.ctx, "attempt", 0),
@@ -234,7 +250,7 @@ class RunCheckpointer:
         self.last_saved = step
         self._saved_at = time.monotonic()
 
-    def maybe_save(self, epoch: int | None = None, *, step: int | None = None) -> None:
+    def maybe_save(self, epoch: int | None = None, *, step: int | None = None, in_epoch: int | None = None) -> None:
         """Save if a rule says so; every worker calls it after every step and reaches the same answer.
 
         ``step`` is the global step the rules are applied to (default: the optimizer's). Under parameter
@@ -247,7 +263,7 @@ class RunCheckpointer:
         if not due and self.every_secs is not None and step % self.check_every == 0:
             due = self._any_worker(time.monotonic() - self._saved_at >= self.every_secs)
         if due:
-            self.save(epoch)
+            self.save(epoch, in_epoch)
 
     def _any_worker(self, flag: bool) -> bool:
         return self._count_workers(flag) > 0
@@ -264,7 +280,9 @@ class RunCheckpointer:
         return int(self.strategy.reduce(tf.distribute.ReduceOp.SUM, value, axis=None).numpy())
 
     def keras_callback(self, steps_per_epoch: int):
-        """A Keras callback saving every ``every_steps`` steps and at the end of training."""
+        """A Keras callback saving every ``every_steps`` steps and at the end of training; each checkpoint
+        records the epochs done and the batches of the next one (its ``position``: the epoch and batch
+        that ``fit``'s epoch 0, batch 0 stand for, set by :func:`fit_resumable` before each ``fit``)."""
         import tensorflow as tf
 
         checkpointer = self
@@ -277,22 +295,35 @@ class RunCheckpointer:
                 self._supports_tf_logs = True
                 self._scheduled = 0
                 self._epoch_start = 0
+                self.position = (0, 0)
+                self._epoch = 0
+                self._done = (0, 0)
 
             def on_train_begin(self, logs=None):
                 self._scheduled = checkpointer.step  # nothing in flight yet
 
             def on_epoch_begin(self, epoch, logs=None):
                 self._epoch_start = self._scheduled
+                self._epoch = epoch
+
+            def _where(self, batch: int) -> tuple[int, int]:
+                """(epochs done, batches of the next done) after ``batch`` of the current fit epoch."""
+                first_epoch, first_batch = self.position
+                epoch = first_epoch + self._epoch
+                done = (first_batch if self._epoch == 0 else 0) + batch + 1
+                return (epoch + 1, 0) if done >= steps_per_epoch else (epoch, done)
 
             def on_train_batch_end(self, batch, logs=None):
+                self._done = self._where(batch)
+                epoch, in_epoch = self._done
                 if checkpointer.coordinated:  # steps run asynchronously: count those scheduled
                     self._scheduled = self._epoch_start + batch + 1
-                    checkpointer.maybe_save(epoch=self._scheduled // steps_per_epoch, step=self._scheduled)
+                    checkpointer.maybe_save(epoch=epoch, step=self._scheduled, in_epoch=in_epoch)
                 else:
-                    checkpointer.maybe_save(epoch=checkpointer.step // steps_per_epoch)
+                    checkpointer.maybe_save(epoch=epoch, in_epoch=in_epoch)
 
             def on_train_end(self, logs=None):
-                checkpointer.save(epoch=checkpointer.step // steps_per_epoch)
+                checkpointer.save(*self._done)
 
         return _Save()
 
@@ -310,35 +341,70 @@ def fit_resumable(
     """``model.fit`` that restores the latest checkpoint first and carries on from its exact step.
 
     ``dataset`` must yield one epoch of ``steps_per_epoch`` batches per iteration (``ctx.dataset()``
-    does). A run restored mid-epoch first finishes that epoch, skipping the batches already trained
-    on, then runs the remaining epochs. Under parameter servers ``dataset`` is a Keras
-    ``DatasetCreator`` (of ``ctx.dataset_fn``): there each worker skips an even part of the batches
-    already trained on, as near to the previous attempt as the coordinator's scheduling (steps go to
-    whichever worker is free) allows. Without a checkpoint it starts from the warm-start model when
+    does). Which rows a resumed epoch trains:
+
+    - ``ctx.dataset()`` (one node, MultiWorkerMirroredStrategy): a run restored mid-epoch first finishes
+      that epoch, read in the order the interrupted attempt read it (its shuffle is seeded by the epoch),
+      without the batches the checkpoint had trained on: every row of the epoch once, counting the
+      batches before the checkpoint. Batches trained after the last checkpoint are lost with the attempt
+      and trained again. Then it runs the remaining epochs.
+    - Under parameter servers ``dataset`` is a Keras ``DatasetCreator`` (of ``ctx.dataset_fn``), whose
+      batches go to whichever worker asks first: which batches an interrupted epoch trained cannot be told
+      apart, so a run restored mid-epoch trains that epoch again in full, every row once more (the rows of
+      the ``in_epoch`` batches before the checkpoint are trained twice in that epoch, none is skipped).
+
+    The checkpoints record the epochs done and the batches of the next (:meth:`RunCheckpointer.save`), so a
+    redone epoch keeps later resumes in place. Without a checkpoint it starts from the warm-start model when
     the run has one (:meth:`RunCheckpointer.restore`, which it calls; calling it first is harmless).
     With ``progress`` (default) it reports progress to the run directory
     (:func:`airflow_tfos.runtime.progress.progress_callback`; pass ``progress=False`` when ``callbacks``
     holds one of your own). Returns the histories of the fits it ran.
     """
     start = checkpointer.restore()
-    epoch, done_in_epoch = divmod(start, steps_per_epoch)
-    ours = [checkpointer.keras_callback(steps_per_epoch)]
+    epoch, done_in_epoch = checkpointer.restored_position or divmod(start, steps_per_epoch)
+    saver = checkpointer.keras_callback(steps_per_epoch)
     if progress:
         from airflow_tfos.runtime.progress import progress_callback
 
         # First, so that a step's time does not include the other callbacks' work (e.g. saving).
         tracker = progress_callback(checkpointer.ctx, steps_per_epoch=steps_per_epoch, epochs=epochs)
-        callbacks = [tracker, *fit_kwargs.pop("callbacks", []), *ours]
+        callbacks = [tracker, *fit_kwargs.pop("callbacks", []), saver]
     else:
-        callbacks = [*fit_kwargs.pop("callbacks", []), *ours]
+        callbacks = [*fit_kwargs.pop("callbacks", []), saver]
     histories = []
     if epoch < epochs and done_in_epoch:
-        rest = steps_per_epoch - done_in_epoch
-        log.info("resuming at step %d: epoch %d, %d of its steps left", start, epoch, rest)
-        rest_of_epoch = skip_batches(dataset, done_in_epoch, checkpointer.ctx)
-        histories.append(model.fit(rest_of_epoch, epochs=1, steps_per_epoch=rest, callbacks=callbacks, **fit_kwargs))
-        epoch += 1
+        why_not = _why_not_skip(checkpointer, dataset, start)
+        if why_not is None:
+            rest = steps_per_epoch - done_in_epoch
+            log.info("resuming at step %d: epoch %d, %d of its steps left", start, epoch, rest)
+            start_epoch(dataset, epoch)
+            saver.position = (epoch, done_in_epoch)
+            rest_of_epoch = dataset.skip(done_in_epoch)
+            histories.append(
+                model.fit(rest_of_epoch, epochs=1, steps_per_epoch=rest, callbacks=callbacks, **fit_kwargs)
+            )
+            epoch += 1
+        else:
+            log.warning(
+                "resuming at step %d in epoch %d, %d of its batches trained: the epoch is trained again in full "
+                "(%s), so the rows of those batches are trained twice in it and none is skipped",
+                start,
+                epoch,
+                done_in_epoch,
+                why_not,
+            )
+            if checkpointer.ctx.is_chief:
+                checkpointer.rundir.add_event(
+                    events.EPOCH_REDONE,
+                    epoch=epoch,
+                    in_epoch=done_in_epoch,
+                    step=start,
+                    reason=why_not,
+                    attempt=checkpointer.ctx.attempt,
+                )
     if epoch < epochs:
+        start_epoch(dataset, epoch)
+        saver.position = (0, 0)  # fit's own epoch numbers count from initial_epoch
         histories.append(
             model.fit(
                 dataset,
@@ -352,15 +418,47 @@ def fit_resumable(
     return histories
 
 
-def skip_batches(dataset, batches: int, ctx):
-    """``dataset`` without its first ``batches`` batches: a ``tf.data.Dataset``'s own ``skip``, or for a Keras
-    ``DatasetCreator`` (parameter servers) each worker's dataset without its even part of them."""
-    if hasattr(dataset, "skip"):
-        return dataset.skip(batches)
-    workers = max(1, len(ctx.cluster_spec.get("worker", [])))
-    per_worker = batches // workers
-    make = dataset.dataset_fn
-    return type(dataset)(lambda input_context: make(input_context).skip(per_worker), dataset.input_options)
+def _why_not_skip(checkpointer: RunCheckpointer, dataset, step: int) -> str | None:
+    """Why a run restored mid-epoch cannot finish that epoch by skipping the batches trained already, or None
+    when every training node can: its dataset is ``ctx.dataset()`` itself and replays its rows in the order
+    the attempt that saved the checkpoint did (the same digest of its share's order). The nodes agree (an
+    all-reduce under MultiWorkerMirroredStrategy): one that cannot makes them all train the epoch again."""
+    ctx = checkpointer.ctx
+    if checkpointer.coordinated or not hasattr(dataset, "skip"):
+        return "under parameter servers each batch goes to whichever worker asks first: which it trained is not known"
+    reason = None
+    if not replays_epochs(dataset):
+        reason = "the dataset is not ctx.dataset() itself, whose order fit_resumable can replay"
+    else:
+        share = (getattr(ctx, "feed_shares", None) or {}).get("train")
+        was = _share_order_of(checkpointer.rundir, step, ctx) if share is not None and share.order else None
+        if share is None or not share.order or was is None:
+            reason = "the interrupted attempt's order of this node's rows is not known"
+        elif was != share.order:
+            reason = (
+                "this node's rows come in another order than in the interrupted attempt (a DataFrame whose rows "
+                "Spark computes anew in another order each time: cache or checkpoint it to resume in place)"
+            )
+    agreed = checkpointer._count_workers(reason is None)
+    if reason is None and agreed < ctx.num_workers:
+        reason = f"{ctx.num_workers - agreed} other training node(s) cannot replay the interrupted order"
+    return reason
+
+
+def _share_order_of(rundir: RunDir, step: int, ctx) -> str | None:
+    """The order digest of this node's training share in the attempt that saved the checkpoint of ``step``."""
+    try:
+        saved = [e for e in rundir.events("checkpoint") if e.get("step") == step]
+        if not saved:
+            return None
+        attempt = saved[-1].get("attempt")
+        me = f"{ctx.job_name}:{ctx.task_index}"
+        for event in reversed(rundir.events("feed")):
+            if event.get("worker") == me and event.get("attempt") == attempt:
+                return (event.get("orders") or {}).get("train")
+    except Exception as exc:  # a run directory that cannot be read: the epoch is redone, nothing skipped
+        log.warning("cannot read the interrupted attempt's feed records: %s", exc)
+    return None
 
 
 def uses_parameter_servers(strategy) -> bool:

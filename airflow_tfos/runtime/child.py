@@ -150,6 +150,7 @@ def _record_feed(ctx) -> None:
                 rows=rows,
                 splits={name: int(share.rows) for name, share in sorted(ctx.feed_shares.items())},
                 balance=balance,
+                orders={name: share.order for name, share in sorted(ctx.feed_shares.items()) if share.order},
                 source="parquet",
             )
             return
@@ -160,6 +161,7 @@ def _record_feed(ctx) -> None:
             rows=rows,
             splits={name: int(share.rows) for name, share in sorted(ctx.feed_shares.items())},
             balance=balance,
+            orders={name: share.order for name, share in sorted(ctx.feed_shares.items()) if share.order},
             bytes=sum(os.path.getsize(share.path) for share in shares if os.path.exists(share.path)),
             seconds=round(seconds, 3),
             rows_per_sec=round(rows / seconds, 1) if seconds > 0 else None,

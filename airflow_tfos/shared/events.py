@@ -26,6 +26,9 @@ FEED_REFUSED = "feed_refused"
 #: A node's share of the fed data (``node``, ``rows``, ``splits``: rows per split, ``balance``: per split the rows an
 #: epoch feeds, ``repeated`` (balance ``pad``) and ``dropped`` (balance ``drop``), and the spill's figures).
 FEED = "feed"
+#: A run resumed mid-epoch trains that epoch again in full instead of skipping the batches trained already
+#: (``epoch``, ``in_epoch``: those batches, ``step``, ``reason``, ``attempt``).
+EPOCH_REDONE = "epoch_redone"
 #: A TF cluster attempt started (``run_id``, ``attempt``).
 ATTEMPT = "attempt"
 #: A TF cluster attempt failed (``run_id``, ``attempt``, ``reason``, ``retrying``).

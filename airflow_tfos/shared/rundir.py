@@ -181,6 +181,8 @@ class Checkpoint:
     step: int
     epoch: int | None = None
     time: float | None = None
+    #: batches of epoch ``epoch`` trained when it was saved (None: not recorded; then ``step`` tells)
+    in_epoch: int | None = None
 
 
 class RunDir:
@@ -346,8 +348,12 @@ class RunDir:
                 "published (a newer TF cluster took the run over, e.g. while this node was cut off by a partition)"
             )
 
-    def publish_checkpoint(self, staging: str, step: int, *, epoch: int | None = None, keep: int = 3) -> Checkpoint:
-        """Rename a fully written checkpoint into place, then name it in the manifest; keep the last ``keep``."""
+    def publish_checkpoint(
+        self, staging: str, step: int, *, epoch: int | None = None, in_epoch: int | None = None, keep: int = 3
+    ) -> Checkpoint:
+        """Rename a fully written checkpoint into place, then name it in the manifest; keep the last ``keep``.
+
+        ``epoch`` is the number of epochs done, ``in_epoch`` the batches of the next one trained already."""
         name = f"ckpt-{int(step)}"
         final = self.path(CHECKPOINTS, name)
         manifest = self._read_json(CHECKPOINTS, MANIFEST) or {"history": []}
@@ -357,13 +363,15 @@ class RunDir:
         else:
             self.storage.rename(staging, final)
         record = {"name": name, "step": int(step), "epoch": epoch, "time": time.time()}
+        if in_epoch is not None:
+            record["in_epoch"] = int(in_epoch)
         history = [h for h in kept if h["name"] != name] + [record]
         history.sort(key=lambda h: h["step"])
         manifest = {"latest": record, "history": history[-keep:] if keep > 0 else history}
         self._write_json(manifest, CHECKPOINTS, MANIFEST)
         for old in history[:-keep] if keep > 0 else []:
             self.storage.delete(self.path(CHECKPOINTS, old["name"]))
-        return Checkpoint(final, int(step), epoch, record["time"])
+        return Checkpoint(final, int(step), epoch, record["time"], record.get("in_epoch"))
 
     def _manifest_records(self, manifest: Any, *, strict: bool) -> list[dict[str, Any]]:
         """The manifest's history; a bad entry raises RunDirError (``strict``, before deleting) or is skipped."""
@@ -394,7 +402,7 @@ class RunDir:
         for record in reversed(self._manifest_records(manifest or {}, strict=False)):
             path = self.path(CHECKPOINTS, record["name"])
             if self.storage.exists(path):
-                return Checkpoint(path, record["step"], record.get("epoch"), record.get("time"))
+                return Checkpoint(path, record["step"], record.get("epoch"), record.get("time"), record.get("in_epoch"))
         return None
 
     def checkpoint_history(self) -> list[dict[str, Any]]:

@@ -356,9 +356,9 @@ def ps_checkpointed(args, ctx):
         return [w.ravel().tolist() for w in model.get_weights()]
 
     class RecordingCheckpointer(RunCheckpointer):
-        def save(self, epoch=None):
+        def save(self, epoch=None, in_epoch=None):
             before = self.last_saved
-            super().save(epoch)
+            super().save(epoch, in_epoch)
             if self.last_saved != before:  # no step runs between the save and this read
                 record = {"attempt": ctx.attempt, "step": self.step, "weights": weights()}
                 _write(ctx, f"saved-a{ctx.attempt}-s{self.last_saved}", record)

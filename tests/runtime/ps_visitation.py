@@ -44,7 +44,7 @@ def _serve(ctx) -> None:
     if ctx.job_name == "worker":
         Path(PID_FILE).write_text(str(os.getpid()))
         Path(DELAY_FILE).write_text(str(SLOW_US if ctx.task_index == 1 else 0))
-        _write(ctx, "node", {"pid": os.getpid()})
+        _write(ctx, "node", {"pid": os.getpid(), "host": ctx.host})
     resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
     tf.distribute.Server(
         resolver.cluster_spec(), job_name=ctx.job_name, task_index=ctx.task_index, protocol="grpc", start=True
@@ -251,12 +251,16 @@ def run_scenario(sc, spark, run_dir: str, scenario: str) -> dict:
     return {**run.start().wait(400), "run_id": run.run_id}
 
 
-def main(run_dir: str, scenarios: list[str]) -> int:
+def main(run_dir: str, scenarios: list[str], master: str | None = None) -> int:
     from pyspark import SparkContext
     from pyspark.sql import SparkSession
 
     logging.basicConfig(level=logging.INFO, format="%(levelname)s [%(name)s] %(message)s", stream=sys.stderr)
     conf = local_cluster_conf(4, app_name="airflow-tfos-ps-visitation").set("spark.executor.memory", "640m")
+    if master:  # a standalone master (the multi-host lab): this host's address, one core per worker host
+        here = os.environ["SPARK_LOCAL_IP"]
+        conf.setMaster(master).set("spark.driver.host", here).set("spark.driver.bindAddress", here)
+        conf.set("spark.cores.max", "4")
     sc = SparkContext(conf=conf)
     sc.setLogLevel("ERROR")
     spark = SparkSession(sc)
@@ -272,5 +276,37 @@ def main(run_dir: str, scenarios: list[str]) -> int:
     return 0
 
 
+def check_cell(result: dict, cell_dir: Path, log: str) -> dict:
+    """Assert what a cell promises; return the feed's balance per worker. One epoch of ``ctx.epoch_dataset_fn``,
+    worker 1 slowed; the workers' shares (502 and 501 rows) fill no whole number of batches of 50, so balance
+    drops or repeats rows, and says how many on which worker (its ``feed`` event and the driver's log)."""
+    from tests.runtime.helpers import feed_balance, logged_balance, read_records
+
+    (record,) = result["per_epoch"]
+    counts = record["counts"][:CELL_ROWS]
+    balance = feed_balance(str(cell_dir))
+    assert set(balance) == {"worker:0", "worker:1"} and sum(b["rows"] for b in balance.values()) == CELL_ROWS
+    logged = logged_balance(log, result["run_id"])
+    assert logged == {node: {k: b[k] for k in ("rows", "repeated", "dropped")} for node, b in balance.items()}
+    repeated = sum(b["repeated"] for b in balance.values())
+    dropped = sum(b["dropped"] for b in balance.values())
+    if "-drop-" in cell_dir.name:
+        assert (repeated, dropped) == (0, 3)  # 502 - 500 and 501 - 500
+    else:
+        assert (repeated, dropped) == (97, 0)  # 550 - 502 and 550 - 501
+    # Every id once, except exactly the rows balance left out (never trained) or repeated (trained twice).
+    assert sum(counts) == sum(b["rows_per_epoch"] for b in balance.values()) == result["steps_per_epoch"] * BATCH
+    assert counts.count(0) == dropped and sum(c - 1 for c in counts if c) == repeated and max(counts) <= 2
+    # However slow worker 1 was: the fast worker took more batches, the epoch still trained every row.
+    nodes = read_records(str(cell_dir), "node")
+    fast, slow = (str(nodes[f"worker:{i}"]["pid"]) for i in range(2))
+    assert record["batches_by_pid"][fast] > record["batches_by_pid"][slow], record["batches_by_pid"]
+    return balance
+
+
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1], sys.argv[2:]))
+    argv = sys.argv[1:]
+    master = argv.pop(argv.index("--master") + 1) if "--master" in argv else None
+    if master:
+        argv.remove("--master")
+    sys.exit(main(argv[0], argv[1:], master))

@@ -74,6 +74,17 @@ def test_a_parameter_server_lost_mid_run_resumes_from_the_last_checkpoint_with_i
     assert restored["iterations"] == step
     events = RunDir(str(tmp_path)).events("restore")
     assert [e["step"] for e in events if e["attempt"] == attempt] == [step]
-    # The fresh cluster trained on to the planned step.
+    # The fresh cluster trained the interrupted epoch again in full (under parameter servers which batches it
+    # had trained cannot be told apart: none is skipped), then the rest: the planned epochs, plus the batches
+    # of the interrupted epoch that the restored checkpoint held.
     assert result["steps_per_epoch"] == STEPS_PER_EPOCH
-    assert result["step"] == EPOCHS * STEPS_PER_EPOCH
+    epoch, in_epoch = divmod(step, STEPS_PER_EPOCH)
+    assert in_epoch, "the parameter server was not lost mid-epoch: nothing to redo"
+    assert result["step"] == EPOCHS * STEPS_PER_EPOCH + in_epoch
+    # Each checkpoint recorded where in the epochs it was: the last one, all epochs done.
+    (restore,) = [e for e in events if e["attempt"] == attempt]
+    assert (restore["epoch"], restore["in_epoch"]) == (epoch, in_epoch)
+    history = RunDir(str(tmp_path)).checkpoint_history()
+    assert history[-1]["step"] == result["step"] and (history[-1]["epoch"], history[-1]["in_epoch"]) == (EPOCHS, 0)
+    redone = [h for h in history if h["step"] > step]
+    assert redone and all(h["epoch"] * STEPS_PER_EPOCH + h["in_epoch"] == h["step"] - in_epoch for h in redone)

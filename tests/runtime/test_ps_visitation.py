@@ -17,9 +17,9 @@ import time
 import pytest
 
 from tests.conftest import REPO
-from tests.runtime.helpers import feed_balance, logged_balance, read_records
+from tests.runtime.helpers import read_records
 from tests.runtime.ps_driver import FILE_BATCH, FILE_ROWS
-from tests.runtime.ps_visitation import BATCH, CELL_ROWS, ROWS
+from tests.runtime.ps_visitation import BATCH, ROWS, check_cell
 
 pytestmark = pytest.mark.integration
 
@@ -110,31 +110,7 @@ def test_visitation_an_endless_iterator_trains_every_row_once_per_pass(visits, s
 
 @pytest.mark.parametrize("cell", CELLS)
 def test_visitation_matrix_parameter_servers_every_row_once_but_what_balance_states(visits, cell):
-    # One epoch of ctx.epoch_dataset_fn, worker 1 slowed; the workers' shares (502 and 501 rows) fill no
-    # whole number of batches of 50, so balance drops or repeats rows, and says how many on which worker.
-    result = visits["results"][cell]
-    (record,) = result["per_epoch"]
-    counts = record["counts"][:CELL_ROWS]
-    balance = feed_balance(str(visits["run_dir"] / cell))
-    assert (
-        set(balance) == {f"worker:{i}" for i in range(WORKERS)}
-        and sum(b["rows"] for b in balance.values()) == CELL_ROWS
-    )
-    # The driver's log states the same figures, node by node.
-    logged = logged_balance(visits["log"], result["run_id"])
-    assert logged == {node: {k: b[k] for k in ("rows", "repeated", "dropped")} for node, b in balance.items()}
-    repeated = sum(b["repeated"] for b in balance.values())
-    dropped = sum(b["dropped"] for b in balance.values())
-    if "-drop-" in cell:
-        assert (repeated, dropped) == (0, 3)  # 502 - 500 and 501 - 500
-    else:
-        assert (repeated, dropped) == (97, 0)  # 550 - 502 and 550 - 501
-    # Every id once, except exactly the rows balance left out (never trained) or repeated (trained twice).
-    assert sum(counts) == sum(b["rows_per_epoch"] for b in balance.values()) == result["steps_per_epoch"] * BATCH
-    assert counts.count(0) == dropped and sum(c - 1 for c in counts if c) == repeated and max(counts) <= 2
-    # However slow worker 1 was: the fast worker took more batches, the epoch still trained every row.
-    fast, slow = _worker_pids(visits["run_dir"], cell)
-    assert record["batches_by_pid"][fast] > record["batches_by_pid"][slow], record["batches_by_pid"]
+    check_cell(visits["results"][cell], visits["run_dir"] / cell, visits["log"])
 
 
 def _progress(run_dir, epoch: int, batches: int, within: float = 300) -> dict:

@@ -27,7 +27,7 @@ def ids_read(dataset) -> list[int]:
 
 
 def test_parquet_and_csv_files_on_hdfs_are_listed_sharded_and_read(emu):
-    feed = Feed(features=["a", "b"], label="y", batch_size=7)
+    feed = Feed(features=["a", "b"], label="y", batch_size=7, shuffle=False)
     for i in range(3):
         sink = io.BytesIO()
         pq.write_table(table(i * 50, 50), sink)

@@ -40,6 +40,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from airflow_tfos.shared.rundir import RunDir
 from tests.runtime import visitation_programs as programs
 from tests.runtime.helpers import feed_balance, logged_balance, read_records
 
@@ -206,3 +207,58 @@ def test_visitation_matrix_tfos_datafeed_every_row_once_per_epoch_short_nodes_re
         assert epoch_ids[0] == epoch_ids[1]
         owned.append(epoch_ids[0])
     assert sorted(i for ids in owned for i in ids) == list(range(ROWS))
+
+
+def _resumed_and_whole(spark, tmp_path, frame) -> tuple[dict, dict]:
+    """The same run twice: whole, and with attempt 0 dying at step 19 (epoch 1, batch 8 of 11) after its checkpoint
+    of step 15 (epoch 1, 4 batches in); one node, shuffled, 203 rows padded to 220 (11 steps per epoch)."""
+    from airflow_tfos.runtime import TFClusterRun
+    from airflow_tfos.runtime.feed import Feed
+
+    feed = Feed(features="x", label="id", batch_size=BATCH, balance="pad", shuffle=True, shuffle_window=64)
+    results = {}
+    for name, crash_at in (("whole", None), ("resumed", 19)):
+        run = TFClusterRun(
+            spark.sparkContext,
+            programs.resumed_counts,
+            {"max_id": ROWS, "epochs": 3, "every": 5, "crash_at": crash_at},
+            num_nodes=1,
+            run_dir=str(tmp_path / name),
+            data=frame,
+            feed=feed,
+            max_attempts=2,
+        )
+        results[name] = run.start().wait(240)
+    assert (results["whole"]["attempt"], results["resumed"]["attempt"]) == (0, 1)
+    (restore,) = RunDir(str(tmp_path / "resumed")).events("restore")
+    assert (restore["step"], restore["epoch"], restore["in_epoch"]) == (15, 1, 4)
+    return results["whole"], results["resumed"]
+
+
+def test_visitation_a_run_resumed_mid_epoch_trains_exactly_the_rows_of_an_uninterrupted_run(spark, tmp_path):
+    # The resumed attempt restores the counts of step 15 and finishes epoch 1 read in the order attempt 0 read
+    # it (the same rows on the node in the same order, the same shuffle), without its first 4 batches: what
+    # each id was trained on in the end is what the uninterrupted run trained, id by id (the 4 batches after
+    # the checkpoint were lost with attempt 0 and trained again).
+    whole, resumed = _resumed_and_whole(spark, tmp_path, _id_frame(spark))
+    assert not RunDir(str(tmp_path / "resumed")).events("epoch_redone")
+    assert whole["step"] == resumed["step"] == 33
+    assert sum(whole["counts"]) == 33 * BATCH and min(whole["counts"]) >= 3
+    assert resumed["counts"] == whole["counts"]
+
+
+def test_visitation_a_resumed_epoch_whose_rows_come_in_another_order_is_trained_again_in_full(spark, tmp_path):
+    # A DataFrame Spark computes in a new order each time: the resumed attempt's share replays in another order
+    # than attempt 0's, so skipping 4 batches would skip other rows than those trained. The epoch is trained
+    # again in full instead: 4 batches more than the uninterrupted run, every id at least once per epoch.
+    import random
+
+    from pyspark.sql import functions as F
+
+    # Not F.rand(): its seed is fixed with the plan, and Spark computes that order alike each time.
+    anew = F.udf(lambda: random.random(), "double").asNondeterministic()
+    whole, resumed = _resumed_and_whole(spark, tmp_path, _id_frame(spark).orderBy(anew()))
+    (redone,) = RunDir(str(tmp_path / "resumed")).events("epoch_redone")
+    assert (redone["epoch"], redone["in_epoch"]) == (1, 4) and "another order" in redone["reason"]
+    assert (whole["step"], resumed["step"]) == (33, 37)
+    assert sum(resumed["counts"]) == 37 * BATCH and min(resumed["counts"]) >= 3

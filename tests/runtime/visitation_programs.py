@@ -8,6 +8,7 @@ The ids are the rows' labels. A record is written per node as ``<args['out']>/vi
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 #: Epochs each program records (two: a shuffle must give a new order each epoch, and every epoch every row).
@@ -61,3 +62,56 @@ def datafeed_ids(args, ctx):
         batch = feed.next_batch(args["batch_size"])
         seen.extend(int(row[1]) for row in batch)
     return _record(args, ctx, [seen])
+
+
+def resumed_counts(args, ctx):
+    """``fit_resumable`` on one node over ``ctx.dataset()``, a model that counts, in a variable saved with its
+    checkpoints, how often each id was trained on. With ``args['crash_at']`` attempt 0 dies once its step
+    reaches it (after a checkpoint, mid-epoch); the next attempt resumes from the checkpoint. Returns the counts."""
+    import tensorflow as tf
+
+    from airflow_tfos.runtime.checkpoint import RunCheckpointer, fit_resumable
+
+    max_id = args["max_id"]
+
+    class Counting(tf.keras.Model):
+        def __init__(self):
+            super().__init__()
+            self.dense = tf.keras.layers.Dense(1)
+            self.counts = self.add_weight(
+                name="counts", shape=(max_id,), initializer="zeros", dtype="int32", trainable=False
+            )
+
+        def call(self, x):
+            return self.dense(x)
+
+        def train_step(self, data):
+            x, ids = data
+            ids = tf.cast(tf.reshape(ids, [-1]), tf.int32)
+            self.counts.assign_add(tf.math.bincount(ids, minlength=max_id, maxlength=max_id, dtype=tf.int32))
+            with tf.GradientTape() as tape:
+                loss = tf.reduce_mean(tf.square(self(x, training=True)))
+            variables = self.dense.trainable_variables
+            self.optimizer.apply_gradients(zip(tape.gradient(loss, variables), variables, strict=True))
+            return {"loss": loss}
+
+    model = Counting()
+    model(tf.zeros([1, 1], tf.float64))
+    model.compile(optimizer=tf.keras.optimizers.SGD(0.001))
+    checkpointer = RunCheckpointer(ctx, model=model, every_steps=args["every"])
+
+    class Crash(tf.keras.callbacks.Callback):
+        def on_train_batch_end(self, batch, logs=None):
+            if ctx.attempt == 0 and args.get("crash_at") and checkpointer.step >= args["crash_at"]:
+                os._exit(3)  # as a lost node: no save, no clean end
+
+    fit_resumable(
+        model,
+        ctx.dataset(),
+        epochs=args["epochs"],
+        steps_per_epoch=ctx.steps_per_epoch,
+        checkpointer=checkpointer,
+        callbacks=[Crash()],
+        verbose=0,
+    )
+    return {"counts": model.counts.numpy().tolist(), "attempt": ctx.attempt, "step": checkpointer.step}

@@ -4,8 +4,8 @@
 from __future__ import annotations
 
 import base64
-import itertools
 import logging
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
@@ -54,6 +54,8 @@ class FeedShare:
     :param slices: with ``streamed``: the node's row-group slices.
     :param schema: with ``streamed``: the Arrow schema of the checked columns (base64 of its IPC form).
     :param webhdfs_config: with ``streamed``, files on HDFS: the run's WebHDFS settings.
+    :param order: a digest of the order its rows are replayed in (of the spill, or of the slices): a resumed
+        attempt whose share has the interrupted attempt's digest can skip the batches trained already.
     """
 
     split: str
@@ -74,6 +76,7 @@ class FeedShare:
     slices: tuple = ()
     schema: str = ""
     webhdfs_config: str | None = None
+    order: str = ""
 
     @property
     def rows_per_epoch(self) -> int:
@@ -235,7 +238,7 @@ def make_dataset(share: FeedShare):
     import tensorflow as tf
 
     feed = share.feed
-    epochs = itertools.count()
+    epochs = EpochCounter()
 
     empty = _shape(_empty(share), feed)
     if _is_composite(empty):
@@ -249,7 +252,7 @@ def make_dataset(share: FeedShare):
         dataset = tf.data.Dataset.from_generator(batches, output_signature=signature_of(empty))
         if not share.once:
             dataset = dataset.apply(tf.data.experimental.assert_cardinality(share.steps_per_epoch))
-        return for_workers(dataset, share.workers).prefetch(tf.data.AUTOTUNE)
+        return _counted(for_workers(dataset, share.workers).prefetch(tf.data.AUTOTUNE), epochs)
 
     def chunks():
         for chunk in epoch_chunks(share, next(epochs)):
@@ -264,7 +267,53 @@ def make_dataset(share: FeedShare):
     else:
         dataset = dataset.rebatch(feed.batch_size, drop_remainder=True)
         dataset = dataset.apply(tf.data.experimental.assert_cardinality(share.steps_per_epoch))
-    return for_workers(dataset, share.workers).prefetch(tf.data.AUTOTUNE)
+    return _counted(for_workers(dataset, share.workers).prefetch(tf.data.AUTOTUNE), epochs)
+
+
+class EpochCounter:
+    """Which epoch the next pass over a dataset of :func:`make_dataset` is: it seeds that pass's shuffle.
+
+    Each iteration of the dataset starts the next epoch. A run resumed mid-way starts its dataset at the
+    epoch it resumes in (:func:`start_epoch`), so that a shuffled epoch it finishes is read in the order the
+    interrupted attempt read it, and skipping the batches already trained on skips exactly those.
+    """
+
+    def __init__(self) -> None:
+        self._next = 0
+        self._lock = threading.Lock()
+
+    def __next__(self) -> int:
+        with self._lock:
+            epoch, self._next = self._next, self._next + 1
+            return epoch
+
+    def start_at(self, epoch: int) -> None:
+        with self._lock:
+            self._next = epoch
+
+
+#: The attribute of a dataset from :func:`make_dataset` that holds its :class:`EpochCounter`.
+_EPOCHS_ATTR = "airflow_tfos_epochs"
+
+
+def _counted(dataset, epochs: EpochCounter):
+    setattr(dataset, _EPOCHS_ATTR, epochs)
+    return dataset
+
+
+def replays_epochs(dataset) -> bool:
+    """Whether ``dataset`` is one of :func:`make_dataset` (``ctx.dataset()``), whose passes :func:`start_epoch` sets."""
+    return getattr(dataset, _EPOCHS_ATTR, None) is not None
+
+
+def start_epoch(dataset, epoch: int) -> bool:
+    """Make the next pass over ``dataset`` (from :func:`make_dataset`: ``ctx.dataset()``) read epoch ``epoch``'s
+    order; False when ``dataset`` is not one (a transformed dataset counts its passes from 0)."""
+    epochs = getattr(dataset, _EPOCHS_ATTR, None)
+    if epochs is None:
+        return False
+    epochs.start_at(epoch)
+    return True
 
 
 def for_workers(dataset, workers: int):

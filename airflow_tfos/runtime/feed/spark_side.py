@@ -14,6 +14,7 @@ rewrites each worker's share as the record file its TF process reads (:mod:`.nat
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import logging
 import os
 from collections.abc import Iterable, Sequence
@@ -27,6 +28,7 @@ from airflow_tfos.runtime.feed.spill import SpillWriter
 log = logging.getLogger(__name__)
 
 NODE_COLUMN = "__airflow_tfos_node"
+ROW_COLUMN = "__airflow_tfos_row"
 SPLIT_COLUMN = "__airflow_tfos_split"
 TRAIN, VALIDATION = "train", "validation"
 
@@ -106,11 +108,14 @@ def prepare_dataframe(df, feed: Feed, roles: Sequence[NodeRole], validation_df=N
         return data
     keys = partition_keys(n)
     targets = [keys[r.executor_id] for r in feed_order(roles)]
-    pick = (F.pmod(F.monotonically_increasing_id(), F.lit(len(targets))) + 1).cast("int")
+    data = data.withColumn(ROW_COLUMN, F.monotonically_increasing_id())
+    pick = (F.pmod(F.col(ROW_COLUMN), F.lit(len(targets))) + 1).cast("int")
     node = F.element_at(F.array(*[F.lit(k) for k in targets]), pick)
-    # The node column stays: dropping it would make Spark copy every (possibly wide) row once more
-    # after the shuffle; the spill keeps only the fed columns anyway.
-    return data.withColumn(NODE_COLUMN, node).repartition(n, NODE_COLUMN)
+    # The node and row columns stay: dropping them would make Spark copy every (possibly wide) row once more
+    # after the shuffle; the spill keeps only the fed columns anyway. Sorted by the row's number within each
+    # node's partition: the shuffle hands blocks over in no set order, and a node's rows must come in the same
+    # order on every attempt for a resumed epoch to skip exactly the batches trained (fit_resumable).
+    return data.withColumn(NODE_COLUMN, node).repartition(n, NODE_COLUMN).sortWithinPartitions(ROW_COLUMN)
 
 
 def round_robin_partitions(df) -> int | None:
@@ -181,6 +186,7 @@ def spill_info(writers: dict[str, SpillWriter], feed: Feed, started: float, star
     return {
         name: {
             "rows": s.rows,
+            "order": s.order,
             "widths": s.widths,
             "sparse": sorted(s.sparse),
             "dtypes": dtypes[name],
@@ -269,6 +275,7 @@ def plan_shares(
                     "slices": slices,
                     "schema": schema,
                     "webhdfs_config": direct.webhdfs_config,
+                    "order": hashlib.blake2b(repr(slices).encode(), digest_size=16).hexdigest(),
                 }
             shares[split] = FeedShare(
                 split=split,
@@ -281,6 +288,7 @@ def plan_shares(
                 spill_seconds=mine["seconds"],
                 spill_started_at=mine["started_at"],
                 spill_peak_rss_mb=mine["peak_rss_mb"],
+                **({"order": mine["order"]} if "order" in mine and not streamed else {}),
                 native=records,
                 workers=1 if native else len(order),
                 once=once,

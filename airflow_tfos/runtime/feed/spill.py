@@ -10,6 +10,7 @@ record batches, so each epoch can visit them in a new order.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import os
 import pickle
 import queue
@@ -25,6 +26,17 @@ from airflow_tfos.runtime.feed.columns import normalize_column
 from airflow_tfos.runtime.feed.plan import Feed
 
 
+def order_key(batch: pa.RecordBatch, label: str | None) -> bytes:
+    """What a batch adds to a spill's order digest: its size and its label values (a flat label column), else
+    its first and last rows; cheap beside the spill, and different when rows come in another order."""
+    head = batch.num_rows.to_bytes(8, "little")
+    column = batch.column(label) if label and label in batch.schema.names else None
+    if column is not None and pa.types.is_primitive(column.type) and column.null_count == 0:
+        return head + column.to_numpy(zero_copy_only=False).tobytes()
+    edges = batch.slice(0, 1).to_pylist() + batch.slice(batch.num_rows - 1, 1).to_pylist()
+    return head + repr(edges).encode()
+
+
 @dataclass
 class SpillStats:
     """What was written: rows, record batches, bytes, each array or vector column's element count, and the
@@ -35,6 +47,9 @@ class SpillStats:
     bytes: int = 0
     widths: dict[str, int] = field(default_factory=dict)
     sparse: set[str] = field(default_factory=set)
+    #: a digest of the rows' order (each batch's size and label values, or its first and last rows): two
+    #: spills with the same digest replay their epochs alike (:func:`~airflow_tfos.runtime.checkpoint.fit_resumable`)
+    order: str = ""
 
 
 class SpillWriter:
@@ -67,6 +82,7 @@ class SpillWriter:
         self.what = what
         self.feed = feed
         self.stats = SpillStats()
+        self._order = hashlib.blake2b(digest_size=16)
         cast = feed.cast_floats if feed is not None else None
         self._narrow = pa.from_numpy_dtype(np.dtype(cast)) if cast else None
         self._queue: queue.Queue[pa.RecordBatch | None] = queue.Queue(maxsize=self.QUEUED)
@@ -86,6 +102,7 @@ class SpillWriter:
         self._raise_if_failed()
         self._queue.put(batch)
         self.stats.rows += batch.num_rows
+        self._order.update(order_key(batch, self.feed.label if self.feed is not None else None))
 
     def close(self) -> SpillStats:
         """Wait for the queued batches to reach the disk and close the file."""
@@ -93,6 +110,7 @@ class SpillWriter:
             self._queue.put(None)
             self._thread.join()
         self._raise_if_failed()
+        self.stats.order = self._order.hexdigest()
         return self.stats
 
     def abort(self) -> None:
