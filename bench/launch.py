@@ -6,7 +6,7 @@ between ``tensorflowonspark==2.2.5``'s ``TFCluster.run`` and airflow-tfos's comp
 same program with only its import changed), and prints each run, the medians and their ratio.
 
 For airflow-tfos it also prints where the slowest node's launch went (from the times the nodes record,
-:mod:`airflow_tfos.runtime.launch_times`): scheduling (the call until its barrier task began), process start,
+:mod:`airflow_tfos.runtime.program.launch_times`): scheduling (the call until its barrier task began), process start,
 TF import, what was left of the barrier's port exchange once TF was imported (the exchange runs beside the
 process start and the import; its whole length is shown apart), the handover of the cluster spec, and
 building the strategy. The phases follow each other, so they sum to the launch time.
@@ -32,7 +32,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import REPO, local_cluster_conf
 
-from airflow_tfos.runtime import launch_times
+from airflow_tfos.runtime.program import launch_times
 
 PROGRAM = REPO / "tests" / "runtime" / "tfos_programs" / "keras_tf_mode.py"
 

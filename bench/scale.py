@@ -3,7 +3,7 @@
 For each size N, on a fresh local Spark cluster of N one-core executors (small memory), it measures:
 
 1. launch: seconds from ``run()`` until every node has built its MultiWorkerMirroredStrategy (the
-   nodes' ready marks), and the slowest node's TF import (:mod:`airflow_tfos.runtime.launch_times`);
+   nodes' ready marks), and the slowest node's TF import (:mod:`airflow_tfos.runtime.program.launch_times`);
 2. steps/s: synchronous training steps per second of a small Keras model (8-16-1, batch 32 per node)
    on in-memory data, timed on the chief after one warm-up epoch;
 3. feed rows/s per node: InputMode.SPARK, the same number of rows (2 floats + a label) per node, read
@@ -37,7 +37,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import local_cluster_conf
 
-from airflow_tfos.runtime import launch_times
+from airflow_tfos.runtime.program import launch_times
 
 WORKER_MB = 640
 EXECUTOR_MEMORY = "512m"

@@ -15,8 +15,9 @@ import time
 import pytest
 import requests
 
+from airflow_tfos.shared.errors import KerberosAuthError
 from airflow_tfos.shared.storage import kerberos
-from airflow_tfos.shared.storage.kerberos import KerberosAuthError, KerberosLogin
+from airflow_tfos.shared.storage.kerberos import KerberosLogin
 from airflow_tfos.shared.storage.webhdfs_client import WebHDFSStorage
 from airflow_tfos.testing.spnego import Unauthenticated, short_name
 from airflow_tfos.testing.webhdfs import WebHDFSEmulator

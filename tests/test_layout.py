@@ -157,3 +157,61 @@ def test_what_ships_to_spark_is_the_runtime_and_the_shared_package(half):
 def test_no_module_loose_at_the_package_top_but_the_provider_metadata():
     loose = sorted(p.name for p in PACKAGE.glob("*.py"))
     assert loose == ["__init__.py", "get_provider_info.py"]
+
+
+def test_the_barrier_task_and_the_tf_process_never_import_the_driver():
+    # runtime/node/ runs in an executor's barrier task, runtime/program/ in a TF node's process: neither has the
+    # driver's state, and what they import from the driver would be the driver's code run in the wrong process.
+    bad = [
+        f"{name} imports {target}"
+        for name in sorted(MODULES)
+        if name.startswith(("airflow_tfos.runtime.node", "airflow_tfos.runtime.program"))
+        for target in sorted(_imports(name))
+        if (_ours(target) or "").startswith("airflow_tfos.runtime.driver")
+    ]
+    assert bad == []
+
+
+def _defined_exceptions() -> list[tuple[str, type]]:
+    import importlib
+    import inspect
+
+    found = []
+    for name in sorted(MODULES):
+        if name.startswith("airflow_tfos.testing") or name.endswith("__main__"):
+            continue
+        module = importlib.import_module(name)
+        for _, value in inspect.getmembers(module, inspect.isclass):
+            if issubclass(value, BaseException) and value.__module__ == name:
+                found.append((name, value))
+    return found
+
+
+def test_every_exception_the_package_defines_lives_in_an_errors_module_and_is_a_tfos_error():
+    from airflow_tfos.shared.errors import TFoSError
+
+    defined = _defined_exceptions()
+    assert len(defined) > 30  # the walk found them (all runtime, shared and Airflow-side errors)
+    assert [f"{m}.{c.__name__}" for m, c in defined if not m.endswith(".errors")] == []
+    assert [f"{m}.{c.__name__}" for m, c in defined if not issubclass(c, TFoSError)] == []
+
+
+def test_no_module_is_longer_than_500_lines():
+    long = {name: n for name, path in MODULES.items() if (n := len(path.read_text().splitlines())) > 500}
+    assert long == {}
+
+
+def test_the_halves_show_their_parts_few_loose_modules():
+    runtime = sorted(p.name for p in (PACKAGE / "runtime").glob("*.py"))
+    assert len(runtime) <= 6, runtime
+    assert {"driver", "node", "program"} <= {p.name for p in (PACKAGE / "runtime").iterdir() if p.is_dir()}
+    hooks = sorted(p.name for p in (PACKAGE / "hooks").glob("*.py"))
+    assert len(hooks) <= 12, hooks
+
+
+def test_the_runtime_api_is_one_import_path_and_every_name_resolves():
+    import airflow_tfos.runtime as runtime
+
+    assert sorted(runtime.__all__) == sorted(runtime._API)
+    for name in runtime.__all__:
+        assert getattr(runtime, name).__module__.startswith("airflow_tfos.runtime"), name

@@ -11,12 +11,11 @@ import time
 
 import pytest
 
-from airflow_tfos.shared.errors import RunDirError
+from airflow_tfos.shared.errors import LeaseHeldError, RunDirError
 from airflow_tfos.shared.lease import (
     LEASE,
     MAX_LEASE_SECS,
     Lease,
-    LeaseHeldError,
     lease_owner,
     live_lease_of_other,
     read_lease,

@@ -7,7 +7,8 @@ import os
 
 import pytest
 
-from airflow_tfos.shared.registry import ModelRegistry, RegistryError, decide
+from airflow_tfos.shared.errors import RegistryError
+from airflow_tfos.shared.registry import ModelRegistry, decide
 from airflow_tfos.shared.storage import LocalStorage
 from airflow_tfos.shared.storage.webhdfs_client import WebHDFSStorage
 from airflow_tfos.testing.webhdfs import WebHDFSEmulator

@@ -8,7 +8,8 @@ import os
 
 import pytest
 
-from airflow_tfos.shared.registry import ModelRegistry, RegistryError, decide
+from airflow_tfos.shared.errors import RegistryError
+from airflow_tfos.shared.registry import ModelRegistry, decide
 from airflow_tfos.shared.storage import LocalStorage
 from tests.test_registry import fake_export
 

@@ -8,7 +8,9 @@ import time
 
 import pytest
 
-from airflow_tfos.shared.rundir import RunDir, RunDirError, discard_stale, replace_dir, spec_hash, stop_applies
+from airflow_tfos.shared.errors import RunDirError
+from airflow_tfos.shared.rundir import RunDir, discard_stale, replace_dir, stop_applies
+from airflow_tfos.shared.spec import spec_hash
 from airflow_tfos.shared.storage import LocalStorage, join
 from tests.conftest import run_dir_for
 

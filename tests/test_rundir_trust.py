@@ -9,11 +9,12 @@ import stat
 
 import pytest
 
-from airflow_tfos.hooks.runs import RunConfigError, normalize_run_dir, place_run_dir
-from airflow_tfos.shared.rundir import RunDir, RunDirError
+from airflow_tfos.hooks.errors import RunConfigError
+from airflow_tfos.hooks.runs import normalize_run_dir, place_run_dir
+from airflow_tfos.shared.errors import RunDirError, WebHDFSError
+from airflow_tfos.shared.rundir import RunDir
 from airflow_tfos.shared.storage import LocalStorage, is_plain_name
 from airflow_tfos.shared.storage.webhdfs_client import WebHDFSStorage
-from airflow_tfos.shared.storage.webhdfs_config import WebHDFSError
 from airflow_tfos.testing.webhdfs import WebHDFSEmulator
 from tests.conftest import run_dir_for
 

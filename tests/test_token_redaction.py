@@ -17,12 +17,13 @@ import logging
 
 import pytest
 
-from airflow_tfos.runtime import child, driver
+from airflow_tfos.runtime.driver import entry as driver
+from airflow_tfos.runtime.driver.heartbeat import DriverWatch
 from airflow_tfos.runtime.errors import NodeFailedError, NodeFailure
-from airflow_tfos.runtime.heartbeat import DriverWatch
-from airflow_tfos.runtime.spec import parse_spec
+from airflow_tfos.runtime.program import child
 from airflow_tfos.shared import events
 from airflow_tfos.shared.rundir import RunDir
+from airflow_tfos.shared.spec import parse_spec
 from airflow_tfos.shared.storage import kerberos
 from airflow_tfos.shared.storage.kerberos import KerberosLogin
 from airflow_tfos.shared.storage.webhdfs_client import WebHDFSStorage, clear_cached_storages

@@ -9,16 +9,11 @@ import time
 
 import pytest
 
+from airflow_tfos.shared.errors import WebHDFSConfigError, WebHDFSUnavailableError
 from airflow_tfos.shared.rundir import RunDir
 from airflow_tfos.shared.storage import FileInfo, storage_for
 from airflow_tfos.shared.storage.webhdfs_client import WebHDFSStorage, clear_cached_storages
-from airflow_tfos.shared.storage.webhdfs_config import (
-    WEBHDFS_ENV,
-    WebHDFSConfig,
-    WebHDFSConfigError,
-    WebHDFSUnavailableError,
-    config_for_uri,
-)
+from airflow_tfos.shared.storage.webhdfs_config import WEBHDFS_ENV, WebHDFSConfig, config_for_uri
 from airflow_tfos.testing.webhdfs import WebHDFSEmulator
 
 FAST = {"retries": 2, "backoff": 0.05, "timeout": 2.0, "deadline": 20.0}

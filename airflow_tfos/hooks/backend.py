@@ -34,8 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import ClassVar
 
-from airflow_tfos.hooks.errors import ApplicationAlreadyRunningError as ApplicationAlreadyRunningError
-from airflow_tfos.hooks.errors import LocalBackendError as LocalBackendError
+from airflow_tfos.hooks.errors import LocalBackendError, UntrustedLocalDirError
 from airflow_tfos.hooks.state import AppState
 from airflow_tfos.shared.lease import lease_owner
 
@@ -66,11 +65,6 @@ def check_tag(tag: str) -> str:
             f"tag {tag!r} must be 1-100 ASCII letters, digits, '_', '.', '=', ':' or '-' (YARN application tag)"
         )
     return tag.lower()
-
-
-class UntrustedLocalDirError(LocalBackendError):
-    """A directory of the tracker (or above it) is owned or writable by another user, so what the hook reuses
-    from it could be someone else's; the message names the directory and what to change."""
 
 
 def _refuse(path: str, why: str) -> UntrustedLocalDirError:

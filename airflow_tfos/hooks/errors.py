@@ -3,15 +3,16 @@
 Every one is a :class:`~airflow_tfos.shared.errors.TFoSError` (the package's base; the shared package's errors
 are in :mod:`airflow_tfos.shared.errors`, the Spark side's in :mod:`airflow_tfos.runtime.errors`) and keeps
 its built-in base: a ``ValueError`` is a setting or argument to change, a ``RuntimeError`` a failure of
-spark-submit or of a backend, a :class:`YarnError` a failed conversation with YARN. The modules that raise
-an error re-export it (``from airflow_tfos.hooks.yarn import YarnError`` keeps working).
+spark-submit or of a backend, a :class:`YarnError` a failed conversation with YARN. Each error has this one
+import path (the operators' own, which are Airflow's ``AirflowFailException`` too, are in
+:mod:`airflow_tfos.operators.errors`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-from airflow_tfos.shared.errors import TFoSError
+from airflow_tfos.shared.errors import TFoSError, WebHDFSConfigError
 
 __all__ = [
     "ApplicationAlreadyRunningError",
@@ -109,3 +110,13 @@ class YarnUnavailableError(YarnError):
 
 class YarnProtocolError(YarnError):
     """The answer was not the ResourceManager's JSON (a proxy, a wrong address, a broken body)."""
+
+
+class UntrustedLocalDirError(LocalBackendError):
+    """A directory of the tracker (or above it) is owned or writable by another user, so what the hook reuses
+    from it could be someone else's; the message names the directory and what to change."""
+
+
+class HadoopConfError(WebHDFSConfigError, YarnError):
+    """A Hadoop configuration file cannot be used; the message names the file and the property. It is both a
+    WebHDFS settings error and a YARN error, as the files serve both."""

@@ -36,8 +36,7 @@ import xml.etree.ElementTree as ET
 from dataclasses import dataclass
 from pathlib import Path
 
-from airflow_tfos.hooks.errors import YarnError
-from airflow_tfos.shared.errors import WebHDFSConfigError
+from airflow_tfos.hooks.errors import HadoopConfError
 from airflow_tfos.shared.storage.webhdfs_config import DEFAULT_PORTS as WEBHDFS_PORTS
 from airflow_tfos.shared.storage.webhdfs_config import WebHDFSConfig
 
@@ -49,11 +48,6 @@ RM_PORTS = {"http": 8088, "https": 8090}
 POLICIES = ("HTTP_ONLY", "HTTPS_ONLY", "HTTP_AND_HTTPS")
 MAX_SUBSTITUTIONS = 20
 _VARIABLE = re.compile(r"\$\{([^}$\s]+)\}")
-
-
-class HadoopConfError(WebHDFSConfigError, YarnError):
-    """A Hadoop configuration file cannot be used; the message names the file and the property. It is both a
-    WebHDFS settings error and a YARN error, as the files serve both."""
 
 
 @dataclass(frozen=True)

@@ -54,16 +54,15 @@ import psutil
 from airflow_tfos.hooks.backend import (
     TAG_LOCK_TIMEOUT_SECS,
     TRACKER_DIR_ENV,
-    ApplicationAlreadyRunningError,
-    LocalBackendError,
     check_tag,
     default_tracker_dir,
     private_dir,
     tag_lock,
 )
-from airflow_tfos.hooks.errors import ApplicationNotFoundError as ApplicationNotFoundError
-from airflow_tfos.hooks.local_state import LOG_TAIL_LINES, map_local_state, master_webui_url, spark_ui_url, tail
+from airflow_tfos.hooks.errors import ApplicationAlreadyRunningError, ApplicationNotFoundError, LocalBackendError
+from airflow_tfos.hooks.local_state import LOG_TAIL_LINES, map_local_state, spark_ui_url, tail
 from airflow_tfos.hooks.localrun import write_json_atomically
+from airflow_tfos.hooks.standalone import master_webui_url
 from airflow_tfos.hooks.state import AppState
 from airflow_tfos.shared.procgroup import signal_group
 

@@ -13,7 +13,8 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-from airflow_tfos.hooks.backend import ApplicationAlreadyRunningError, Backend, Submission
+from airflow_tfos.hooks.backend import Backend, Submission
+from airflow_tfos.hooks.errors import ApplicationAlreadyRunningError
 from airflow_tfos.hooks.local import LocalBackend
 from airflow_tfos.hooks.spark_conf import check_local_master, env_conf
 from airflow_tfos.hooks.spark_submit import private_properties, spark_submit_for

@@ -14,7 +14,6 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from airflow_tfos.hooks.standalone import master_webui_url as master_webui_url
 from airflow_tfos.hooks.state import AppState
 
 #: Lines of the log given as diagnostics of a failed application.

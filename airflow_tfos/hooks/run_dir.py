@@ -11,7 +11,7 @@ from airflow.sdk import BaseHook
 from airflow_tfos.shared.events import ATTEMPT_FAILED
 from airflow_tfos.shared.rundir import RUN_TERMINAL_STATES, RunDir
 from airflow_tfos.shared.storage import Storage, storage_for
-from airflow_tfos.shared.storage.webhdfs_config import HDFS_SCHEMES as HDFS_SCHEMES
+from airflow_tfos.shared.storage.webhdfs_config import HDFS_SCHEMES
 
 
 def progress_line(status: dict[str, Any] | None) -> str | None:
@@ -19,7 +19,7 @@ def progress_line(status: dict[str, Any] | None) -> str | None:
 
     E.g. ``state RUNNING, checkpoint step 100, step 120/400 (30%), epoch 2/5 (40% of epoch), loss 0.4231,
     35.2 steps/s, 2253 examples/s, ETA 8 s`` (``progress`` is the chief's progress.json, see
-    :mod:`airflow_tfos.runtime.progress`).
+    :mod:`airflow_tfos.runtime.program.progress`).
     """
     if not status:
         return None

@@ -13,7 +13,7 @@ import re
 from datetime import datetime
 from typing import Any
 
-from airflow_tfos.hooks.errors import RunConfigError as RunConfigError
+from airflow_tfos.hooks.errors import RunConfigError
 from airflow_tfos.shared.storage import join
 
 TAG_PREFIX = "tfos-"

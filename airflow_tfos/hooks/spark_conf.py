@@ -18,9 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from airflow_tfos.hooks.backend import check_tag, own_private_file, private_dir, write_atomically
-from airflow_tfos.hooks.errors import TFoSConfigError as TFoSConfigError
-from airflow_tfos.hooks.errors import TFoSSubmitError as TFoSSubmitError
-from airflow_tfos.shared.storage.webhdfs_config import WEBHDFS_ENV as WEBHDFS_ENV
+from airflow_tfos.hooks.errors import TFoSConfigError
 
 log = logging.getLogger(__name__)
 

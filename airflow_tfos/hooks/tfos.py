@@ -26,7 +26,6 @@ from airflow_tfos.hooks.spark_conf import (
     _LAUNCHER,
     GPU_SCRIPT_NAME,
     LAUNCHER_NAME,
-    WEBHDFS_ENV,
     cached_file,
     env_conf,
     packed_env_conf,
@@ -37,6 +36,7 @@ from airflow_tfos.hooks.state import AppState
 from airflow_tfos.hooks.user_code import CodePackage, ShippedCode, code_zip
 from airflow_tfos.links.tfos import HISTORY_SERVER_CONF, history_server_url
 from airflow_tfos.shared.storage.kerberos import SUBMITTED_TOKEN_ENV
+from airflow_tfos.shared.storage.webhdfs_config import WEBHDFS_ENV
 
 
 class TFoSHook(BaseHook):
@@ -329,8 +329,8 @@ class TFoSHook(BaseHook):
 
         from airflow_tfos.hooks.run_dir import RunDirHook
         from airflow_tfos.hooks.webhdfs_connection import DEFAULT_CONN_ID, webhdfs_config_from_connection
+        from airflow_tfos.shared.errors import WebHDFSConfigError
         from airflow_tfos.shared.storage.tokens import TokenKeeper
-        from airflow_tfos.shared.storage.webhdfs_config import WebHDFSConfigError
 
         if "://" not in run_dir or run_dir.startswith("file://"):
             return None

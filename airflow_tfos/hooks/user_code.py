@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from airflow_tfos.hooks.backend import own_private_file, private_dir, write_atomically
-from airflow_tfos.hooks.errors import UserCodeError as UserCodeError
+from airflow_tfos.hooks.errors import UserCodeError
 
 #: The largest package shipped with --py-files; larger code belongs in a packed environment.
 MAX_SHIPPED_MB = 50

@@ -31,14 +31,10 @@ from dataclasses import replace
 from airflow.sdk import BaseHook
 
 from airflow_tfos.hooks.hadoop_conf import HADOOP_CONF_ENV, hadoop_conf
-from airflow_tfos.shared.storage.kerberos import KerberosAuthError, KerberosLogin, SpnegoAuth
+from airflow_tfos.shared.errors import KerberosAuthError, WebHDFSConfigError
+from airflow_tfos.shared.storage.kerberos import KerberosLogin, SpnegoAuth
 from airflow_tfos.shared.storage.webhdfs_client import WebHDFSStorage
-from airflow_tfos.shared.storage.webhdfs_config import (
-    DEFAULT_PORTS,
-    WEBHDFS_ENV,
-    WebHDFSConfig,
-    WebHDFSConfigError,
-)
+from airflow_tfos.shared.storage.webhdfs_config import DEFAULT_PORTS, WEBHDFS_ENV, WebHDFSConfig
 
 log = logging.getLogger(__name__)
 

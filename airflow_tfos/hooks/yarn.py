@@ -34,6 +34,13 @@ from typing import Any
 from airflow.sdk import BaseHook
 from airflow.sdk.exceptions import AirflowNotFoundException
 
+from airflow_tfos.hooks.errors import (
+    YarnApplicationNotFound,
+    YarnAuthError,
+    YarnError,
+    YarnProtocolError,
+    YarnUnavailableError,
+)
 from airflow_tfos.hooks.hadoop_conf import HADOOP_CONF_ENV, YARN_CONF_ENV, hadoop_conf
 from airflow_tfos.hooks.state import TERMINAL_STATES, YARN_STATES, AppState
 from airflow_tfos.hooks.yarn_rest import (
@@ -50,11 +57,6 @@ from airflow_tfos.hooks.yarn_rest import (
     ContainerLimit,
     Reply,
     RmSettings,
-    YarnApplicationNotFound,
-    YarnAuthError,
-    YarnError,
-    YarnProtocolError,
-    YarnUnavailableError,
     app_state_from_json,
     app_states_from_json,
     classify_reply,

@@ -8,14 +8,9 @@ from pathlib import Path
 
 from airflow.sdk.exceptions import AirflowException
 
-from airflow_tfos.hooks.backend import (
-    ApplicationAlreadyRunningError,
-    Backend,
-    Submission,
-    default_tracker_dir,
-    tag_lock,
-)
-from airflow_tfos.hooks.spark_conf import TFoSSubmitError, check_container_fits, env_conf, runtime_zip
+from airflow_tfos.hooks.backend import Backend, Submission, default_tracker_dir, tag_lock
+from airflow_tfos.hooks.errors import ApplicationAlreadyRunningError, TFoSSubmitError
+from airflow_tfos.hooks.spark_conf import check_container_fits, env_conf, runtime_zip
 from airflow_tfos.hooks.spark_submit import private_properties, spark_submit_for
 from airflow_tfos.hooks.state import LIVE_STATES, AppState
 from airflow_tfos.hooks.yarn import YarnApplicationNotFound, YarnHook

@@ -13,11 +13,12 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
-from airflow_tfos.hooks.errors import YarnApplicationNotFound as YarnApplicationNotFound
-from airflow_tfos.hooks.errors import YarnAuthError as YarnAuthError
-from airflow_tfos.hooks.errors import YarnError as YarnError
-from airflow_tfos.hooks.errors import YarnProtocolError as YarnProtocolError
-from airflow_tfos.hooks.errors import YarnUnavailableError as YarnUnavailableError
+from airflow_tfos.hooks.errors import (
+    YarnApplicationNotFound,
+    YarnAuthError,
+    YarnError,
+    YarnProtocolError,
+)
 from airflow_tfos.hooks.state import FINAL_STATUSES, YARN_STATES, AppState
 
 DEFAULT_PORTS = {"http": 8088, "https": 8090}
@@ -355,7 +356,7 @@ def negotiate_header(hostname: str, login: Any = None) -> str:
     :param hostname: the RM's host name.
     :param login: a :class:`~airflow_tfos.shared.storage.kerberos.KerberosLogin` (principal and keytab).
     """
-    from airflow_tfos.shared.storage.kerberos import KerberosAuthError
+    from airflow_tfos.shared.errors import KerberosAuthError
     from airflow_tfos.shared.storage.kerberos import negotiate_header as spnego_header
 
     try:

@@ -21,14 +21,8 @@ from functools import cached_property
 from typing import Any
 from urllib.parse import urlsplit
 
-from airflow_tfos.hooks.yarn_rest import (
-    Reply,
-    RmSettings,
-    YarnUnavailableError,
-    classify_reply,
-    foreign_redirect,
-    negotiate_header,
-)
+from airflow_tfos.hooks.errors import YarnUnavailableError
+from airflow_tfos.hooks.yarn_rest import Reply, RmSettings, classify_reply, foreign_redirect, negotiate_header
 
 #: Redirects followed from one RM before it counts as failed.
 MAX_REDIRECTS = 3

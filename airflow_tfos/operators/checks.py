@@ -13,11 +13,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from airflow.sdk.exceptions import AirflowFailException
-
-from airflow_tfos.hooks.errors import TFoSConfigError
-from airflow_tfos.hooks.runs import RunConfigError, check_run_dir, templated
+from airflow_tfos.hooks.errors import RunConfigError, TFoSConfigError
+from airflow_tfos.hooks.runs import check_run_dir, templated
 from airflow_tfos.hooks.spark_conf import memory_mb
+from airflow_tfos.operators.errors import RenderedArgumentError
 from airflow_tfos.shared.spec import SpecError, parse_spec
 
 #: Spark settings whose values are memory sizes (``512m``, ``2g``).
@@ -96,10 +95,6 @@ def check_arguments(op: Any, *, pending: Callable[[Any], bool] = rendered) -> No
 def check_at_parse_time(op: Any) -> None:
     """:func:`check_arguments` at DAG parse time: values still holding Jinja wait for :func:`check_rendered`."""
     check_arguments(op, pending=templated)
-
-
-class RenderedArgumentError(RunConfigError, AirflowFailException):
-    """A rendered argument cannot be used: the task fails without retries, as a retry renders the same value."""
 
 
 def check_rendered(op: Any) -> None:

@@ -8,8 +8,8 @@ from typing import TYPE_CHECKING, Any
 
 from airflow.sdk.exceptions import AirflowException
 
+from airflow_tfos.hooks.errors import RunConfigError
 from airflow_tfos.hooks.run_dir import RunDirHook
-from airflow_tfos.hooks.runs import RunConfigError
 from airflow_tfos.links.tfos import SparkApplicationLink, TrainingReportLink
 from airflow_tfos.operators.application import _TFoSApplicationOperator, shipped_code
 from airflow_tfos.operators.run import ApplicationRun

@@ -31,8 +31,8 @@ from airflow_tfos.hooks.runs import pick_winner, run_tag
 from airflow_tfos.shared.events import SUBMIT, SUBMITTED
 from airflow_tfos.shared.fingerprint import carry_tables, changes, pending_tables, run_fingerprint, unseen
 from airflow_tfos.shared.lease import Lease, lease_timeout, take_lease, wait_for_lease
-from airflow_tfos.shared.rundir import REPORT_HTML, spec_digest, spec_hash
-from airflow_tfos.shared.spec import RunSpec, parse_spec
+from airflow_tfos.shared.rundir import REPORT_HTML
+from airflow_tfos.shared.spec import RunSpec, parse_spec, spec_digest, spec_hash
 from airflow_tfos.shared.storage import Storage, storage_for
 
 if TYPE_CHECKING:

@@ -27,9 +27,9 @@ from typing import TYPE_CHECKING, Any
 
 from airflow.sdk.exceptions import AirflowException
 
-from airflow_tfos.hooks.runs import RunConfigError
+from airflow_tfos.hooks.errors import RunConfigError, UserCodeError
 from airflow_tfos.hooks.state import AppState
-from airflow_tfos.hooks.user_code import UserCodeError, import_path_of
+from airflow_tfos.hooks.user_code import import_path_of
 from airflow_tfos.links.tfos import SparkApplicationLink, TensorBoardLink, TrainingReportLink
 from airflow_tfos.operators.application import _TFoSApplicationOperator, shipped_code
 from airflow_tfos.operators.run import TrainingRun, last_submitted

@@ -26,9 +26,9 @@ import posixpath
 import re
 from typing import NamedTuple
 
-from airflow_tfos.hooks.errors import ReportAddressError as ReportAddressError
+from airflow_tfos.hooks.errors import ReportAddressError
 from airflow_tfos.hooks.webhdfs_connection import DEFAULT_CONN_ID as DEFAULT_WEBHDFS_CONN_ID
-from airflow_tfos.shared.storage.webhdfs_config import HDFS_SCHEMES as HDFS_SCHEMES
+from airflow_tfos.shared.storage.webhdfs_config import HDFS_SCHEMES
 
 #: Where the plugin app is mounted on the api-server.
 URL_PREFIX = "/tfos"

@@ -65,13 +65,12 @@ from fastapi import Depends, FastAPI, HTTPException, Query, Request, Response, s
 from fastapi.responses import RedirectResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
+from airflow_tfos.hooks.errors import ReportAddressError
 from airflow_tfos.plugins.report_urls import (
     DEFAULT_WEBHDFS_CONN_ID,
-    HDFS_SCHEMES,
     REPORT_PAGE,
     REPORT_ROUTE,
     URL_PREFIX,
-    ReportAddressError,
     check_report_file_name,
     decode_report_address,
     decode_report_token,
@@ -80,6 +79,7 @@ from airflow_tfos.plugins.report_urls import (
 )
 from airflow_tfos.shared.rundir import OWNER, REPORT_DIR, SPEC
 from airflow_tfos.shared.storage import Storage, join
+from airflow_tfos.shared.storage.webhdfs_config import HDFS_SCHEMES
 
 log = logging.getLogger(__name__)
 

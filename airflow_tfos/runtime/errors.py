@@ -3,8 +3,8 @@ r"""Errors of the runtime (the Spark side), and how a node's failure travels to 
 Every one is a :class:`~airflow_tfos.shared.errors.TFoSError` (the package's base, with the shared package's
 errors in :mod:`airflow_tfos.shared.errors`); the run's failures (a node failed, the run timed out or was
 cancelled) also share :class:`TFoSRuntimeError`. Settings to change are ``ValueError``\s: the cluster
-(:class:`ClusterConfigError`), the warm start (:class:`WarmStartError`) and the feed (:class:`FeedConfigError`,
-defined with the feed's plan in :mod:`airflow_tfos.runtime.feed.plan`).
+(:class:`ClusterConfigError`), the warm start (:class:`WarmStartError`) and the feed (:class:`FeedConfigError`).
+Every exception the runtime defines is here (``tests/test_layout.py`` checks).
 
 A failing node raises :class:`NodeFailure` inside its Spark task. Spark reports it to the driver as
 text buried in a Java stack trace, so the node's details are also embedded there between two markers,
@@ -17,7 +17,6 @@ import json
 import re
 from dataclasses import asdict, dataclass
 
-from airflow_tfos.runtime.feed.plan import FeedConfigError
 from airflow_tfos.shared.errors import TFoSError
 
 __all__ = [
@@ -25,9 +24,11 @@ __all__ = [
     "FeedConfigError",
     "NodeFailedError",
     "NodeFailure",
+    "NodeReleased",
     "ReportError",
     "RunCancelledError",
     "RunTimeoutError",
+    "SavedModelChangedError",
     "StallError",
     "TFoSRuntimeError",
     "WarmStartError",
@@ -41,6 +42,19 @@ _PATTERN = re.compile(re.escape(_BEGIN) + r"(.*?)" + re.escape(_END), re.DOTALL)
 
 class TFoSRuntimeError(TFoSError, RuntimeError):
     """Base class of the runtime's run-time errors."""
+
+
+class FeedConfigError(TFoSError, ValueError):
+    """The data or the feed settings cannot be fed; the message names the column or setting."""
+
+
+class SavedModelChangedError(TFoSError, RuntimeError):
+    """The export changed between reading its version and fetching it."""
+
+
+class NodeReleased(TFoSError):
+    """Raised into a service node's main thread when its process fails while it waits (a node task's own
+    control flow: it never leaves the task)."""
 
 
 class ClusterConfigError(TFoSError, ValueError):

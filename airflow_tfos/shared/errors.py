@@ -4,8 +4,8 @@ Each half keeps its errors in one module: this one (the run directory, the spec,
 :mod:`airflow_tfos.runtime.errors` (the Spark side) and :mod:`airflow_tfos.hooks.errors` (the Airflow side).
 Every error is a :class:`TFoSError` and keeps the built-in base it always had (``ValueError`` for a setting to
 change, ``RuntimeError`` for a failure, ``OSError`` for storage), so ``except ValueError`` still catches a bad
-argument and ``except TFoSError`` catches anything this package raised on purpose. The modules that raise an
-error re-export it, so ``from airflow_tfos.shared.spec import SpecError`` keeps working.
+argument and ``except TFoSError`` catches anything this package raised on purpose. Each error has one import
+path: its errors module (``tests/test_layout.py`` checks that every exception the package defines lives in one).
 
 This module imports nothing, so every module of the package may import it (storage included).
 """
@@ -61,6 +61,15 @@ class WebHDFSError(TFoSError, OSError):
     """A WebHDFS request failed for a reason other than a missing path or a refused permission."""
 
 
+class WebHDFSServerError(WebHDFSError):
+    """An HTTP 5xx answer of a NameNode or DataNode (raised from the WebHDFS session's response hook, before the
+    ``hdfs`` package sees it, and turned into what the caller gets: a retry, or a :class:`WebHDFSUnavailableError`)."""
+
+    def __init__(self, status: int, url: str):
+        super().__init__(f"HTTP {status}")
+        self.status, self.url = status, url
+
+
 class WebHDFSUnavailableError(WebHDFSError):
     """No namenode answered usefully within the retries: the message names every address tried."""
 
@@ -77,3 +86,7 @@ class KerberosAuthError(TFoSError, PermissionError):
 
     def __str__(self) -> str:
         return self.strerror or ""
+
+
+class LeaseHeldError(RunDirError):
+    """Another worker's application holds the run directory and could not be reached or outlived in time."""

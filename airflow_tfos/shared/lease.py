@@ -45,7 +45,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any, TypeVar
 
-from airflow_tfos.shared.errors import RunDirError
+from airflow_tfos.shared.errors import LeaseHeldError, RunDirError
 from airflow_tfos.shared.rundir import RUN_TERMINAL_STATES, STATUS, RunDir
 
 #: The lease's file in the run directory.
@@ -62,10 +62,6 @@ LEASE_POLL_SECS = 5.0
 log = logging.getLogger(__name__)
 
 App = TypeVar("App")
-
-
-class LeaseHeldError(RunDirError):
-    """Another worker's application holds the run directory and could not be reached or outlived in time."""
 
 
 @dataclass(frozen=True)

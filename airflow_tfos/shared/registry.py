@@ -44,7 +44,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
-from airflow_tfos.shared.errors import RegistryError as RegistryError
+from airflow_tfos.shared.errors import RegistryError
 from airflow_tfos.shared.storage import Storage, join, storage_for
 
 log = logging.getLogger(__name__)

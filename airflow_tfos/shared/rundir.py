@@ -39,13 +39,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from airflow_tfos.shared import event_log
-from airflow_tfos.shared.errors import RunDirError as RunDirError
-from airflow_tfos.shared.errors import StaleAttemptError
+from airflow_tfos.shared.errors import RunDirError, StaleAttemptError
 from airflow_tfos.shared.events import APPLICATION
 from airflow_tfos.shared.fingerprint import FINGERPRINT
-from airflow_tfos.shared.spec import spec_digest as spec_digest
-from airflow_tfos.shared.spec import spec_hash as spec_hash
-from airflow_tfos.shared.spec import verified_spec_hash as verified_spec_hash
+from airflow_tfos.shared.spec import spec_hash
 from airflow_tfos.shared.storage import Storage, is_plain_name, join, storage_for
 
 log = logging.getLogger(__name__)

@@ -35,9 +35,9 @@ INPUT_MODES = ("SPARK", "TENSORFLOW")
 DATA_FORMATS = ("table", "parquet", "csv", "tfrecord", "function")
 
 KINDS = ("train", "inference")
-#: Which Keras the nodes use (``airflow_tfos.runtime.cluster.KERAS_MODES``).
+#: Which Keras the nodes use (``airflow_tfos.runtime.node.cluster.KERAS_MODES``).
 KERAS_MODES = ("auto", "tf_keras", "keras3")
-#: The coordinating node's job name (``airflow_tfos.runtime.cluster.plan_roles``).
+#: The coordinating node's job name (``airflow_tfos.runtime.node.cluster.plan_roles``).
 MASTER_NODES = ("chief", "master", None)
 #: How a feed evens out its nodes' steps (``airflow_tfos.runtime.feed.plan.BALANCE_MODES``).
 BALANCE_MODES = ("pad", "drop")
@@ -83,7 +83,7 @@ class RunSpec:
 
     The operator builds it (:meth:`to_json` is what it writes, and what the spec hash is computed from), the
     driver reads it back with :func:`parse_spec` and starts the TF cluster from it
-    (``airflow_tfos.runtime.launcher.TFClusterRun.from_spec``), and the nodes find it as ``NodeJob.spec``.
+    (``airflow_tfos.runtime.driver.launcher.TFClusterRun.from_spec``), and the nodes find it as ``NodeJob.spec``.
     Adding a field here (``WHEN_SET``) adds it to the field list :func:`parse_spec` checks.
     """
 

@@ -190,6 +190,7 @@ class ResourceManagerEmulator(RestApiMixin):
         """
         if self._servers[index] is not None:
             return
+
         def make() -> _Server:
             return _Server((self.host, self._ports[index]), self, index)
 

@@ -148,7 +148,7 @@ def test_a_train_dag_on_kerberized_yarn_and_hdfs(kerberized, kdc):
     assert left == []  # the private properties file was deleted after the submission
     commands = {f"cmdline of {pid}": cmd for pid, (cmd, _) in processes.seen.items()}
     assert any("airflow_tfos.runtime.driver" in c for c in commands.values())
-    assert any("airflow_tfos.runtime.child" in c for c in commands.values())  # the TF nodes were seen too
+    assert any("airflow_tfos.runtime.program.child" in c for c in commands.values())  # the TF nodes were seen too
     texts.update(commands)
     # The driver's own environment held the token when it started (YARN's appMasterEnv); nothing it started did
     # (Spark's JVM, the executors, the TF nodes). Environments do hold the keytab's path (the connections).

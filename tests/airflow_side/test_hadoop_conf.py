@@ -9,10 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from airflow_tfos.hooks.hadoop_conf import HadoopConf, HadoopConfError, read_site_file
+from airflow_tfos.hooks.errors import HadoopConfError
+from airflow_tfos.hooks.hadoop_conf import HadoopConf, read_site_file
 from airflow_tfos.hooks.webhdfs_connection import WebHDFSAccessHook, webhdfs_config_from_connection
 from airflow_tfos.hooks.yarn import YarnHook
-from airflow_tfos.shared.storage.webhdfs_config import WEBHDFS_ENV, WebHDFSConfig, WebHDFSConfigError
+from airflow_tfos.shared.errors import WebHDFSConfigError
+from airflow_tfos.shared.storage.webhdfs_config import WEBHDFS_ENV, WebHDFSConfig
 from airflow_tfos.testing.tls import self_signed
 from airflow_tfos.testing.webhdfs import WebHDFSEmulator
 from airflow_tfos.testing.yarn import ResourceManagerEmulator

@@ -13,9 +13,9 @@ import pytest
 from airflow.sdk.exceptions import TaskDeferred
 
 from airflow_tfos.sensors import TFoSCheckpointSensor
-from airflow_tfos.shared.errors import RunDirError
+from airflow_tfos.shared.errors import KerberosAuthError, RunDirError
 from airflow_tfos.shared.rundir import RunDir
-from airflow_tfos.shared.storage.kerberos import KerberosAuthError, KerberosLogin
+from airflow_tfos.shared.storage.kerberos import KerberosLogin
 from airflow_tfos.shared.storage.webhdfs_client import WebHDFSStorage
 from airflow_tfos.testing.webhdfs import WebHDFSEmulator
 from tests.airflow_side.fakes import make_context

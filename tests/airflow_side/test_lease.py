@@ -14,11 +14,10 @@ import pytest
 
 from airflow_tfos.hooks.errors import LocalBackendError
 from airflow_tfos.hooks.standalone import StandaloneMaster, carries_tag, map_master_app, master_webui_url, name_with_tag
-from airflow_tfos.shared.errors import RunDirError
+from airflow_tfos.shared.errors import LeaseHeldError, RunDirError
 from airflow_tfos.shared.lease import (
     LEASE,
     Lease,
-    LeaseHeldError,
     LeaseWatch,
     lease_timeout,
     live_lease_of_other,

@@ -14,7 +14,8 @@ from pathlib import Path
 import pyspark
 import pytest
 
-from airflow_tfos.hooks.backend import ApplicationAlreadyRunningError, Submission
+from airflow_tfos.hooks.backend import Submission
+from airflow_tfos.hooks.errors import ApplicationAlreadyRunningError
 from airflow_tfos.hooks.local import LocalBackend
 from airflow_tfos.hooks.local_backend import LocalSparkBackend
 from airflow_tfos.hooks.standalone import carries_tag

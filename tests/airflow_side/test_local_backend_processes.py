@@ -14,10 +14,10 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import psutil
 import pytest
 
+from airflow_tfos.hooks.errors import ApplicationNotFoundError
 from airflow_tfos.hooks.local import (
     APP_ENV,
     ApplicationAlreadyRunningError,
-    ApplicationNotFoundError,
     LocalBackend,
     check_tag,
     default_tracker_dir,

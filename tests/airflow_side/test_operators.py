@@ -7,7 +7,8 @@ from dataclasses import replace
 import pytest
 from airflow.sdk.exceptions import AirflowException, TaskDeferred
 
-from airflow_tfos.hooks.runs import RunConfigError, run_tag
+from airflow_tfos.hooks.errors import RunConfigError
+from airflow_tfos.hooks.runs import run_tag
 from airflow_tfos.hooks.state import AppState
 from airflow_tfos.operators import (
     TFoSFeedOperator,

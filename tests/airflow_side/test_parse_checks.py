@@ -9,7 +9,7 @@ from dataclasses import fields
 import pytest
 from airflow.sdk.exceptions import AirflowFailException
 
-from airflow_tfos.hooks.runs import RunConfigError
+from airflow_tfos.hooks.errors import RunConfigError
 from airflow_tfos.operators import TFoSFeedOperator, TFoSInferenceOperator, TFoSLaunchClusterOperator
 from airflow_tfos.shared.rundir import RunDir
 from airflow_tfos.shared.spec import DATA_FORMATS, RunSpec, SpecError, parse_spec
@@ -330,8 +330,8 @@ def test_the_feed_operator_checks_its_rendered_data_before_requesting_the_feed(t
 def test_the_spec_choices_are_the_runtimes():
     """What the Airflow side checks at parse time is what the cluster accepts (the runtime's own lists; importing
     them starts no Spark and no TF)."""
-    from airflow_tfos.runtime.cluster import CHIEF, KERAS_MODES, MASTER
     from airflow_tfos.runtime.feed.plan import BALANCE_MODES, READ_MODES, Feed
+    from airflow_tfos.runtime.node.cluster import CHIEF, KERAS_MODES, MASTER
     from airflow_tfos.shared import spec
 
     assert spec.KERAS_MODES == KERAS_MODES

@@ -28,8 +28,8 @@ def test_airflow_lists_the_provider():
 
 def test_runtime_never_imports_airflow():
     code = (
-        "import sys, airflow_tfos.runtime, airflow_tfos.runtime.compat, airflow_tfos.runtime.node, "
-        "airflow_tfos.runtime.child, airflow_tfos.runtime.examples.digits; "
+        "import sys, airflow_tfos.runtime, airflow_tfos.runtime.compat, airflow_tfos.runtime.node.task, "
+        "airflow_tfos.runtime.program.child, airflow_tfos.runtime.examples.digits; "
         "bad = [m for m in sys.modules if m == 'airflow' or m.startswith('airflow.')]; "
         "print(bad); sys.exit(1 if bad else 0)"
     )

@@ -12,7 +12,8 @@ from airflow.sdk.exceptions import AirflowException
 
 from airflow_tfos.hooks.registry import ModelRegistryHook
 from airflow_tfos.operators import TFoSPublishModelOperator
-from airflow_tfos.shared.registry import ModelRegistry, RegistryError
+from airflow_tfos.shared.errors import RegistryError
+from airflow_tfos.shared.registry import ModelRegistry
 from airflow_tfos.shared.rundir import RunDir
 from tests.airflow_side.fakes import make_context
 

@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from airflow_tfos.hooks.runs import RunConfigError
+from airflow_tfos.hooks.errors import RunConfigError
 from airflow_tfos.hooks.tfos import TFoSHook
 from airflow_tfos.operators import (
     TFoSFeedOperator,
@@ -19,7 +19,8 @@ from airflow_tfos.operators import (
     TFoSShutdownClusterOperator,
     TFoSTrainOperator,
 )
-from airflow_tfos.shared.rundir import RunDir, spec_digest, spec_hash
+from airflow_tfos.shared.rundir import RunDir
+from airflow_tfos.shared.spec import spec_digest, spec_hash
 from tests.airflow_side.fakes import FakeBackend, FakeTI, make_context, use_backend
 from tests.airflow_side.test_operators import exporting, train_op
 from tests.airflow_side.tfos_hook_fakes import read_records, write_fake_spark_submit

@@ -13,7 +13,7 @@ import pytest
 
 from airflow_tfos.hooks.user_code import ShippedCode
 from airflow_tfos.operators import TFoSInferenceOperator, TFoSLaunchClusterOperator, TFoSTrainOperator
-from airflow_tfos.shared.rundir import spec_hash
+from airflow_tfos.shared.spec import spec_hash
 
 DATA = {"format": "parquet", "path": "/data/day"}
 FEED = {"features": ["x"], "label": "y", "batch_size": 32}

@@ -19,11 +19,10 @@ from pathlib import Path
 import pytest
 
 from airflow_tfos.hooks import tfos
+from airflow_tfos.hooks.errors import TFoSConfigError, TFoSSubmitError
 from airflow_tfos.hooks.local import ApplicationAlreadyRunningError
 from airflow_tfos.hooks.spark_conf import (
     PYSPARK_WORKER_MB,
-    TFoSConfigError,
-    TFoSSubmitError,
     cached_file,
     check_container_fits,
     check_local_master,

@@ -12,10 +12,11 @@ import zipfile
 
 import pytest
 
-from airflow_tfos.hooks.runs import RunConfigError
-from airflow_tfos.hooks.user_code import UserCodeError, code_package, code_zip, import_path_of
+from airflow_tfos.hooks.errors import RunConfigError, UserCodeError
+from airflow_tfos.hooks.user_code import code_package, code_zip, import_path_of
 from airflow_tfos.operators import TFoSTrainOperator
-from airflow_tfos.shared.rundir import RunDir, spec_hash
+from airflow_tfos.shared.rundir import RunDir
+from airflow_tfos.shared.spec import spec_hash
 from tests.airflow_side.fakes import FakeBackend, make_context, use_backend
 from tests.airflow_side.test_tfos_hook import read_records, yarn, yarn_hook  # noqa: F401 (the yarn fixture)
 

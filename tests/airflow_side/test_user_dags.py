@@ -32,7 +32,7 @@ VERSION = {version}
 def main_fun(args, ctx):
     import tensorflow as tf
 
-    from airflow_tfos.runtime.checkpoint import RunCheckpointer, export_model, fit_resumable
+    from airflow_tfos.runtime import RunCheckpointer, export_model, fit_resumable
 
     strategy = tf.distribute.MultiWorkerMirroredStrategy()
     with strategy.scope():

@@ -8,8 +8,9 @@ import logging
 import pytest
 
 from airflow_tfos.hooks.webhdfs_connection import storage_from_connection, webhdfs_config_from_connection
+from airflow_tfos.shared.errors import WebHDFSConfigError
 from airflow_tfos.shared.storage.webhdfs_client import WebHDFSStorage
-from airflow_tfos.shared.storage.webhdfs_config import WebHDFSConfig, WebHDFSConfigError
+from airflow_tfos.shared.storage.webhdfs_config import WebHDFSConfig
 from airflow_tfos.testing.webhdfs import WebHDFSEmulator
 
 

@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from airflow_tfos.hooks.backend import ApplicationAlreadyRunningError, Submission
+from airflow_tfos.hooks.backend import Submission
+from airflow_tfos.hooks.errors import ApplicationAlreadyRunningError
 from airflow_tfos.hooks.spark_conf import training_conf
 from airflow_tfos.hooks.state import AppState
 from airflow_tfos.hooks.yarn import YarnHook

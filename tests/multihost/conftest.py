@@ -79,7 +79,7 @@ def node_processes(lab, host: str) -> list[psutil.Process]:
             cmdline = " ".join(psutil.Process(pid).cmdline())
         except psutil.Error:
             continue
-        if "airflow_tfos.runtime.child" in cmdline or "CoarseGrainedExecutorBackend" in cmdline:
+        if "airflow_tfos.runtime.program.child" in cmdline or "CoarseGrainedExecutorBackend" in cmdline:
             found.append(psutil.Process(pid))
     return found
 

@@ -146,7 +146,7 @@ def run_drill(
         elif target == "freeze-executor":
             _executor_of(lab, host, "CoarseGrainedExecutorBackend").send_signal(signal.SIGSTOP)
         elif target == "freeze-tf":
-            _executor_of(lab, host, "airflow_tfos.runtime.child").send_signal(signal.SIGSTOP)
+            _executor_of(lab, host, "airflow_tfos.runtime.program.child").send_signal(signal.SIGSTOP)
         elif target == "slow":  # packets delayed where the kernel has netem, else the host starved of CPU
             slowed = "delay" if lab.hosts.delay(host, SLOW_MS) else "cpu"
             if slowed == "cpu":

@@ -17,7 +17,7 @@ TRAINING = textwrap.dedent(
     def main(args, ctx):
         import tensorflow as tf
 
-        from airflow_tfos.runtime.checkpoint import RunCheckpointer, export_model, fit_resumable
+        from airflow_tfos.runtime import RunCheckpointer, export_model, fit_resumable
         from airflow_tfos.shared.rundir import RunDir
 
         RunDir(ctx.run_dir).add_event(

@@ -325,7 +325,7 @@ def recoverable_training(args, ctx):
     import numpy as np
     import tensorflow as tf
 
-    from airflow_tfos.runtime.checkpoint import RunCheckpointer, export_model, fit_resumable
+    from airflow_tfos.runtime import RunCheckpointer, export_model, fit_resumable
 
     strategy = tf.distribute.MultiWorkerMirroredStrategy()
     steps, batch = args["steps_per_epoch"], 8
@@ -379,7 +379,7 @@ def spec_training(args, ctx):
     """What a spec's train_fn looks like: fed data, checkpoints, resume, export."""
     import tensorflow as tf
 
-    from airflow_tfos.runtime.checkpoint import RunCheckpointer, export_model, fit_resumable
+    from airflow_tfos.runtime import RunCheckpointer, export_model, fit_resumable
 
     strategy = tf.distribute.MultiWorkerMirroredStrategy()
     with strategy.scope():
@@ -412,7 +412,7 @@ def timed_checkpoints(args, ctx):
     import numpy as np
     import tensorflow as tf
 
-    from airflow_tfos.runtime.checkpoint import RunCheckpointer
+    from airflow_tfos.runtime.program.checkpoint import RunCheckpointer
 
     strategy = tf.distribute.MultiWorkerMirroredStrategy()
     with strategy.scope():
@@ -446,7 +446,7 @@ def tracked_training(args, ctx):
     import numpy as np
     import tensorflow as tf
 
-    from airflow_tfos.runtime.checkpoint import RunCheckpointer, export_model, fit_resumable
+    from airflow_tfos.runtime import RunCheckpointer, export_model, fit_resumable
 
     strategy = tf.distribute.MultiWorkerMirroredStrategy()
     if ctx.feed_shares:
@@ -506,7 +506,7 @@ def exact_validation(args, ctx):
     rows are used up); ``evaluate`` is given ``ctx.validation_steps``."""
     import tensorflow as tf
 
-    from airflow_tfos.runtime.checkpoint import export_model
+    from airflow_tfos.runtime import export_model
 
     strategy = tf.distribute.MultiWorkerMirroredStrategy()
     with strategy.scope():
@@ -656,7 +656,7 @@ def stale_chief_save(args, ctx):
     import numpy as np
     import tensorflow as tf
 
-    from airflow_tfos.runtime.checkpoint import RunCheckpointer, export_model
+    from airflow_tfos.runtime import RunCheckpointer, export_model
 
     model = tf.keras.Sequential([tf.keras.Input(shape=(2,)), tf.keras.layers.Dense(1)])
     model.compile(optimizer="sgd", loss="mse")

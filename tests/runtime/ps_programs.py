@@ -342,7 +342,7 @@ def ps_checkpointed(args, ctx):
     """
     import tensorflow as tf
 
-    from airflow_tfos.runtime.checkpoint import RunCheckpointer, fit_resumable
+    from airflow_tfos.runtime.program.checkpoint import RunCheckpointer, fit_resumable
 
     if ctx.job_name in ("ps", "worker"):
         _serve(ctx)

@@ -10,8 +10,8 @@ from types import SimpleNamespace
 import pytest
 
 from airflow_tfos.runtime import TFClusterRun
-from airflow_tfos.runtime.checkpoint import fence
 from airflow_tfos.runtime.errors import NodeFailedError
+from airflow_tfos.runtime.program.export import fence
 from airflow_tfos.shared.errors import StaleAttemptError
 from airflow_tfos.shared.rundir import RunDir
 from tests.runtime import programs

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from airflow_tfos.runtime.checks import ClusterResources, check_cluster
-from airflow_tfos.runtime.cluster import ClusterConfigError
+from airflow_tfos.runtime.driver.checks import ClusterResources, check_cluster
+from airflow_tfos.runtime.errors import ClusterConfigError
 
 
 def resources(slots=4, executors=4, master="spark://m:7077", **conf):

@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from airflow_tfos.runtime.cluster import (
-    ClusterConfigError,
+from airflow_tfos.runtime.errors import ClusterConfigError
+from airflow_tfos.runtime.node.cluster import (
     NodeRole,
     build_cluster_spec,
     build_tf_config,
@@ -135,7 +135,7 @@ class TestKerasEnv:
 
 
 def test_training_rank_puts_the_chief_first_and_skips_service_nodes():
-    from airflow_tfos.runtime.context import NodeContext
+    from airflow_tfos.runtime.program.context import NodeContext
 
     spec = {"ps": ["a:1"], "chief": ["b:1"], "worker": ["c:1", "d:1"]}
 

@@ -12,7 +12,7 @@ import pytest
 
 from airflow_tfos.runtime.compat import TFCluster
 from airflow_tfos.runtime.compat.pipeline import Namespace, TFEstimator, TFModel
-from airflow_tfos.runtime.feed import FeedConfigError
+from airflow_tfos.runtime.errors import FeedConfigError
 from tests.runtime.test_compat import load_migrated
 from tests.runtime.tfos_programs import mnist_data
 
@@ -119,7 +119,7 @@ def test_bad_input_fails_before_any_tf_process_naming_the_column_or_path(digits,
 def test_flat_rows_take_the_model_inputs_shape_and_a_count_that_does_not_fit_is_named():
     import tensorflow as tf
 
-    from airflow_tfos.runtime.inference import _fit_shape
+    from airflow_tfos.runtime.driver.inference import _fit_shape
 
     spec = tf.TensorSpec(shape=(None, 28, 28, 1), dtype=tf.float32)
     flat = np.arange(2 * 784).reshape(2, 784)

@@ -10,7 +10,7 @@ from types import SimpleNamespace
 import pytest
 
 from airflow_tfos.runtime.compat import TFManager, TFNode, TFSparkNode, dfutil
-from airflow_tfos.runtime.context import NodeContext
+from airflow_tfos.runtime.program.context import NodeContext
 from airflow_tfos.testing.ports import free_port
 
 USER = getpass.getuser()

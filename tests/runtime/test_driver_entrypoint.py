@@ -10,8 +10,8 @@ import time
 
 import pytest
 
-from airflow_tfos.runtime.spec import SpecError, parse_spec
 from airflow_tfos.shared.rundir import RunDir
+from airflow_tfos.shared.spec import SpecError, parse_spec
 from tests.conftest import REPO
 from tests.runtime.helpers import training_spec
 

@@ -8,11 +8,10 @@ import time
 import pytest
 
 from airflow_tfos.runtime.driver import feed_request_input
+from airflow_tfos.runtime.driver.heartbeat import DriverWatch
 from airflow_tfos.runtime.feed.plan import Feed
-from airflow_tfos.runtime.heartbeat import DriverWatch
-from airflow_tfos.runtime.spec import SpecError, parse_spec
 from airflow_tfos.shared.rundir import RunDir
-from airflow_tfos.shared.spec import _FEED_FIELDS
+from airflow_tfos.shared.spec import _FEED_FIELDS, SpecError, parse_spec
 from airflow_tfos.shared.storage.webhdfs_client import WebHDFSStorage
 from airflow_tfos.testing.webhdfs import WebHDFSEmulator
 from tests.conftest import wait_for
@@ -117,7 +116,7 @@ def test_the_spec_knows_every_feed_field():
 
 
 def test_a_serving_driver_without_feed_requests_for_serve_idle_secs_stops_by_itself(tmp_path):
-    from airflow_tfos.runtime import driver
+    from airflow_tfos.runtime.driver import entry as driver
 
     rundir = RunDir(str(tmp_path / "run"))
     spec = parse_spec({"train_fn": "pkg.mod:main_fun", "num_nodes": 2, "serve": True, "serve_idle_secs": 0.3})

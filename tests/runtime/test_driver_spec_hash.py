@@ -12,7 +12,9 @@ import sys
 
 import pytest
 
-from airflow_tfos.shared.rundir import RunDir, RunDirError, spec_digest, spec_hash, verified_spec_hash
+from airflow_tfos.shared.errors import RunDirError
+from airflow_tfos.shared.rundir import RunDir
+from airflow_tfos.shared.spec import spec_digest, spec_hash, verified_spec_hash
 from tests.conftest import REPO
 
 GOOD = {"train_fn": "tests.runtime.programs:spec_training", "num_nodes": 1, "args": {"epochs": 1}}

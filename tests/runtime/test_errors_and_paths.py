@@ -7,7 +7,7 @@ import getpass
 import pytest
 
 from airflow_tfos.runtime.errors import NodeFailure, decode_node_failure
-from airflow_tfos.runtime.paths import absolute_path
+from airflow_tfos.runtime.program.paths import absolute_path
 
 
 def test_node_failure_is_decoded_from_a_wrapped_java_message():

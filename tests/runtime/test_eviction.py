@@ -11,7 +11,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from airflow_tfos.runtime.eviction import AttemptTask, drop_executors, executors_to_drop, is_local
+from airflow_tfos.runtime.driver.eviction import AttemptTask, drop_executors, executors_to_drop, is_local
 from tests.conftest import REPO
 
 HOST = {"1": "10.231.77.15", "2": "10.231.77.16", "3": "10.231.77.17"}
@@ -69,8 +69,8 @@ def test_nothing_is_dropped_in_local_mode():
 FROZEN_EXECUTOR = """
 import json, os, sys, time
 from pyspark import SparkConf, SparkContext
-from airflow_tfos.runtime import eviction
-from airflow_tfos.runtime.checks import _task_slots
+from airflow_tfos.runtime.driver import eviction
+from airflow_tfos.runtime.driver.checks import _task_slots
 
 conf = (SparkConf().setMaster("local-cluster[3,1,1024]").set("spark.cores.max", "2")
         .set("spark.driver.host", "127.0.0.1").set("spark.driver.bindAddress", "127.0.0.1")

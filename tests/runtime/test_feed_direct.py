@@ -11,9 +11,10 @@ import pyarrow.parquet as pq
 import pytest
 
 from airflow_tfos.runtime import TFClusterRun
-from airflow_tfos.runtime.cluster import plan_roles
-from airflow_tfos.runtime.feed import Feed, FeedConfigError
+from airflow_tfos.runtime.errors import FeedConfigError
+from airflow_tfos.runtime.feed import Feed
 from airflow_tfos.runtime.feed.direct import Slice, plan_direct, read_slices, row_groups, split_rows
+from airflow_tfos.runtime.node.cluster import plan_roles
 from airflow_tfos.shared.rundir import RunDir
 from tests.runtime import programs
 from tests.runtime.helpers import assert_no_node_processes, read_records

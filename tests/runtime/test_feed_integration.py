@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 from airflow_tfos.runtime import TFClusterRun
-from airflow_tfos.runtime.feed import Feed, FeedConfigError
+from airflow_tfos.runtime.errors import FeedConfigError
+from airflow_tfos.runtime.feed import Feed
 from tests.runtime import programs
 from tests.runtime.helpers import assert_no_node_processes, read_records
 
@@ -67,7 +68,7 @@ def test_validation_metrics_count_each_row_once_on_uneven_shares(spark, tmp_path
     although the nodes hold different numbers of validation batches (49 and 48 rows, batches of 16)."""
     import numpy as np
 
-    from airflow_tfos.runtime.inference import predict
+    from airflow_tfos.runtime import predict
 
     points = spark.range(0, 600, numPartitions=3).selectExpr("array(rand(1) - 0.5, rand(2) - 0.5) as x", "rand(3) as n")
     frame = points.selectExpr("x", "cast(x[0] + 0.6 * x[1] + (n - 0.5) * 0.4 > 0 as double) as y").cache()

@@ -9,10 +9,10 @@ import sys
 import pytest
 
 from airflow_tfos.runtime.driver import feed_request_input
-from airflow_tfos.runtime.spec import SpecError, parse_spec
 from airflow_tfos.shared.errors import FeedRefusedError
 from airflow_tfos.shared.events import FEED_REFUSED
 from airflow_tfos.shared.rundir import RunDir
+from airflow_tfos.shared.spec import SpecError, parse_spec
 from tests.conftest import REPO
 from tests.runtime.test_driver_entrypoint import driver_command
 from tests.runtime.test_driver_serving import wait_for

@@ -9,9 +9,9 @@ import sys
 import pytest
 
 from airflow_tfos.runtime import run
-from airflow_tfos.runtime.feed import FeedConfigError
+from airflow_tfos.runtime.driver.inference import predict, write_predictions
+from airflow_tfos.runtime.errors import FeedConfigError
 from airflow_tfos.runtime.feed.files import shard_files
-from airflow_tfos.runtime.inference import predict, write_predictions
 from airflow_tfos.shared.storage import FileInfo, storage_for
 from tests.runtime import programs
 from tests.runtime.helpers import read_records

@@ -1,6 +1,6 @@
 """The local cache of remote SavedModels trusts only what this user fetched: a copy or a cache directory planted
 by another user (uid 65534, through the shared temporary directory), or a cached copy altered afterwards, is
-never what :func:`~airflow_tfos.runtime.saved_models.fetch` returns."""
+never what :func:`~airflow_tfos.runtime.program.saved_models.fetch` returns."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ import tempfile
 
 import pytest
 
-from airflow_tfos.runtime import saved_models
+from airflow_tfos.runtime.program import saved_models
 from airflow_tfos.shared.storage import storage_for
 
 OTHER_UID = 65534

@@ -11,8 +11,8 @@ import urllib.request
 
 import pytest
 
-from airflow_tfos.runtime.ports import PortReservation
-from airflow_tfos.runtime.tensorboard import tensorboard_argv
+from airflow_tfos.runtime.node.ports import PortReservation
+from airflow_tfos.runtime.node.tensorboard import tensorboard_argv
 from airflow_tfos.testing import ports
 from airflow_tfos.testing.ports import SPAN, ephemeral_range, free_port
 
@@ -85,7 +85,7 @@ def test_tensorboard_argv_asks_for_reuse_port_in_both_forms():
     local = tensorboard_argv("/logs/a", "h", 6006, python="py", reuse_port=True)
     assert local[-2:] == ["--reuse_port", "true"]
     remote = tensorboard_argv("hdfs://ns/logs/a", "h", 6006, python="py", reuse_port=True)
-    assert remote[-1] == "--reuse-port" and remote[2] == "airflow_tfos.runtime.tensorboard"
+    assert remote[-1] == "--reuse-port" and remote[2] == "airflow_tfos.runtime.node.tensorboard"
     assert "--reuse_port" not in tensorboard_argv("/logs/a", "h", 6006, python=sys.executable)
 
 

@@ -12,8 +12,8 @@ import time
 import psutil
 import pytest
 
-from airflow_tfos.runtime import child as child_module
-from airflow_tfos.runtime.process import ChildProcess
+from airflow_tfos.runtime.node.process import ChildProcess
+from airflow_tfos.runtime.program import child as child_module
 from airflow_tfos.shared import procgroup
 
 

@@ -15,9 +15,9 @@ from types import SimpleNamespace
 import pytest
 
 from airflow_tfos.hooks.run_dir import progress_line
-from airflow_tfos.runtime import progress as progress_mod
 from airflow_tfos.runtime import report
-from airflow_tfos.runtime.progress import ProgressTracker, epoch_position, percentile
+from airflow_tfos.runtime.program import progress as progress_mod
+from airflow_tfos.runtime.program.progress import ProgressTracker, epoch_position, percentile
 from airflow_tfos.runtime.report import cli as report_cli
 from airflow_tfos.shared.fingerprint import run_fingerprint
 from airflow_tfos.shared.rundir import RunDir

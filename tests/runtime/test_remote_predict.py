@@ -10,8 +10,8 @@ import tempfile
 
 import pytest
 
-from airflow_tfos.runtime import saved_models
-from airflow_tfos.runtime.inference import predict
+from airflow_tfos.runtime import predict
+from airflow_tfos.runtime.program import saved_models
 from airflow_tfos.shared.errors import WebHDFSConfigError
 from airflow_tfos.shared.storage import storage_for
 from airflow_tfos.shared.storage.webhdfs_client import clear_cached_storages

@@ -51,7 +51,7 @@ def test_checkpoints_and_export_go_to_hdfs_and_a_second_run_resumes(sc, monkeypa
 
 
 def test_the_driver_takes_hdfs_settings_from_its_option(monkeypatch):
-    from airflow_tfos.runtime import driver
+    from airflow_tfos.runtime.driver import entry as driver
 
     monkeypatch.setenv(WEBHDFS_ENV, "")  # restored after the test: the option sets it for the TF nodes
     assert driver.main(["--run-dir", "hdfs://ns/runs/y", "--webhdfs-config", '{"namenodes": "nn:8020"}']) == 2

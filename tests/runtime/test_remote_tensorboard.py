@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from airflow_tfos.runtime.compat import TFCluster
-from airflow_tfos.runtime.tensorboard import LogDirMirror, tensorboard_argv
+from airflow_tfos.runtime.node.tensorboard import LogDirMirror, tensorboard_argv
 from airflow_tfos.shared.rundir import RunDir
 from airflow_tfos.shared.storage import storage_for
 from tests.runtime.test_listening import assert_listens_as_documented
@@ -35,7 +35,7 @@ def test_local_log_dirs_go_to_tensorboard_and_remote_ones_through_the_mirror():
         "6006",
     ]
     argv = tensorboard_argv("hdfs://ns/logs/a", "h", 6006, python="py")
-    assert argv[:5] == ["py", "-m", "airflow_tfos.runtime.tensorboard", "--logdir", "hdfs://ns/logs/a"]
+    assert argv[:5] == ["py", "-m", "airflow_tfos.runtime.node.tensorboard", "--logdir", "hdfs://ns/logs/a"]
 
 
 def test_the_mirror_appends_what_an_event_file_grew_by_and_rewrites_a_replaced_one(emu, tmp_path):

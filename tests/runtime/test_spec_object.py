@@ -6,8 +6,8 @@ import json
 
 import pytest
 
+from airflow_tfos.runtime.driver.launcher import TFClusterRun
 from airflow_tfos.runtime.feed.plan import Feed
-from airflow_tfos.runtime.launcher import TFClusterRun
 from airflow_tfos.shared.spec import RunSpec, SpecError, parse_spec
 
 

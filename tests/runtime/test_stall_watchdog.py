@@ -6,10 +6,10 @@ import threading
 
 import pytest
 
+from airflow_tfos.runtime.driver.launcher import _retryable
+from airflow_tfos.runtime.driver.watchdog import StallMonitor, StallWatchdog, reports_from
 from airflow_tfos.runtime.errors import StallError
-from airflow_tfos.runtime.launcher import _retryable
-from airflow_tfos.runtime.progress import ProgressTracker, node_phase
-from airflow_tfos.runtime.watchdog import StallMonitor, StallWatchdog, reports_from
+from airflow_tfos.runtime.program.progress import ProgressTracker, node_phase
 
 
 class Clock:

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from airflow_tfos.operators.run import TrainingRun
-from airflow_tfos.runtime.table_fingerprint import already_trained, resolve_tables
+from airflow_tfos.runtime.driver.table_fingerprint import already_trained, resolve_tables
 from airflow_tfos.shared.fingerprint import FINGERPRINT, with_inputs
 from airflow_tfos.shared.rundir import RunDir
 from airflow_tfos.shared.spec import RunSpec

@@ -9,7 +9,7 @@ import struct
 
 import pytest
 
-from airflow_tfos.runtime.tensorboard import LogDirMirror, masked_crc32c, next_record_header
+from airflow_tfos.runtime.node.tensorboard import LogDirMirror, masked_crc32c, next_record_header
 from airflow_tfos.shared.storage import LocalStorage, storage_for
 
 EVENTS = "train/events.out.tfevents.1700000000.host.1.v2"

@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 
 from airflow_tfos.runtime import NodeFailedError, run
-from airflow_tfos.runtime.checkpoint import WarmStartError, find_warm_start
+from airflow_tfos.runtime.errors import WarmStartError
+from airflow_tfos.runtime.program.export import find_warm_start
 from airflow_tfos.shared.rundir import RunDir
 from airflow_tfos.testing.webhdfs import WebHDFSEmulator
 from tests.runtime import programs

@@ -70,7 +70,7 @@ def resumed_counts(args, ctx):
     reaches it (after a checkpoint, mid-epoch); the next attempt resumes from the checkpoint. Returns the counts."""
     import tensorflow as tf
 
-    from airflow_tfos.runtime.checkpoint import RunCheckpointer, fit_resumable
+    from airflow_tfos.runtime.program.checkpoint import RunCheckpointer, fit_resumable
 
     max_id = args["max_id"]
 

@@ -22,12 +22,12 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from airflow_tfos.runtime.cluster import ClusterConfigError
 from airflow_tfos.runtime.compat.TFSparkNode import TFoSMain
-from airflow_tfos.runtime.delegation import TokenKeeper
+from airflow_tfos.runtime.driver.launcher import TFClusterRun
+from airflow_tfos.runtime.errors import ClusterConfigError
 from airflow_tfos.runtime.feed.rows import RowFeed
-from airflow_tfos.runtime.launcher import TFClusterRun
-from airflow_tfos.runtime.node import CLUSTER_INFO, run_inference_partition
+from airflow_tfos.runtime.node.task import CLUSTER_INFO, run_inference_partition
+from airflow_tfos.shared.storage.tokens import TokenKeeper
 
 log = logging.getLogger(__name__)
 

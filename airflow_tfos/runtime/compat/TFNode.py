@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 
 from airflow_tfos.runtime.feed.rows import DataFeed
-from airflow_tfos.runtime.paths import absolute_path
+from airflow_tfos.runtime.program.paths import absolute_path
 
 log = logging.getLogger(__name__)
 
@@ -27,7 +27,7 @@ __all__ = [
 
 def hdfs_path(ctx, path: str) -> str:
     """Turn ``path`` into a full URI under ``ctx.defaultFS``, as TFoS 2.2.5 did (the rules:
-    :func:`airflow_tfos.runtime.paths.absolute_path`, which ``ctx.absolute_path`` follows too)."""
+    :func:`airflow_tfos.runtime.program.paths.absolute_path`, which ``ctx.absolute_path`` follows too)."""
     return absolute_path(path, default_fs=ctx.defaultFS, working_dir=ctx.working_dir)
 
 

@@ -5,7 +5,7 @@ Each instance runs ``map_fn(tf_args, ctx)`` in a fresh node process (as every TF
 gave them, and no TF_CONFIG: the instances do not form a cluster.
 
 Differences from TFoS 2.2.5: in barrier mode, a Spark application with fewer task slots than
-``num_executors`` is refused at once with :class:`~airflow_tfos.runtime.cluster.ClusterConfigError` naming
+``num_executors`` is refused at once with :class:`~airflow_tfos.runtime.node.cluster.ClusterConfigError` naming
 the settings to change (TFoS left it to Spark's barrier check, which retries for minutes); a failed
 instance raises :class:`~airflow_tfos.runtime.errors.NodeFailedError` with its traceback; GPUs are the ones
 Spark's resource scheduling assigns to each task (``tf_args.num_gpus`` is not read).
@@ -19,11 +19,11 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
-from airflow_tfos.runtime.cluster import ClusterConfigError, NodeRole, gpu_env
-from airflow_tfos.runtime.context import NodeContext
-from airflow_tfos.runtime.errors import NodeFailedError, decode_node_failure
-from airflow_tfos.runtime.launcher import TFClusterRun
-from airflow_tfos.runtime.node import NodeJob, assigned_gpus, node_env, node_failure, start_node_process
+from airflow_tfos.runtime.driver.launcher import TFClusterRun
+from airflow_tfos.runtime.errors import ClusterConfigError, NodeFailedError, decode_node_failure
+from airflow_tfos.runtime.node.cluster import NodeRole, gpu_env
+from airflow_tfos.runtime.node.task import NodeJob, assigned_gpus, node_env, node_failure, start_node_process
+from airflow_tfos.runtime.program.context import NodeContext
 
 #: seconds to wait for executors to register before deciding that a barrier run does not fit
 SLOT_WAIT_SECS = 60.0

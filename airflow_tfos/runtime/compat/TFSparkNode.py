@@ -1,6 +1,6 @@
 """TensorFlowOnSpark's ``TFSparkNode`` module: the context that TFoS programs get as ``ctx``.
 
-:class:`TFNodeContext` is the runtime's :class:`~airflow_tfos.runtime.context.NodeContext` with TFoS's
+:class:`TFNodeContext` is the runtime's :class:`~airflow_tfos.runtime.program.context.NodeContext` with TFoS's
 port reservation: under ``TFCluster.run(..., release_port=False)`` the node's TF port stays bound by
 ``ctx.tmp_socket`` until the program calls ``ctx.release_port()`` (or ``TFNode.release_port(ctx)``).
 ``ctx.mgr`` is the node's data feed, for ``TFNode.DataFeed(ctx.mgr)``; TFoS's manager calls on it
@@ -16,7 +16,7 @@ import socket
 from typing import Any
 
 from airflow_tfos.runtime.compat.TFManager import _INSTEAD
-from airflow_tfos.runtime.context import NodeContext
+from airflow_tfos.runtime.program.context import NodeContext
 
 log = logging.getLogger(__name__)
 

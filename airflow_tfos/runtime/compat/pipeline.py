@@ -11,7 +11,7 @@ A TFoS program keeps its calls::
 ``fit`` runs ``train_fn`` on a cluster from :func:`airflow_tfos.runtime.compat.TFCluster.run` in
 InputMode.SPARK, fed the input mapping's columns in name order; ``args`` is ``tf_args`` with every Param
 merged in (``args.export_dir``, ``args.batch_size``...), or ``tf_args`` itself when it is an argv list.
-``transform`` scores the SavedModel in ``export_dir`` with :func:`airflow_tfos.runtime.inference.predict`
+``transform`` scores the SavedModel in ``export_dir`` with :func:`airflow_tfos.runtime.driver.inference.predict`
 (loaded once per Python worker) and returns only the output mapping's columns, as TFoS did.
 
 Differences from TFoS, each failing with an error that names it: InputMode.TENSORFLOW, ``export_fn``,
@@ -20,7 +20,7 @@ Differences from TFoS, each failing with an error that names it: InputMode.TENSO
 feeds columns as they are (an image column feeds a model whose input is flat, or that reshapes it first);
 ``tag_set`` may be unset or ``serve``. ``grace_secs`` is kept but not waited for: ``fit`` returns when
 ``train_fn`` has returned on every node. Like TFoS's, these stages are not ``MLWritable``: save the
-native :mod:`airflow_tfos.runtime.ml` stages instead.
+native :mod:`airflow_tfos.runtime.driver.ml` stages instead.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ from pyspark.ml import Estimator, Model
 from pyspark.ml.param import Param, Params, TypeConverters
 
 from airflow_tfos.runtime.compat import TFCluster
-from airflow_tfos.runtime.ml import check_columns, check_saved_model
+from airflow_tfos.runtime.driver.ml import check_columns, check_saved_model
 
 log = logging.getLogger(__name__)
 
@@ -343,7 +343,7 @@ class TFModel(
     def _transform(self, dataset):
         from pyspark.sql import functions as F
 
-        from airflow_tfos.runtime.inference import predict
+        from airflow_tfos.runtime.driver.inference import predict
 
         inputs, outputs = self.getInputMapping(), self.getOutputMapping()
         _check_mapping(inputs, "input mapping", "setInputMapping")

@@ -176,7 +176,7 @@ def train_fed(args: DigitsArgs | dict | None, ctx) -> dict:
     """
     import tensorflow as tf
 
-    from airflow_tfos.runtime.checkpoint import RunCheckpointer, export_model, fit_resumable
+    from airflow_tfos.runtime import RunCheckpointer, export_model, fit_resumable
     from airflow_tfos.shared.rundir import RunDir
 
     if not isinstance(args, DigitsArgs):

@@ -1,5 +1,5 @@
 """Feeding data to TF nodes: InputMode.SPARK (Arrow from DataFrames) and InputMode.TENSORFLOW (files)."""
 
-from airflow_tfos.runtime.feed.plan import Feed, FeedConfigError
+from airflow_tfos.runtime.feed.plan import Feed
 
-__all__ = ["Feed", "FeedConfigError"]
+__all__ = ["Feed"]

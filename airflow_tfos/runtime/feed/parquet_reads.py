@@ -12,7 +12,8 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from urllib.parse import unquote
 
-from airflow_tfos.runtime.feed.plan import Feed, FeedConfigError
+from airflow_tfos.runtime.errors import FeedConfigError
+from airflow_tfos.runtime.feed.plan import Feed
 
 
 @dataclass(frozen=True)
@@ -36,7 +37,7 @@ def storage_path(uri: str, webhdfs_config: str | None = None) -> tuple[object, s
         from airflow_tfos.shared.storage.base import LocalStorage
 
         return LocalStorage(), unquote(uri[len("file:") :].removeprefix("//"))
-    from airflow_tfos.runtime.saved_models import storage_of
+    from airflow_tfos.runtime.program.saved_models import storage_of
 
     return storage_of(uri, webhdfs_config), uri
 

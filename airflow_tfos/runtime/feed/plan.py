@@ -11,6 +11,8 @@ from typing import Any
 
 import numpy as np
 
+from airflow_tfos.runtime.errors import FeedConfigError
+
 #: Spark SQL scalar types a feature or label may have (``simpleString`` names).
 NUMERIC_TYPES = frozenset({"tinyint", "smallint", "int", "bigint", "float", "double", "boolean"})
 #: Other types fed: strings and binary (``tf.string``), dates (epoch seconds), Spark ML vectors;
@@ -28,10 +30,6 @@ def _is_float_type(name: Any) -> bool:
         return np.dtype(name).kind == "f"
     except TypeError:
         return False
-
-
-class FeedConfigError(ValueError):
-    """The data or the feed settings cannot be fed; the message names the column or setting."""
 
 
 @dataclass(frozen=True)

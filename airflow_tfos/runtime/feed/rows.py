@@ -13,8 +13,8 @@ import time
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 
-from airflow_tfos.runtime.cluster import NodeRole
-from airflow_tfos.runtime.feed.plan import FeedConfigError
+from airflow_tfos.runtime.errors import FeedConfigError
+from airflow_tfos.runtime.node.cluster import NodeRole
 
 ROWS_FILE = "rows.pickles"
 RESULTS_FILE = "results.pickles"

@@ -19,11 +19,12 @@ import logging
 import os
 from collections.abc import Iterable, Sequence
 
-from airflow_tfos.runtime.cluster import NodeRole, ps_coordinated
+from airflow_tfos.runtime.errors import FeedConfigError
 from airflow_tfos.runtime.feed.dataset import FeedShare
 from airflow_tfos.runtime.feed.native import NativeShares, record_columns
-from airflow_tfos.runtime.feed.plan import Feed, FeedConfigError, balance, balance_once, check_schema
+from airflow_tfos.runtime.feed.plan import Feed, balance, balance_once, check_schema
 from airflow_tfos.runtime.feed.spill import SpillWriter
+from airflow_tfos.runtime.node.cluster import NodeRole, ps_coordinated
 
 log = logging.getLogger(__name__)
 

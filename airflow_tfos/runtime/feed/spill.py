@@ -47,8 +47,8 @@ class SpillStats:
     bytes: int = 0
     widths: dict[str, int] = field(default_factory=dict)
     sparse: set[str] = field(default_factory=set)
-    #: a digest of the rows' order (each batch's size and label values, or its first and last rows): two
-    #: spills with the same digest replay their epochs alike (:func:`~airflow_tfos.runtime.checkpoint.fit_resumable`)
+    #: a digest of the rows' order (each batch's size and label values, or its first and last rows): two spills
+    #: with the same digest replay their epochs alike (:func:`airflow_tfos.runtime.program.checkpoint.fit_resumable`)
     order: str = ""
 
 

@@ -23,7 +23,8 @@ from __future__ import annotations
 import os
 import tempfile
 
-from airflow_tfos.runtime.report.collect import ReportError, RunRecord, collect
+from airflow_tfos.runtime.errors import ReportError
+from airflow_tfos.runtime.report.collect import RunRecord, collect
 from airflow_tfos.runtime.report.page import render_html
 from airflow_tfos.runtime.report.plots import Plot, render_plots
 from airflow_tfos.shared.rundir import REPORT_DIR, REPORT_HTML, RunDir

@@ -7,7 +7,7 @@ import logging
 import sys
 
 from airflow_tfos.runtime.report import ReportError, write_report
-from airflow_tfos.shared.rundir import RunDirError
+from airflow_tfos.shared.errors import RunDirError
 from airflow_tfos.shared.storage.webhdfs_config import add_config_option, use_config
 
 

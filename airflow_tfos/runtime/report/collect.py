@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from airflow_tfos.runtime.errors import ReportError as ReportError
+from airflow_tfos.runtime.errors import ReportError
 from airflow_tfos.shared.rundir import RunDir
 
 #: Event kinds with many events each: counted in the event table, not listed.

@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
-from airflow_tfos.shared.errors import KerberosAuthError as KerberosAuthError
+from airflow_tfos.shared.errors import KerberosAuthError
 
 __all__ = [
     "KerberosAuthError",

@@ -34,9 +34,7 @@ import posixpath
 from dataclasses import asdict, dataclass, fields, replace
 from typing import Any
 
-from airflow_tfos.shared.errors import WebHDFSConfigError as WebHDFSConfigError
-from airflow_tfos.shared.errors import WebHDFSError as WebHDFSError
-from airflow_tfos.shared.errors import WebHDFSUnavailableError as WebHDFSUnavailableError
+from airflow_tfos.shared.errors import WebHDFSConfigError
 
 #: The environment variable that carries the WebHDFS settings (JSON) to the driver and executors.
 WEBHDFS_ENV = "AIRFLOW_TFOS_WEBHDFS"

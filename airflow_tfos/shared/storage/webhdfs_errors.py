@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import errno
 
-from airflow_tfos.shared.errors import WebHDFSError, WebHDFSUnavailableError
+from airflow_tfos.shared.errors import WebHDFSError, WebHDFSServerError, WebHDFSUnavailableError
 from airflow_tfos.shared.storage.kerberos import redact_credentials, redacted_error
 from airflow_tfos.shared.storage.webhdfs_config import WebHDFSConfig
 
@@ -20,19 +20,11 @@ TRANSIENT_REMOTE = {"StandbyException", "RetriableException", "SafeModeException
 DENIED_REMOTE = {"AccessControlException", "SecurityException", "AuthorizationException"}
 
 
-class ServerError(Exception):
-    """An HTTP 5xx answer (raised from the session's response hook, before the hdfs package sees it)."""
-
-    def __init__(self, status: int, url: str):
-        super().__init__(f"HTTP {status}")
-        self.status, self.url = status, url
-
-
 def raise_for_server_error(response, *args, **kwargs):
-    """A ``requests`` response hook: a 5xx answer raises :class:`ServerError` (transient)."""
+    """A ``requests`` response hook: a 5xx answer raises :class:`WebHDFSServerError` (transient)."""
     if response.status_code >= 500:
         response.close()
-        raise ServerError(response.status_code, response.url.split("?", 1)[0])
+        raise WebHDFSServerError(response.status_code, response.url.split("?", 1)[0])
     return response
 
 
@@ -42,7 +34,7 @@ def transient_reason(exc: BaseException) -> str | None:
     import urllib3
     from hdfs import HdfsError
 
-    if isinstance(exc, ServerError):
+    if isinstance(exc, WebHDFSServerError):
         return f"HTTP {exc.status}"
     if isinstance(exc, requests.exceptions.Timeout | urllib3.exceptions.TimeoutError):
         return "timed out"

@@ -15,7 +15,7 @@ import threading
 import time
 from typing import Any
 
-from airflow_tfos.runtime.launcher import TFClusterRun
+from airflow_tfos.runtime.driver.launcher import TFClusterRun
 from airflow_tfos.shared.rundir import RunDir
 from airflow_tfos.shared.spec import RunSpec
 

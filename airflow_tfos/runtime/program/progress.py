@@ -24,10 +24,10 @@ It also records events for the training report (:mod:`airflow_tfos.runtime.repor
   reported as ``first_step_secs`` in the event that follows it.
 
 Writes go through the run directory's storage (local or HDFS) on a background thread
-(:mod:`~airflow_tfos.runtime.progress_writer`), so a slow file system never holds up a training step; a
+(:mod:`~airflow_tfos.runtime.program.progress_writer`), so a slow file system never holds up a training step; a
 failed write only logs a warning.
 
-``fit_resumable`` (:mod:`airflow_tfos.runtime.checkpoint`) adds the Keras callback by itself. A
+``fit_resumable`` (:mod:`airflow_tfos.runtime.program.checkpoint`) adds the Keras callback by itself. A
 program with its own ``model.fit``::
 
     model.fit(ctx.dataset(), epochs=5, callbacks=[progress_callback(ctx, steps_per_epoch=ctx.steps_per_epoch,
@@ -57,8 +57,7 @@ import weakref
 from collections.abc import Iterator
 from typing import Any
 
-from airflow_tfos.runtime.progress_writer import ProgressWriter
-from airflow_tfos.runtime.progress_writer import flush_all as flush_all
+from airflow_tfos.runtime.program.progress_writer import ProgressWriter
 from airflow_tfos.shared.rundir import RunDir
 
 log = logging.getLogger(__name__)
@@ -273,7 +272,7 @@ class ProgressTracker:
     def phase(self, name: str):
         """Report that this node is in phase ``name`` while the block runs (chief: written at once).
 
-        The stall watchdog (:mod:`airflow_tfos.runtime.watchdog`) does not fire while a node is in a quiet
+        The stall watchdog (:mod:`airflow_tfos.runtime.driver.watchdog`) does not fire while a node is in a quiet
         phase: ``"checkpointing"``, ``"exporting"``, ``"restoring"``, ``"evaluating"``, ``"waiting_for_data"``.
         """
         before, self._phase = self._phase, name

@@ -1,6 +1,6 @@
 """The thread that writes a node's progress and events into its run directory, off the training loop.
 
-:class:`~airflow_tfos.runtime.progress.ProgressTracker` hands each ``progress.json`` and event to a
+:class:`~airflow_tfos.runtime.program.progress.ProgressTracker` hands each ``progress.json`` and event to a
 :class:`ProgressWriter`, which writes them in order on one daemon thread (a slow file system never holds up
 a training step; a failed write only logs a warning); the node process calls :func:`flush_all` before it exits.
 """

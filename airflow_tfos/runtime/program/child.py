@@ -1,4 +1,4 @@
-"""Entry point of a TF node's process: ``python -m airflow_tfos.runtime.child <node-dir>``.
+"""Entry point of a TF node's process: ``python -m airflow_tfos.runtime.program.child <node-dir>``.
 
 The Spark task writes ``payload.pkl`` (the user's function and its arguments) and ``context.pkl``
 (the node's context) into a private directory and starts this module there. It runs
@@ -17,10 +17,10 @@ Started with ``--await-context`` (how a barrier task starts it, before the nodes
 ports), the process first loads the program (which imports its module, and whatever that imports at its
 top) and imports TensorFlow when ``main_fun``'s own code imports it (:func:`uses_tensorflow`), then waits
 on its stdin for one JSON message from the task: ``tf_config`` (None: no TF_CONFIG), the task's launch
-times, and on a Kerberized HDFS the run's WebHDFS delegation token (:mod:`airflow_tfos.runtime.delegation`,
+times, and on a Kerberized HDFS the run's WebHDFS delegation token (:mod:`airflow_tfos.shared.storage.tokens`,
 kept in memory). It then sets TF_CONFIG (TensorFlow reads it when a strategy or cluster resolver is built,
 not on import), reads ``context.pkl`` and calls ``main_fun``. An empty message means that the task went away: the
-process exits. It records its launch times (:mod:`airflow_tfos.runtime.launch_times`).
+process exits. It records its launch times (:mod:`airflow_tfos.runtime.program.launch_times`).
 """
 
 from __future__ import annotations
@@ -176,7 +176,7 @@ def _record_end(ctx, ok: bool) -> None:
     if ctx is None or not ctx.run_dir:
         return
     try:
-        from airflow_tfos.runtime.progress_writer import flush_all
+        from airflow_tfos.runtime.program.progress_writer import flush_all
         from airflow_tfos.shared.rundir import RunDir
 
         flush_all(timeout=30.0 if ok else 10.0)
@@ -252,8 +252,8 @@ def _await_context(times: dict) -> bool:
 
 
 def _record_launch(ctx, times: dict) -> None:
-    """Record this node's launch times (:mod:`airflow_tfos.runtime.launch_times`), best effort."""
-    from airflow_tfos.runtime import launch_times
+    """Record this node's launch times (:mod:`airflow_tfos.runtime.program.launch_times`), best effort."""
+    from airflow_tfos.runtime.program import launch_times
 
     record = {**_node_fields(ctx), **times}
     try:

@@ -1,6 +1,6 @@
 """The Spark side of one TF node: the body of one barrier task.
 
-Each task first starts the node's own Python process (:mod:`airflow_tfos.runtime.child`), which loads
+Each task first starts the node's own Python process (:mod:`airflow_tfos.runtime.program.child`), which loads
 the program and imports TensorFlow meanwhile; the task then reads its data, reserves a port on its
 executor's address, swaps ``host:port`` with the other tasks through ``BarrierTaskContext.allGather``,
 builds TF_CONFIG and hands it with the node's context to the waiting process. The process dies with the
@@ -28,8 +28,13 @@ from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from airflow_tfos.runtime import child as child_files
-from airflow_tfos.runtime.cluster import (
+from airflow_tfos.runtime.errors import FeedConfigError, NodeFailure, NodeReleased
+from airflow_tfos.runtime.feed.direct import DirectInput
+from airflow_tfos.runtime.feed.native import WORKER_INDEX_FILE
+from airflow_tfos.runtime.feed.plan import Feed
+from airflow_tfos.runtime.feed.rows import RowFeed, RowFeedManager
+from airflow_tfos.runtime.feed.service import DataService
+from airflow_tfos.runtime.node.cluster import (
     CHIEF,
     MASTER,
     WORKER,
@@ -42,15 +47,10 @@ from airflow_tfos.runtime.cluster import (
     ps_coordinated,
     result_node,
 )
-from airflow_tfos.runtime.context import NodeContext
-from airflow_tfos.runtime.errors import NodeFailure
-from airflow_tfos.runtime.feed.direct import DirectInput
-from airflow_tfos.runtime.feed.native import WORKER_INDEX_FILE
-from airflow_tfos.runtime.feed.plan import Feed, FeedConfigError
-from airflow_tfos.runtime.feed.rows import RowFeed, RowFeedManager
-from airflow_tfos.runtime.feed.service import DataService
-from airflow_tfos.runtime.ports import PortReservation
-from airflow_tfos.runtime.process import ChildProcess, describe_exit
+from airflow_tfos.runtime.node.ports import PortReservation
+from airflow_tfos.runtime.node.process import ChildProcess, describe_exit
+from airflow_tfos.runtime.program import child as child_files
+from airflow_tfos.runtime.program.context import NodeContext
 from airflow_tfos.shared.rundir import RunDir
 from airflow_tfos.shared.spec import RunSpec
 
@@ -114,10 +114,6 @@ class NodeJob:
     webhdfs_token: str | None = field(default=None, repr=False)
 
 
-class _Released(Exception):
-    """Raised into a service node's main thread when its process fails while it waits."""
-
-
 def run_node(job: NodeJob, partition: Iterable) -> Iterator[tuple[int, bytes, str]]:
     """Run one TF node as a barrier task.
 
@@ -159,7 +155,7 @@ def _run_node(job: NodeJob, task, role: NodeRole, host: str, node_dir: Path, par
     # the chief traces find this worker's own files: its share of the fed rows, and its task index.
     ps_worker = ps_coordinated(job.roles) and role.job_name == WORKER
     # The node's ports, held by this task: TensorBoard's while it runs, the TF port until the handover
-    # (runtime/ports.py tells why).
+    # (runtime/node/ports.py tells why).
     board = job.tensorboard and result_node(job.roles) == role
     # Under parameter servers the chief's process also runs the tf.data dispatcher (runtime/feed/service.py).
     dispatches = ps_coordinated(job.roles) and role.job_name in (CHIEF, MASTER)
@@ -300,7 +296,7 @@ def prestart_node_process(
     argv = [
         sys.executable,
         "-m",
-        "airflow_tfos.runtime.child",
+        "airflow_tfos.runtime.program.child",
         str(node_dir),
         f"--run-id={job.run_id}",
         child_files.AWAIT_CONTEXT,
@@ -345,7 +341,7 @@ def start_node_process(
 
     (node_dir / child_files.PAYLOAD).write_bytes(job.payload)
     (node_dir / child_files.CONTEXT).write_bytes(cloudpickle.dumps(ctx))
-    argv = [sys.executable, "-m", "airflow_tfos.runtime.child", str(node_dir), f"--run-id={job.run_id}"]
+    argv = [sys.executable, "-m", "airflow_tfos.runtime.program.child", str(node_dir), f"--run-id={job.run_id}"]
     return ChildProcess(argv, env=env, name=name, cwd=cwd)
 
 
@@ -447,7 +443,7 @@ def _serve_until_released(task, proc: ChildProcess, role: NodeRole, host: str, n
     def interrupt(_signum, _frame) -> None:
         with lock:
             if not state["released"]:
-                raise _Released()
+                raise NodeReleased()
 
     try:
         previous = signal.signal(signal.SIGUSR1, interrupt)
@@ -458,7 +454,7 @@ def _serve_until_released(task, proc: ChildProcess, role: NodeRole, host: str, n
         task.allGather("waiting")
         with lock:
             state["released"] = True
-    except _Released:
+    except NodeReleased:
         raise RuntimeError(state["failure"].encode()) from None
     finally:
         if previous is not None:
@@ -493,8 +489,8 @@ def _tensorboard(job: NodeJob, env: dict[str, str], host: str, port: int) -> Chi
     if importlib.util.find_spec("tensorboard") is None:
         log.warning("tensorboard=True but the tensorboard package is not installed on this executor")
         return None
-    from airflow_tfos.runtime.saved_models import is_remote
-    from airflow_tfos.runtime.tensorboard import tensorboard_argv  # a mirror first for hdfs:// log directories
+    from airflow_tfos.runtime.node.tensorboard import tensorboard_argv  # a mirror first for hdfs:// log directories
+    from airflow_tfos.runtime.program.saved_models import is_remote
 
     log_dir = job.log_dir or str(Path(job.working_dir) / "tensorboard")
     token = job.webhdfs_token if is_remote(log_dir) else None

@@ -3,7 +3,7 @@
 TensorBoard reads its log directory through TensorFlow's file systems, and TensorFlow 2.21 has none for
 ``hdfs://`` or ``webhdfs://`` ("File system scheme 'hdfs' not implemented"): pointed at such a URI,
 TensorBoard serves an empty page. For a remote log directory, the node therefore runs this module
-instead (``python -m airflow_tfos.runtime.tensorboard``): it mirrors the remote tree into a local
+instead (``python -m airflow_tfos.runtime.node.tensorboard``): it mirrors the remote tree into a local
 temporary directory through :mod:`airflow_tfos.shared.storage` every ``--sync-secs`` seconds while
 TensorBoard, in the same process, reads the mirror. Event files only grow, so of an event file that grew
 only the new bytes are read (one ranged read from the length already mirrored: WebHDFS ``OPEN`` with
@@ -28,7 +28,7 @@ import sys
 import tempfile
 import threading
 
-from airflow_tfos.runtime.saved_models import is_remote, list_tree
+from airflow_tfos.runtime.program.saved_models import is_remote, list_tree
 from airflow_tfos.shared.storage import Storage, storage_for
 from airflow_tfos.shared.storage.kerberos import use_delegation_token
 
@@ -50,12 +50,12 @@ def tensorboard_argv(
     """The command line of TensorBoard serving ``log_dir`` at ``host:port``: TensorBoard itself for a local
     directory, this module (a mirror, then TensorBoard) for a remote one (``token_on_stdin``: it reads its
     WebHDFS delegation token from its stdin first). ``reuse_port``: bind with ``SO_REUSEPORT``, beside the
-    socket that holds the port for it (:class:`~airflow_tfos.runtime.ports.PortReservation`)."""
+    socket that holds the port for it (:class:`~airflow_tfos.runtime.node.ports.PortReservation`)."""
     serve = ["--host", host, "--port", str(port)]
     if is_remote(log_dir):
         token = ["--token-on-stdin"] if token_on_stdin else []
         reuse = ["--reuse-port"] if reuse_port else []
-        return [python, "-m", "airflow_tfos.runtime.tensorboard", "--logdir", log_dir, *serve, *token, *reuse]
+        return [python, "-m", "airflow_tfos.runtime.node.tensorboard", "--logdir", log_dir, *serve, *token, *reuse]
     reuse = ["--reuse_port", "true"] if reuse_port else []
     return [python, "-m", "tensorboard.main", "--logdir", log_dir.removeprefix("file://"), *serve, *reuse]
 
@@ -165,7 +165,7 @@ def masked_crc32c(data: bytes) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     """Mirror a remote log directory and serve it with TensorBoard until SIGTERM."""
-    parser = argparse.ArgumentParser(prog="python -m airflow_tfos.runtime.tensorboard", description=main.__doc__)
+    parser = argparse.ArgumentParser(prog="python -m airflow_tfos.runtime.node.tensorboard", description=main.__doc__)
     parser.add_argument("--logdir", required=True, help="the remote log directory (hdfs://, webhdfs://)")
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, required=True)

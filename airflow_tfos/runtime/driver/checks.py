@@ -11,7 +11,7 @@ import logging
 import time
 from dataclasses import dataclass, field
 
-from airflow_tfos.runtime.cluster import ClusterConfigError
+from airflow_tfos.runtime.errors import ClusterConfigError
 
 log = logging.getLogger(__name__)
 

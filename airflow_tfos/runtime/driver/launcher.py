@@ -21,18 +21,8 @@ import uuid
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from airflow_tfos.runtime.checks import check_cluster, snapshot_resources
-from airflow_tfos.runtime.cluster import KERAS_MODES, ClusterConfigError, decider_ids, plan_roles
-from airflow_tfos.runtime.delegation import TokenKeeper
-from airflow_tfos.runtime.errors import (
-    NodeFailedError,
-    RunCancelledError,
-    RunTimeoutError,
-    StallError,
-    TFoSRuntimeError,
-    decode_node_failure,
-)
-from airflow_tfos.runtime.eviction import (
+from airflow_tfos.runtime.driver.checks import check_cluster, snapshot_resources
+from airflow_tfos.runtime.driver.eviction import (
     DROP_GRACE_SECS,
     describe,
     drop_executors,
@@ -40,15 +30,28 @@ from airflow_tfos.runtime.eviction import (
     is_local,
     wait_for_tasks,
 )
-from airflow_tfos.runtime.eviction import job_ids as group_job_ids
-from airflow_tfos.runtime.feed.plan import Feed, FeedConfigError
+from airflow_tfos.runtime.driver.eviction import job_ids as group_job_ids
+from airflow_tfos.runtime.driver.watchdog import StallMonitor, StallReport
+from airflow_tfos.runtime.errors import (
+    ClusterConfigError,
+    FeedConfigError,
+    NodeFailedError,
+    RunCancelledError,
+    RunTimeoutError,
+    StallError,
+    TFoSRuntimeError,
+    decode_node_failure,
+)
+from airflow_tfos.runtime.feed.plan import Feed
 from airflow_tfos.runtime.feed.rows import RowFeed
-from airflow_tfos.runtime.node import NodeJob, run_node
-from airflow_tfos.runtime.watchdog import StallMonitor, StallReport
+from airflow_tfos.runtime.node.cluster import KERAS_MODES, decider_ids, plan_roles
+from airflow_tfos.runtime.node.task import NodeJob, run_node
 from airflow_tfos.shared import events
-from airflow_tfos.shared.rundir import RunDir, RunDirError
+from airflow_tfos.shared.errors import RunDirError
+from airflow_tfos.shared.rundir import RunDir
 from airflow_tfos.shared.spec import RunSpec
 from airflow_tfos.shared.storage import join
+from airflow_tfos.shared.storage.tokens import TokenKeeper
 
 log = logging.getLogger(__name__)
 
@@ -89,13 +92,13 @@ class TFClusterRun:
     :param max_attempts: how many TF clusters to try in all. When a node process or an executor dies,
         or a node fails for a reason a fresh cluster may get past (a lost peer), the whole barrier stage
         runs again with fresh ports and TF_CONFIG, and the nodes resume from the latest checkpoint
-        (:mod:`airflow_tfos.runtime.checkpoint`). An error in the program itself is not retried.
+        (:mod:`airflow_tfos.runtime.program.checkpoint`). An error in the program itself is not retried.
     :param warm_start: an exported model (SavedModel directory, or a run directory with ``export/``)
         to start from when the run has no checkpoint yet; the nodes find it as ``ctx.warm_start``.
     :param stall_timeout: seconds without the training advancing its global step (as reported through
-        :class:`~airflow_tfos.runtime.progress.ProgressTracker`, e.g. ``progress_callback``) after which the
+        :class:`~airflow_tfos.runtime.program.progress.ProgressTracker`, e.g. ``progress_callback``) after which the
         attempt counts as stalled: its stage is cancelled, and a fresh TF cluster resumes from the latest
-        checkpoint (:mod:`airflow_tfos.runtime.watchdog`). It holds off while a node saves a checkpoint,
+        checkpoint (:mod:`airflow_tfos.runtime.driver.watchdog`). It holds off while a node saves a checkpoint,
         exports, restores, evaluates or waits for its first batch, and is off once a step took longer than
         it. Needs ``run_dir``. None: no watchdog.
         On a stall, Spark cancels the stage's tasks, and each task ends its node process (with its process
@@ -353,7 +356,7 @@ class TFClusterRun:
     ) -> list[dict[str, Any]]:
         """Drop the executors that still run a task of the failed attempt once the others ended theirs (a host
         cut off, a JVM that hangs), so the next attempt is placed on the others instead of waiting for Spark's
-        heartbeat timeout (:mod:`airflow_tfos.runtime.eviction`); return what was dropped."""
+        heartbeat timeout (:mod:`airflow_tfos.runtime.driver.eviction`); return what was dropped."""
         if jobs_before is None:
             return []
         try:

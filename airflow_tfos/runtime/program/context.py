@@ -7,7 +7,7 @@ import os
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from airflow_tfos.runtime.cluster import CHIEF, MASTER, PS, WORKER
+from airflow_tfos.runtime.node.cluster import CHIEF, MASTER, PS, WORKER
 
 if TYPE_CHECKING:
     from airflow_tfos.runtime.feed.dataset import FeedShare
@@ -43,7 +43,7 @@ class NodeContext:
         (:mod:`~airflow_tfos.runtime.feed.service`), or None.
     :param warm_start: an exported model to start training from when the run has no checkpoint (the
         spec's ``warm_start``): a SavedModel directory, or a run directory whose ``export/`` to use.
-        :meth:`~airflow_tfos.runtime.checkpoint.RunCheckpointer.restore` loads it. None: none.
+        :meth:`~airflow_tfos.runtime.program.checkpoint.RunCheckpointer.restore` loads it. None: none.
     """
 
     executor_id: int
@@ -239,6 +239,6 @@ class NodeContext:
 
     def absolute_path(self, path: str) -> str:
         """Turn ``path`` into a full URI as TFoS's ``TFNode.hdfs_path`` did (see there)."""
-        from airflow_tfos.runtime.paths import absolute_path
+        from airflow_tfos.runtime.program.paths import absolute_path
 
         return absolute_path(path, default_fs=self.default_fs, working_dir=self.working_dir)

@@ -1,7 +1,7 @@
 """The progress watchdog: a run whose training nodes stop advancing their global step is failed and retried.
 
 Every training node reports its global step and what it is doing (its *phase*) through
-:class:`~airflow_tfos.runtime.progress.ProgressTracker` (e.g. ``progress_callback``), into the run
+:class:`~airflow_tfos.runtime.program.progress.ProgressTracker` (e.g. ``progress_callback``), into the run
 directory's ``nodes/<node>.json``; :class:`StallWatchdog` judges those reports with no
 I/O of its own (a clock is passed in, so it is tested without waiting), and :class:`StallMonitor` is the
 driver's thread that feeds it from the run directory and, on a stall, hands a :class:`StallReport` to the

@@ -14,7 +14,7 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from airflow_tfos.runtime.errors import ClusterConfigError as ClusterConfigError
+from airflow_tfos.runtime.errors import ClusterConfigError
 
 PS = "ps"
 CHIEF = "chief"

@@ -34,19 +34,25 @@ import sys
 import time
 from typing import Any
 
-from airflow_tfos.runtime.delegation import TokenKeeper
-from airflow_tfos.runtime.errors import ClusterConfigError, RunCancelledError, TFoSRuntimeError
-from airflow_tfos.runtime.feed.plan import FeedConfigError
-from airflow_tfos.runtime.heartbeat import DriverWatch
-from airflow_tfos.runtime.launcher import TFClusterRun
-from airflow_tfos.runtime.spec import RunSpec, SpecError, import_callable, parse_spec
-from airflow_tfos.runtime.table_fingerprint import already_trained, has_table_inputs, resolve_tables
+from airflow_tfos.runtime.driver.heartbeat import DriverWatch
+from airflow_tfos.runtime.driver.launcher import TFClusterRun
+from airflow_tfos.runtime.driver.table_fingerprint import already_trained, has_table_inputs, resolve_tables
+from airflow_tfos.runtime.errors import ClusterConfigError, FeedConfigError, RunCancelledError, TFoSRuntimeError
 from airflow_tfos.shared import events
-from airflow_tfos.shared.errors import FeedRefusedError
-from airflow_tfos.shared.rundir import RunDir, RunDirError, verified_spec_hash
-from airflow_tfos.shared.spec import allowed_feed_functions, check_feed_data
+from airflow_tfos.shared.errors import FeedRefusedError, RunDirError, WebHDFSConfigError
+from airflow_tfos.shared.rundir import RunDir
+from airflow_tfos.shared.spec import (
+    RunSpec,
+    SpecError,
+    allowed_feed_functions,
+    check_feed_data,
+    import_callable,
+    parse_spec,
+    verified_spec_hash,
+)
 from airflow_tfos.shared.storage.kerberos import take_submitted_token
-from airflow_tfos.shared.storage.webhdfs_config import WebHDFSConfigError, add_config_option, use_config
+from airflow_tfos.shared.storage.tokens import TokenKeeper
+from airflow_tfos.shared.storage.webhdfs_config import add_config_option, use_config
 
 log = logging.getLogger("airflow_tfos.driver")
 
@@ -230,7 +236,7 @@ def _serve(spark, spec: RunSpec, rundir: RunDir, train_fn, watch: DriverWatch, d
 
 def run_inference_job(spark, spec: RunSpec) -> dict[str, Any]:
     """Score ``spec.data`` with the SavedModel in ``spec.inference`` and write the predictions as Parquet."""
-    from airflow_tfos.runtime.inference import predict, write_predictions
+    from airflow_tfos.runtime.driver.inference import predict, write_predictions
 
     job = spec.inference or {}
     frame = build_input(spark, spec.data, "data")
