@@ -37,7 +37,7 @@ def get_provider_info() -> dict:
                 "python-modules": [
                     "airflow_tfos.hooks.tfos",
                     "airflow_tfos.hooks.yarn",
-                    "airflow_tfos.hooks.local",
+                    "airflow_tfos.hooks.backends.local_tracker",
                     "airflow_tfos.hooks.run_dir",
                     "airflow_tfos.hooks.webhdfs_connection",
                     "airflow_tfos.hooks.registry",

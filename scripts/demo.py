@@ -66,7 +66,7 @@ def airflow(env: dict[str, str], *args: str, log: Path | None = None, timeout: f
 
 def day_summary(day: date) -> dict:
     """What the run of ``day`` produced, read from its run directory and the model registry."""
-    from airflow_tfos.hooks.runs import default_run_dir
+    from airflow_tfos.hooks.run_dir import default_run_dir
     from airflow_tfos.shared.registry import ModelRegistry
     from airflow_tfos.shared.rundir import RunDir
 

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from airflow_tfos.hooks.runs import run_tag
-from airflow_tfos.hooks.state import AppState
+from airflow_tfos.hooks.backends.state import AppState
+from airflow_tfos.hooks.run_dir import run_tag
 from airflow_tfos.operators.inference import InferenceRun
 from airflow_tfos.operators.run import TrainingRun
 from airflow_tfos.shared.fingerprint import (

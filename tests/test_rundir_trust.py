@@ -10,7 +10,7 @@ import stat
 import pytest
 
 from airflow_tfos.hooks.errors import RunConfigError
-from airflow_tfos.hooks.runs import normalize_run_dir, place_run_dir
+from airflow_tfos.hooks.run_dir import normalize_run_dir, place_run_dir
 from airflow_tfos.shared.errors import RunDirError, WebHDFSError
 from airflow_tfos.shared.rundir import RunDir
 from airflow_tfos.shared.storage import LocalStorage, is_plain_name

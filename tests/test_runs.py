@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from airflow_tfos.hooks.runs import default_run_dir, run_tag
+from airflow_tfos.hooks.run_dir import default_run_dir, run_tag
 
 
 def test_runs_triggered_in_the_same_second_get_their_own_run_directory_and_tag():

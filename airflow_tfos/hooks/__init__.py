@@ -15,9 +15,9 @@ _EXPORTS = {
     "YarnHook": "airflow_tfos.hooks.yarn",
     "RunDirHook": "airflow_tfos.hooks.run_dir",
     "ModelRegistryHook": "airflow_tfos.hooks.registry",
-    "LocalBackend": "airflow_tfos.hooks.local",
-    "ApplicationClient": "airflow_tfos.hooks.apps",
-    "AppState": "airflow_tfos.hooks.state",
+    "LocalBackend": "airflow_tfos.hooks.backends.local_tracker",
+    "ApplicationClient": "airflow_tfos.hooks.backends.apps",
+    "AppState": "airflow_tfos.hooks.backends.state",
 }
 
 __all__ = sorted(_EXPORTS)

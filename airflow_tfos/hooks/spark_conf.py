@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from airflow_tfos.hooks.backend import check_tag, own_private_file, private_dir, write_atomically
+from airflow_tfos.hooks.backends.base import check_tag, own_private_file, private_dir, write_atomically
 from airflow_tfos.hooks.errors import TFoSConfigError
 
 log = logging.getLogger(__name__)
@@ -329,7 +329,7 @@ def runtime_zip(cache_dir: str | Path, package_dir: Path | None = None) -> Path:
 def _ensure_cached(target: Path, data: bytes, mode: int = 0o644) -> None:
     """Write ``data`` to ``target`` unless it is a plain file of this user (not a link, writable by no one else)
     holding exactly ``data`` (by SHA-256) with ``mode``; ``target``'s directory must be private
-    (:func:`~airflow_tfos.hooks.backend.private_dir`), so no one else can change it once checked."""
+    (:func:`~airflow_tfos.hooks.backends.base.private_dir`), so no one else can change it once checked."""
     private_dir(target.parent)
     try:
         fd = os.open(target, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)

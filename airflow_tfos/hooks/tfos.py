@@ -3,7 +3,7 @@
 The driver is ``airflow_tfos.runtime.driver`` (run by a tiny launcher file) with ``--run-dir``; the run
 directory's ``spec.json`` says what to train. The hook prepares what every backend submits (the Spark
 settings, from the pure functions of :mod:`airflow_tfos.hooks.spark_conf`; what is shipped; the secrets)
-as a :class:`~airflow_tfos.hooks.backend.Submission`, and hands it, like every lookup, search and kill,
+as a :class:`~airflow_tfos.hooks.backends.base.Submission`, and hands it, like every lookup, search and kill,
 to the backend its connection's master picks.
 """
 
@@ -19,8 +19,10 @@ from pathlib import Path
 
 from airflow.sdk import BaseHook
 
-from airflow_tfos.hooks.backend import Backend, Submission, check_tag, default_tracker_dir
-from airflow_tfos.hooks.local import LocalBackend
+from airflow_tfos.hooks.backends.base import Backend, Submission, check_tag, default_tracker_dir
+from airflow_tfos.hooks.backends.local_tracker import LocalBackend
+from airflow_tfos.hooks.backends.spark_submit import TrainingSubmit
+from airflow_tfos.hooks.backends.state import AppState
 from airflow_tfos.hooks.spark_conf import (
     _GPU_SCRIPT,
     _LAUNCHER,
@@ -31,8 +33,6 @@ from airflow_tfos.hooks.spark_conf import (
     packed_env_conf,
     training_conf,
 )
-from airflow_tfos.hooks.spark_submit import TrainingSubmit
-from airflow_tfos.hooks.state import AppState
 from airflow_tfos.hooks.user_code import CodePackage, ShippedCode, code_zip
 from airflow_tfos.links.tfos import HISTORY_SERVER_CONF, history_server_url
 from airflow_tfos.shared.storage.kerberos import SUBMITTED_TOKEN_ENV
@@ -43,9 +43,9 @@ class TFoSHook(BaseHook):
     """Submit a training run (the driver entrypoint on a run directory) and track, find and kill it.
 
     The ``spark`` connection's master picks the backend, once: ``yarn`` submits in cluster mode and tracks the
-    application through the ResourceManager (:class:`~airflow_tfos.hooks.yarn_backend.YarnBackend`);
+    application through the ResourceManager (:class:`~airflow_tfos.hooks.backends.yarn.YarnBackend`);
     ``local-cluster[...]``, ``local[N]`` and ``spark://host:port`` run the driver as a detached local
-    spark-submit in client mode (:class:`~airflow_tfos.hooks.local_backend.LocalSparkBackend`).
+    spark-submit in client mode (:class:`~airflow_tfos.hooks.backends.local.LocalSparkBackend`).
 
     On YARN the runtime is shipped with ``--py-files`` (a zip of ``airflow_tfos.runtime`` and the modules it
     imports, built from this installation). The cluster's Python needs pyspark, TensorFlow and the
@@ -152,11 +152,11 @@ class TFoSHook(BaseHook):
     def _backend(self) -> Backend:
         """Where the driver runs, chosen once from the connection's master: YARN, else the local backend."""
         if self.master.startswith("yarn"):
-            from airflow_tfos.hooks.yarn_backend import YarnBackend
+            from airflow_tfos.hooks.backends.yarn import YarnBackend
 
             return YarnBackend(self.yarn_hook, tracker_dir=self._tracker_dir)
-        from airflow_tfos.hooks.local_backend import LocalSparkBackend
-        from airflow_tfos.hooks.standalone import spark_user
+        from airflow_tfos.hooks.backends.local import LocalSparkBackend
+        from airflow_tfos.hooks.backends.standalone import spark_user
 
         java_options = self.conf.get("spark.driver.extraJavaOptions")
         return LocalSparkBackend(self.local, master=self.master, user=spark_user(java_options))
@@ -239,7 +239,7 @@ class TFoSHook(BaseHook):
         """Submit the driver on ``run_dir`` (its spec.json must be written); return the application id.
 
         Raises :class:`TFoSConfigError` before submitting when the settings cannot run (or do not fit the
-        cluster's largest container), and :class:`~airflow_tfos.hooks.backend.ApplicationAlreadyRunningError`
+        cluster's largest container), and :class:`~airflow_tfos.hooks.backends.base.ApplicationAlreadyRunningError`
         when a live application carries ``tag``.
 
         :param run_dir: the run directory (a URI the driver can reach).

@@ -32,7 +32,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from airflow_tfos.hooks.backend import own_private_file, private_dir, write_atomically
+from airflow_tfos.hooks.backends.base import own_private_file, private_dir, write_atomically
 from airflow_tfos.hooks.errors import UserCodeError
 
 #: The largest package shipped with --py-files; larger code belongs in a packed environment.

@@ -34,6 +34,7 @@ from typing import Any
 from airflow.sdk import BaseHook
 from airflow.sdk.exceptions import AirflowNotFoundException
 
+from airflow_tfos.hooks.backends.state import TERMINAL_STATES, YARN_STATES, AppState
 from airflow_tfos.hooks.errors import (
     YarnApplicationNotFound,
     YarnAuthError,
@@ -42,7 +43,6 @@ from airflow_tfos.hooks.errors import (
     YarnUnavailableError,
 )
 from airflow_tfos.hooks.hadoop_conf import HADOOP_CONF_ENV, YARN_CONF_ENV, hadoop_conf
-from airflow_tfos.hooks.state import TERMINAL_STATES, YARN_STATES, AppState
 from airflow_tfos.hooks.yarn_rest import (
     APP_ID_RE,
     APP_PATH,

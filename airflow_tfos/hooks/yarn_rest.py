@@ -13,13 +13,13 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
+from airflow_tfos.hooks.backends.state import FINAL_STATUSES, YARN_STATES, AppState
 from airflow_tfos.hooks.errors import (
     YarnApplicationNotFound,
     YarnAuthError,
     YarnError,
     YarnProtocolError,
 )
-from airflow_tfos.hooks.state import FINAL_STATUSES, YARN_STATES, AppState
 
 DEFAULT_PORTS = {"http": 8088, "https": 8090}
 AUTH_MODES = ("simple", "kerberos")

@@ -24,10 +24,9 @@ from airflow.sdk import BaseOperator, ResumableJobMixin
 from airflow.sdk.configuration import conf
 from airflow.sdk.exceptions import AirflowException
 
+from airflow_tfos.hooks.backends.state import LIVE_STATES, AppState
 from airflow_tfos.hooks.errors import UserCodeError
-from airflow_tfos.hooks.run_dir import PollPacer, RunDirHook, RunWatch
-from airflow_tfos.hooks.runs import run_tag
-from airflow_tfos.hooks.state import LIVE_STATES, AppState
+from airflow_tfos.hooks.run_dir import PollPacer, RunDirHook, RunWatch, resolve_run_dir, run_tag, templated
 from airflow_tfos.hooks.user_code import ShippedCode, code_package, comma_list
 from airflow_tfos.links.tfos import (
     REPORT_URL_KEY,
@@ -40,7 +39,6 @@ from airflow_tfos.links.tfos import (
 )
 from airflow_tfos.operators.checks import check_at_parse_time, check_rendered
 from airflow_tfos.operators.run import ApplicationRun, AppResources
-from airflow_tfos.operators.run_dirs import resolve_run_dir, templated
 from airflow_tfos.shared.rundir import REPORT_HTML
 from airflow_tfos.shared.spec import spec_hash
 from airflow_tfos.triggers.tfos import DONE, TFoSApplicationTrigger, watch_arguments

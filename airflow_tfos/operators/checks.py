@@ -14,7 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 from airflow_tfos.hooks.errors import RunConfigError, TFoSConfigError
-from airflow_tfos.hooks.runs import check_run_dir, templated
+from airflow_tfos.hooks.run_dir import check_run_dir, templated
 from airflow_tfos.hooks.spark_conf import memory_mb
 from airflow_tfos.operators.errors import RenderedArgumentError
 from airflow_tfos.shared.spec import SpecError, parse_spec
@@ -70,7 +70,7 @@ def check_arguments(op: Any, *, pending: Callable[[Any], bool] = rendered) -> No
     ``airflow_tfos.operators.application._TFoSApplicationOperator``); raise :class:`RunConfigError`
     (a ``ValueError``: a DAG import error at parse time) naming the task, the argument and what it may be.
 
-    :param pending: whether a value is not rendered yet: :func:`~airflow_tfos.hooks.runs.templated` at parse
+    :param pending: whether a value is not rendered yet: :func:`~airflow_tfos.hooks.run_dir.templated` at parse
         time, when such a value is checked only for its keys; the default after rendering, when all is checked.
     """
     task = where(op)

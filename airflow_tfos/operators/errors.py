@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from airflow.exceptions import AirflowFailException
+from airflow.sdk.exceptions import AirflowFailException
 
 from airflow_tfos.hooks.errors import RunConfigError
 

@@ -20,7 +20,7 @@ from airflow_tfos.shared.storage import join
 if TYPE_CHECKING:
     from airflow.providers.openlineage.extractors import OperatorLineage
 
-    from airflow_tfos.hooks.state import AppState
+    from airflow_tfos.hooks.backends.state import AppState
     from airflow_tfos.shared.storage import Storage
 
 #: Spark's commit marker in a written output directory.

@@ -17,15 +17,23 @@ from airflow.sdk import BaseOperator
 from airflow.sdk.configuration import conf
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
-from airflow_tfos.hooks.apps import ApplicationClient
+from airflow_tfos.hooks.backends.apps import ApplicationClient
+from airflow_tfos.hooks.backends.state import AppState
 from airflow_tfos.hooks.errors import RunConfigError
-from airflow_tfos.hooks.run_dir import PollPacer, RunDirHook, RunWatch
-from airflow_tfos.hooks.runs import check_run_dir, run_key, run_tag, safe_name
-from airflow_tfos.hooks.state import AppState
+from airflow_tfos.hooks.run_dir import (
+    PollPacer,
+    RunDirHook,
+    RunWatch,
+    check_run_dir,
+    resolve_run_dir,
+    run_key,
+    run_tag,
+    safe_name,
+    templated,
+)
 from airflow_tfos.links.tfos import TRACKING_URL_KEY, SparkApplicationLink, TrainingReportLink, link_url
 from airflow_tfos.operators.checks import rendered
 from airflow_tfos.operators.errors import RenderedArgumentError
-from airflow_tfos.operators.run_dirs import resolve_run_dir, templated
 from airflow_tfos.sensors.tfos import application_failure
 from airflow_tfos.shared.spec import SpecError, allowed_feed_functions, check_data, check_feed_data
 from airflow_tfos.triggers.tfos import APP_ENDED, DONE, TFoSRunDirTrigger, watch_arguments

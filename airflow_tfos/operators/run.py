@@ -25,9 +25,8 @@ from typing import TYPE_CHECKING, Any
 
 from airflow.sdk.exceptions import AirflowException
 
-from airflow_tfos.hooks.local import ApplicationAlreadyRunningError
-from airflow_tfos.hooks.run_dir import progress_line
-from airflow_tfos.hooks.runs import pick_winner, run_tag
+from airflow_tfos.hooks.backends.local_tracker import ApplicationAlreadyRunningError
+from airflow_tfos.hooks.run_dir import pick_winner, progress_line, run_tag
 from airflow_tfos.shared.events import SUBMIT, SUBMITTED
 from airflow_tfos.shared.fingerprint import carry_tables, changes, pending_tables, run_fingerprint, unseen
 from airflow_tfos.shared.lease import Lease, lease_timeout, take_lease, wait_for_lease
@@ -36,7 +35,7 @@ from airflow_tfos.shared.spec import RunSpec, parse_spec, spec_digest, spec_hash
 from airflow_tfos.shared.storage import Storage, storage_for
 
 if TYPE_CHECKING:
-    from airflow_tfos.hooks.state import AppState
+    from airflow_tfos.hooks.backends.state import AppState
     from airflow_tfos.hooks.tfos import TFoSHook
     from airflow_tfos.shared.rundir import RunDir
 

@@ -27,8 +27,8 @@ from typing import TYPE_CHECKING, Any
 
 from airflow.sdk.exceptions import AirflowException
 
+from airflow_tfos.hooks.backends.state import AppState
 from airflow_tfos.hooks.errors import RunConfigError, UserCodeError
-from airflow_tfos.hooks.state import AppState
 from airflow_tfos.hooks.user_code import import_path_of
 from airflow_tfos.links.tfos import SparkApplicationLink, TensorBoardLink, TrainingReportLink
 from airflow_tfos.operators.application import _TFoSApplicationOperator, shipped_code

@@ -11,10 +11,9 @@ from airflow.sdk import BaseSensorOperator, PokeReturnValue
 from airflow.sdk.configuration import conf
 from airflow.sdk.exceptions import AirflowException
 
-from airflow_tfos.hooks.apps import ApplicationClient, latest
-from airflow_tfos.hooks.run_dir import RunDirHook
-from airflow_tfos.hooks.runs import check_run_dir, templated
-from airflow_tfos.hooks.state import YARN_STATES, AppState
+from airflow_tfos.hooks.backends.apps import ApplicationClient, latest
+from airflow_tfos.hooks.backends.state import YARN_STATES, AppState
+from airflow_tfos.hooks.run_dir import RunDirHook, check_run_dir, templated
 from airflow_tfos.triggers.tfos import DONE, TFoSApplicationTrigger, TFoSRunDirTrigger
 
 if TYPE_CHECKING:
@@ -58,7 +57,7 @@ class YarnApplicationSensor(_DeferrableSensor):
     instead of waiting out the sensor's timeout.
 
     :param application_id: the application (templated); or give ``tag``.
-    :param tag: the run's tag (templated; :func:`airflow_tfos.hooks.runs.run_tag`): the latest application
+    :param tag: the run's tag (templated; :func:`airflow_tfos.hooks.run_dir.run_tag`): the latest application
         carrying it is watched.
     :param target_states: YARN states to wait for (default ``FINISHED``). ``FINISHED`` with a final
         status other than ``SUCCEEDED`` is a failure.

@@ -66,7 +66,7 @@ REPORT_HTML = "report/report.html"
 PREVIOUS = "previous"
 ATTEMPT = "attempt.json"
 
-#: The run's states in status.json (not YARN's: see hooks/state.py), and those of a run that has ended.
+#: The run's states in status.json (not YARN's: see hooks/backends/state.py), and those of a run that has ended.
 RUN_STATES = ("SUBMITTED", "STARTING", "RUNNING", "STOPPING", "SUCCEEDED", "FAILED", "STOPPED")
 RUN_TERMINAL_STATES = frozenset({"SUCCEEDED", "FAILED", "STOPPED"})
 

@@ -174,7 +174,7 @@ def parse_spec(raw: Any, *, pending: Callable[[Any], bool] = _never) -> RunSpec:
     """Check ``raw`` (the parsed JSON) and return it as a :class:`RunSpec`.
 
     Every key is checked; a value for which ``pending`` is true (an operator's argument not rendered yet, see
-    ``airflow_tfos.hooks.runs.templated``) is checked only for its key, and again once rendered. Keys are never
+    ``airflow_tfos.hooks.run_dir.templated``) is checked only for its key, and again once rendered. Keys are never
     retired: a spec.json written by an earlier version holds only keys that are still known, so it is still read.
     """
     if not isinstance(raw, dict):

@@ -35,7 +35,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from airflow_tfos.hooks.state import FINAL_STATUSES, TERMINAL_STATES, YARN_STATES
+from airflow_tfos.hooks.backends.state import FINAL_STATUSES, TERMINAL_STATES, YARN_STATES
 from airflow_tfos.testing.spnego import SpnegoAcceptor
 from airflow_tfos.testing.yarn_http import RecordedRequest, RestApiMixin, _Server
 

@@ -16,7 +16,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
-from airflow_tfos.hooks.state import YARN_STATES
+from airflow_tfos.hooks.backends.state import YARN_STATES
 from airflow_tfos.hooks.yarn_rest import (
     APP_ID_RE,
     APPS_PATH,

@@ -9,9 +9,9 @@ from typing import Any
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
-from airflow_tfos.hooks.apps import ApplicationClient, latest
+from airflow_tfos.hooks.backends.apps import ApplicationClient, latest
+from airflow_tfos.hooks.backends.state import AppState
 from airflow_tfos.hooks.run_dir import PollPacer, RunDirHook, RunWatch, progress_line
-from airflow_tfos.hooks.state import AppState
 
 #: What a trigger's event says (its ``status``): the condition was met (``app``: the application's state,
 #: or ``result``), the application ended before the condition was met, the trigger failed, or timed out.

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from airflow_tfos.hooks.state import AppState
+from airflow_tfos.hooks.backends.state import AppState
 
 
 class FakeBackend:
@@ -149,7 +149,7 @@ def use_backend(operator, backend: FakeBackend) -> None:
     """Make ``operator`` (and the application client it may build) talk to ``backend``."""
     operator.__dict__["hook"] = backend
     if "apps" in type(operator).__dict__ or hasattr(type(operator), "apps"):
-        from airflow_tfos.hooks.apps import ApplicationClient
+        from airflow_tfos.hooks.backends.apps import ApplicationClient
 
         client = ApplicationClient(spark_conn_id="spark_default")
         client.__dict__["tfos_hook"] = backend

@@ -18,9 +18,9 @@ import urllib.request
 
 import pytest
 
+from airflow_tfos.hooks.backends.standalone import MASTER_WEBUI_ENV, map_master_app, owned_with_tag, spark_user
 from airflow_tfos.hooks.errors import ApplicationAlreadyRunningError, LocalBackendError, RunConfigError
-from airflow_tfos.hooks.runs import run_tag
-from airflow_tfos.hooks.standalone import MASTER_WEBUI_ENV, map_master_app, owned_with_tag, spark_user
+from airflow_tfos.hooks.run_dir import run_tag
 from airflow_tfos.hooks.tfos import TFoSHook
 from airflow_tfos.hooks.yarn import YarnHook, principal_short_name
 from airflow_tfos.operators import TFoSShutdownClusterOperator

@@ -7,13 +7,13 @@ import json
 
 import pytest
 
-from airflow_tfos.hooks.apps import YARN_KILL_WAIT_SECS, ApplicationClient
-from airflow_tfos.hooks.backend import Backend, Submission
-from airflow_tfos.hooks.local_backend import LocalSparkBackend
-from airflow_tfos.hooks.state import AppState
+from airflow_tfos.hooks.backends.apps import YARN_KILL_WAIT_SECS, ApplicationClient
+from airflow_tfos.hooks.backends.base import Backend, Submission
+from airflow_tfos.hooks.backends.local import LocalSparkBackend
+from airflow_tfos.hooks.backends.state import AppState
+from airflow_tfos.hooks.backends.yarn import YarnBackend
 from airflow_tfos.hooks.tfos import TFoSHook
 from airflow_tfos.hooks.yarn import YarnApplicationNotFound
-from airflow_tfos.hooks.yarn_backend import YarnBackend
 
 APP = "application_1700000000000_0001"
 

@@ -112,7 +112,7 @@ def test_sensor_fails_at_once_on_a_failed_yarn_application(airflow_env):
 
 
 def test_a_failed_launch_leaves_nothing_running_and_the_shutdown_still_runs(airflow_env):
-    from airflow_tfos.hooks.local import LocalBackend
+    from airflow_tfos.hooks.backends.local_tracker import LocalBackend
 
     started = time.monotonic()
     done = dags_test(airflow_env, "tfos_it_launch_fails")
@@ -149,7 +149,7 @@ def test_a_cleared_lifecycle_run_trains_anew_despite_the_stop_request_of_its_fir
     ``airflow dags test`` of a date that has a run replaces that run (its task instances run again): the
     tasks find what a Clear leaves them, the same default run directory and feed id (both keyed by the
     logical date), with the first run's stop request, feed done record and export in it."""
-    from airflow_tfos.hooks.local import LocalBackend
+    from airflow_tfos.hooks.backends.local_tracker import LocalBackend
 
     date, dag_id = "2026-12-01", "tfos_it_lifecycle"
     started = time.monotonic()

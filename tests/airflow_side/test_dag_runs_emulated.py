@@ -34,7 +34,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from airflow_tfos.hooks.runs import default_run_dir, run_tag
+from airflow_tfos.hooks.run_dir import default_run_dir, run_tag
 from airflow_tfos.shared.rundir import RunDir
 from airflow_tfos.shared.storage.webhdfs_client import WebHDFSStorage
 from airflow_tfos.shared.storage.webhdfs_config import WEBHDFS_ENV

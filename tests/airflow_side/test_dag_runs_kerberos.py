@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from airflow_tfos.hooks.runs import default_run_dir
+from airflow_tfos.hooks.run_dir import default_run_dir
 from airflow_tfos.shared.storage.webhdfs_config import WEBHDFS_ENV
 from airflow_tfos.testing.webhdfs import WebHDFSEmulator
 from airflow_tfos.testing.yarn import ResourceManagerEmulator

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from airflow.sdk.exceptions import AirflowFailException
 
-from airflow_tfos.hooks.runs import run_tag
+from airflow_tfos.hooks.run_dir import run_tag
 from airflow_tfos.operators import TFoSFeedOperator, TFoSLaunchClusterOperator
 from airflow_tfos.operators.lifecycle import feed_outcome
 from airflow_tfos.shared.rundir import RunDir

@@ -12,8 +12,14 @@ from types import SimpleNamespace
 
 import pytest
 
+from airflow_tfos.hooks.backends.standalone import (
+    StandaloneMaster,
+    carries_tag,
+    map_master_app,
+    master_webui_url,
+    name_with_tag,
+)
 from airflow_tfos.hooks.errors import LocalBackendError
-from airflow_tfos.hooks.standalone import StandaloneMaster, carries_tag, map_master_app, master_webui_url, name_with_tag
 from airflow_tfos.shared.errors import LeaseHeldError, RunDirError
 from airflow_tfos.shared.lease import (
     LEASE,

@@ -14,11 +14,11 @@ from pathlib import Path
 import pyspark
 import pytest
 
-from airflow_tfos.hooks.backend import Submission
+from airflow_tfos.hooks.backends.base import Submission
+from airflow_tfos.hooks.backends.local import LocalSparkBackend
+from airflow_tfos.hooks.backends.local_tracker import LocalBackend
+from airflow_tfos.hooks.backends.standalone import carries_tag
 from airflow_tfos.hooks.errors import ApplicationAlreadyRunningError
-from airflow_tfos.hooks.local import LocalBackend
-from airflow_tfos.hooks.local_backend import LocalSparkBackend
-from airflow_tfos.hooks.standalone import carries_tag
 from airflow_tfos.shared.lease import read_lease, take_lease, wait_for_lease
 from airflow_tfos.shared.rundir import RunDir
 from tests.conftest import free_port, wait_for

@@ -11,8 +11,8 @@ from dataclasses import replace
 
 import pytest
 
-from airflow_tfos.hooks.runs import run_tag
-from airflow_tfos.hooks.state import AppState
+from airflow_tfos.hooks.backends.state import AppState
+from airflow_tfos.hooks.run_dir import run_tag
 from airflow_tfos.links.tfos import SparkApplicationLink, TensorBoardLink, link_url
 from airflow_tfos.operators import TFoSFeedOperator
 from airflow_tfos.shared.rundir import RunDir

@@ -15,7 +15,7 @@ import pytest
 from airflow.sdk import AssetAlias
 from airflow.sdk.execution_time.context import OutletEventAccessors
 
-from airflow_tfos.hooks.state import AppState
+from airflow_tfos.hooks.backends.state import AppState
 from airflow_tfos.hooks.tfos import TFoSHook
 from airflow_tfos.links.tfos import SparkApplicationLink, TensorBoardLink, history_server_url
 from airflow_tfos.operators import TFoSPublishModelOperator

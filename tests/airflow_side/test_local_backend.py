@@ -12,7 +12,7 @@ import os
 import psutil
 import pytest
 
-from airflow_tfos.hooks.local import ApplicationAlreadyRunningError, LocalBackend
+from airflow_tfos.hooks.backends.local_tracker import ApplicationAlreadyRunningError, LocalBackend
 from airflow_tfos.hooks.tfos import TFoSHook
 from airflow_tfos.shared.rundir import RunDir
 from tests.conftest import wait_for

@@ -14,8 +14,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import psutil
 import pytest
 
-from airflow_tfos.hooks.errors import ApplicationNotFoundError
-from airflow_tfos.hooks.local import (
+from airflow_tfos.hooks.backends.local_tracker import (
     APP_ENV,
     ApplicationAlreadyRunningError,
     LocalBackend,
@@ -23,6 +22,7 @@ from airflow_tfos.hooks.local import (
     default_tracker_dir,
     map_local_state,
 )
+from airflow_tfos.hooks.errors import ApplicationNotFoundError
 from airflow_tfos.shared.rundir import RunDir
 from tests.conftest import REPO, wait_for
 
@@ -116,7 +116,7 @@ def test_a_command_that_ignores_sigterm_gets_sigkill_after_the_grace(backend, tm
 def test_another_process_sees_the_same_state(backend, tmp_path):
     app_id = submit(backend, "import time; time.sleep(600)", tmp_path)
     probe = (
-        "import sys; from airflow_tfos.hooks.local import LocalBackend; "
+        "import sys; from airflow_tfos.hooks.backends.local_tracker import LocalBackend; "
         f"print(LocalBackend({str(backend.tracker_dir)!r}).get_state({app_id!r}).state)"
     )
     seen = subprocess.run([PY, "-c", probe], capture_output=True, text=True, timeout=60, cwd=REPO)
@@ -129,7 +129,7 @@ def test_another_process_sees_the_same_state(backend, tmp_path):
 def test_a_new_instance_reads_the_exit_code_after_the_submitter_is_gone(tmp_path):
     tracker = str(tmp_path / "tracker")
     code = (
-        "import sys; from airflow_tfos.hooks.local import LocalBackend; "
+        "import sys; from airflow_tfos.hooks.backends.local_tracker import LocalBackend; "
         f"print(LocalBackend({tracker!r}).submit([sys.executable, '-c', 'import time; time.sleep(1); exit(4)'], "
         f"tag='t', name='n', run_dir={str(tmp_path)!r}, master='local[1]'))"
     )
@@ -153,7 +153,9 @@ def test_a_live_application_with_the_tag_blocks_a_second_submission(backend, tmp
 def test_racing_submissions_for_one_tag_start_one_application(tmp_path):
     tracker = str(tmp_path / "tracker")
     code = (
-        "import sys, time; from airflow_tfos.hooks.local import LocalBackend, ApplicationAlreadyRunningError\n"
+        "import sys, time\n"
+        "from airflow_tfos.hooks.backends.local_tracker import LocalBackend\n"
+        "from airflow_tfos.hooks.errors import ApplicationAlreadyRunningError\n"
         "time.sleep(max(0, float(sys.argv[1]) - time.time()))\n"
         f"backend = LocalBackend({tracker!r})\n"
         "try:\n"
@@ -299,7 +301,7 @@ def _pgid(process: psutil.Process) -> int | None:
 
 
 def test_the_tracking_url_is_the_applications_own_ui_not_the_local_masters():
-    from airflow_tfos.hooks.local import spark_ui_url
+    from airflow_tfos.hooks.backends.local_tracker import spark_ui_url
 
     log = (
         "INFO JettyUtils: Start Jetty 127.0.0.1:4041 for SparkUI\n"

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from airflow_tfos.hooks.backend import TRACKER_DIR_ENV, private_dir, tag_lock
+from airflow_tfos.hooks.backends.base import TRACKER_DIR_ENV, private_dir, tag_lock
+from airflow_tfos.hooks.backends.local_tracker import LocalBackend
 from airflow_tfos.hooks.errors import UntrustedLocalDirError
-from airflow_tfos.hooks.local import LocalBackend
 from airflow_tfos.hooks.spark_conf import _LAUNCHER, LAUNCHER_NAME, cached_file
 
 OTHER = 65534

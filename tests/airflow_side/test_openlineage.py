@@ -15,7 +15,7 @@ from datetime import UTC, datetime
 import pytest
 from openlineage.client.serde import Serde
 
-from airflow_tfos.hooks.runs import run_tag
+from airflow_tfos.hooks.run_dir import run_tag
 from airflow_tfos.operators import TFoSFeedOperator, TFoSInferenceOperator, TFoSTrainOperator
 from airflow_tfos.operators.lineage import (
     CATALOG_NAMESPACE,

@@ -7,9 +7,9 @@ from dataclasses import replace
 import pytest
 from airflow.sdk.exceptions import AirflowException, TaskDeferred
 
+from airflow_tfos.hooks.backends.state import AppState
 from airflow_tfos.hooks.errors import RunConfigError
-from airflow_tfos.hooks.runs import run_tag
-from airflow_tfos.hooks.state import AppState
+from airflow_tfos.hooks.run_dir import run_tag
 from airflow_tfos.operators import (
     TFoSFeedOperator,
     TFoSInferenceOperator,
@@ -206,7 +206,7 @@ class TestTrainIdempotency:
         assert result["application_id"] == "application_1700000000000_0001"
 
     def test_a_submission_refused_for_a_live_tag_attaches_to_that_application(self, tmp_path):
-        from airflow_tfos.hooks.local import ApplicationAlreadyRunningError
+        from airflow_tfos.hooks.backends.local_tracker import ApplicationAlreadyRunningError
 
         op, backend = train_op(tmp_path), FakeBackend()
         use_backend(op, backend)
@@ -404,13 +404,13 @@ class TestDurableState:
 class AppStateFactory:
     @staticmethod
     def running(app_id: str, tag: str):
-        from airflow_tfos.hooks.state import AppState
+        from airflow_tfos.hooks.backends.state import AppState
 
         return AppState(app_id, "RUNNING", tags=(tag,))
 
     @staticmethod
     def finished(app_id: str, tag: str):
-        from airflow_tfos.hooks.state import AppState
+        from airflow_tfos.hooks.backends.state import AppState
 
         return AppState(app_id, "FINISHED", "SUCCEEDED", tags=(tag,))
 
@@ -775,7 +775,7 @@ class TestLifecycle:
         assert backend.killed == ["application_1_0001"]
 
     def test_shutdown_finds_the_launch_tasks_run_with_no_xcom(self, tmp_path, monkeypatch):
-        from airflow_tfos.operators.run_dirs import resolve_run_dir
+        from airflow_tfos.hooks.run_dir import resolve_run_dir
 
         monkeypatch.setenv("AIRFLOW_TFOS_RUN_DIR_BASE", str(tmp_path))
         launched = resolve_run_dir(None, make_context("launch"))  # where the launch task put its run

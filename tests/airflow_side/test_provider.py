@@ -41,7 +41,7 @@ def test_the_shared_modules_import_neither_tensorflow_nor_pyspark():
     code = (
         "import sys, airflow_tfos.get_provider_info, airflow_tfos.shared.rundir, airflow_tfos.shared.storage, "
         "airflow_tfos.shared.spec, "
-        "airflow_tfos.hooks.runs, airflow_tfos.hooks.state; "
+        "airflow_tfos.hooks.run_dir, airflow_tfos.hooks.backends.state; "
         "bad = [m for m in sys.modules if m.split('.')[0] in ('tensorflow', 'pyspark', 'keras')]; "
         "print(bad); sys.exit(1 if bad else 0)"
     )

@@ -10,9 +10,9 @@ from datetime import UTC, datetime
 import pytest
 from airflow.sdk.exceptions import AirflowException, TaskDeferred
 
-from airflow_tfos.hooks.apps import ApplicationClient
+from airflow_tfos.hooks.backends.apps import ApplicationClient
+from airflow_tfos.hooks.backends.state import AppState
 from airflow_tfos.hooks.run_dir import PollPacer, progress_line
-from airflow_tfos.hooks.state import AppState
 from airflow_tfos.sensors import TFoSCheckpointSensor, YarnApplicationSensor
 from airflow_tfos.shared.rundir import RunDir
 from airflow_tfos.triggers import TFoSApplicationTrigger, TFoSRunDirTrigger

@@ -17,15 +17,15 @@ def test_a_tampered_runtime_zip_is_rebuilt_before_it_is_shipped(tmp_path, caplog
     original = first.read_bytes()
     planted = io.BytesIO()
     with zipfile.ZipFile(planted, "w") as archive:
-        archive.writestr("airflow_tfos/runtime/driver.py", "import os\nos.system('touch /tmp/owned')\n")
+        archive.writestr("airflow_tfos/runtime/driver/entry.py", "import os\nos.system('touch /tmp/owned')\n")
     first.write_bytes(planted.getvalue())
 
     with caplog.at_level(logging.WARNING, logger="airflow_tfos.hooks.spark_conf"):
         again = runtime_zip(tmp_path)
 
     assert again == first and again.read_bytes() == original  # the old code shipped the planted zip
-    shipped = zipfile.ZipFile(again).read("airflow_tfos/runtime/driver.py")
-    assert shipped == (Path(tfos.__file__).parent.parent / "runtime" / "driver.py").read_bytes()
+    shipped = zipfile.ZipFile(again).read("airflow_tfos/runtime/driver/entry.py")
+    assert shipped == (Path(tfos.__file__).parent.parent / "runtime" / "driver" / "entry.py").read_bytes()
     assert "does not hold what its name says" in caplog.text
 
 

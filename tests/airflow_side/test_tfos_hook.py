@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 
 from airflow_tfos.hooks import tfos
+from airflow_tfos.hooks.backends.local_tracker import ApplicationAlreadyRunningError
 from airflow_tfos.hooks.errors import TFoSConfigError, TFoSSubmitError
-from airflow_tfos.hooks.local import ApplicationAlreadyRunningError
 from airflow_tfos.hooks.spark_conf import (
     PYSPARK_WORKER_MB,
     cached_file,
@@ -259,7 +259,7 @@ def test_properties_are_escaped():
 def test_the_runtime_zip_holds_the_runtime_and_what_it_imports(tmp_path):
     path = runtime_zip(tmp_path)
     names = set(zipfile.ZipFile(path).namelist())
-    for needed in ["airflow_tfos/__init__.py", "airflow_tfos/runtime/driver.py", "airflow_tfos/runtime/feed/plan.py",
+    for needed in ["airflow_tfos/__init__.py", "airflow_tfos/runtime/driver/entry.py", "airflow_tfos/runtime/feed/plan.py",
                    "airflow_tfos/shared/rundir.py", "airflow_tfos/shared/storage/__init__.py",
                    "airflow_tfos/shared/storage/webhdfs_client.py", "airflow_tfos/shared/spec.py"]:  # fmt: skip
         assert needed in names
@@ -267,7 +267,7 @@ def test_the_runtime_zip_holds_the_runtime_and_what_it_imports(tmp_path):
         n for n in names if n.startswith(("airflow_tfos/hooks", "airflow_tfos/operators", "airflow_tfos/testing"))
     ]
     assert not [n for n in names if "__pycache__" in n or not n.endswith(".py")]
-    assert "airflow_tfos/hooks/localrun.py" not in names
+    assert "airflow_tfos/hooks/backends/localrun.py" not in names
 
 
 def test_the_runtime_zip_is_cached_by_content(tmp_path):

@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from airflow_tfos.hooks.state import AppState
+from airflow_tfos.hooks.backends.state import AppState
 from airflow_tfos.hooks.yarn import (
     ContainerLimit,
     YarnApplicationNotFound,

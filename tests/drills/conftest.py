@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from airflow_tfos.hooks.local import LocalBackend
+from airflow_tfos.hooks.backends.local_tracker import LocalBackend
 from tests.conftest import write_linear_parquet
 from tests.drills.stack import AirflowStack
 

@@ -21,7 +21,7 @@ from typing import Any
 
 import psutil
 
-from airflow_tfos.hooks.local import LocalBackend
+from airflow_tfos.hooks.backends.local_tracker import LocalBackend
 from airflow_tfos.shared.rundir import RunDir
 
 #: Seconds between two looks.

@@ -30,7 +30,7 @@ from typing import Any
 import psutil
 import pytest
 
-from airflow_tfos.hooks.local import LocalBackend
+from airflow_tfos.hooks.backends.local_tracker import LocalBackend
 from airflow_tfos.plugins.report_urls import report_link
 from airflow_tfos.shared.rundir import RunDir
 from tests.conftest import REPO

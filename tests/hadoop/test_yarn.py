@@ -13,12 +13,12 @@ from pathlib import Path
 
 import pytest
 
-from airflow_tfos.hooks.backend import Submission
+from airflow_tfos.hooks.backends.base import Submission
+from airflow_tfos.hooks.backends.state import AppState
+from airflow_tfos.hooks.backends.yarn import YarnBackend
 from airflow_tfos.hooks.errors import ApplicationAlreadyRunningError
 from airflow_tfos.hooks.spark_conf import training_conf
-from airflow_tfos.hooks.state import AppState
 from airflow_tfos.hooks.yarn import YarnHook
-from airflow_tfos.hooks.yarn_backend import YarnBackend
 
 pytestmark = pytest.mark.real_hadoop
 

@@ -57,7 +57,7 @@ DRIVER = textwrap.dedent(
 
     import my_training
     from airflow_tfos.runtime import TFClusterRun
-    from airflow_tfos.runtime.driver import write_report_safely
+    from airflow_tfos.runtime.driver.entry import write_report_safely
     from airflow_tfos.runtime.feed import Feed
     from airflow_tfos.shared.rundir import RunDir
 

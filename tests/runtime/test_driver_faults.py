@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from airflow_tfos.runtime.driver import feed_request_input
+from airflow_tfos.runtime.driver.entry import feed_request_input
 from airflow_tfos.runtime.driver.heartbeat import DriverWatch
 from airflow_tfos.runtime.feed.plan import Feed
 from airflow_tfos.shared.rundir import RunDir

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from airflow_tfos.runtime.driver import feed_request_input
+from airflow_tfos.runtime.driver.entry import feed_request_input
 from airflow_tfos.shared.errors import FeedRefusedError
 from airflow_tfos.shared.events import FEED_REFUSED
 from airflow_tfos.shared.rundir import RunDir

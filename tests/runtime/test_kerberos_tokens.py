@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from airflow_tfos.runtime.compat import TFCluster
-from airflow_tfos.runtime.driver import run_inference_job
+from airflow_tfos.runtime.driver.entry import run_inference_job
 from airflow_tfos.shared.spec import RunSpec
 from airflow_tfos.shared.storage import kerberos, storage_for
 from airflow_tfos.shared.storage.webhdfs_client import clear_cached_storages

@@ -110,7 +110,7 @@ def exported_model(**context) -> str:
     TFOS_IT_MODEL_MB. With TFOS_IT_BARRIER (a folder) and TFOS_IT_BARRIER_N, it waits (at most 60 s) until N
     tasks have reached this point, so that the publish tasks of concurrent DAG runs start together.
     """
-    from airflow_tfos.operators.run_dirs import run_dir_base
+    from airflow_tfos.hooks.run_dir import run_dir_base
     from airflow_tfos.shared.rundir import RunDir
 
     spec, ds = os.environ["TFOS_IT_SPEC"], context["ds_nodash"]

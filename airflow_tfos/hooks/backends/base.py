@@ -2,8 +2,8 @@
 
 A backend submits a prepared :class:`Submission`, looks an application up, finds applications by the
 run's tag and kills them, each also without blocking an event loop. Two exist:
-:class:`~airflow_tfos.hooks.yarn_backend.YarnBackend` (cluster mode, the ResourceManager REST API) and
-:class:`~airflow_tfos.hooks.local_backend.LocalSparkBackend` (a detached client-mode spark-submit on this
+:class:`~airflow_tfos.hooks.backends.yarn.YarnBackend` (cluster mode, the ResourceManager REST API) and
+:class:`~airflow_tfos.hooks.backends.local.LocalSparkBackend` (a detached client-mode spark-submit on this
 machine). :class:`~airflow_tfos.hooks.tfos.TFoSHook` picks one, once, from its Spark connection's master.
 
 The tracker directory must be private to this OS user (:func:`private_dir`): what the hook reuses from it
@@ -34,8 +34,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import ClassVar
 
+from airflow_tfos.hooks.backends.state import AppState
 from airflow_tfos.hooks.errors import LocalBackendError, UntrustedLocalDirError
-from airflow_tfos.hooks.state import AppState
 from airflow_tfos.shared.lease import lease_owner
 
 log = logging.getLogger(__name__)

@@ -33,8 +33,8 @@ import urllib.request
 from collections.abc import Iterable
 from typing import Any
 
+from airflow_tfos.hooks.backends.state import AppState
 from airflow_tfos.hooks.errors import ApplicationNotFoundError, LocalBackendError
-from airflow_tfos.hooks.state import AppState
 
 #: The environment variable naming a standalone master's web UI when it is not on port 8080 of its host.
 MASTER_WEBUI_ENV = "AIRFLOW_TFOS_MASTER_WEBUI"

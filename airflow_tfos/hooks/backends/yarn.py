@@ -8,11 +8,11 @@ from pathlib import Path
 
 from airflow.sdk.exceptions import AirflowException
 
-from airflow_tfos.hooks.backend import Backend, Submission, default_tracker_dir, tag_lock
+from airflow_tfos.hooks.backends.base import Backend, Submission, default_tracker_dir, tag_lock
+from airflow_tfos.hooks.backends.spark_submit import private_properties, spark_submit_for
+from airflow_tfos.hooks.backends.state import LIVE_STATES, AppState
 from airflow_tfos.hooks.errors import ApplicationAlreadyRunningError, TFoSSubmitError
 from airflow_tfos.hooks.spark_conf import check_container_fits, env_conf, runtime_zip
-from airflow_tfos.hooks.spark_submit import private_properties, spark_submit_for
-from airflow_tfos.hooks.state import LIVE_STATES, AppState
 from airflow_tfos.hooks.yarn import YarnApplicationNotFound, YarnHook
 
 log = logging.getLogger(__name__)
@@ -26,7 +26,7 @@ class YarnBackend(Backend):
 
     :param hook: the ResourceManager's hook.
     :param tracker_dir: where the tags' locks and the private properties files go (default:
-        :func:`~airflow_tfos.hooks.backend.default_tracker_dir`).
+        :func:`~airflow_tfos.hooks.backends.base.default_tracker_dir`).
     :param min_kill_wait_secs: :meth:`kill` waits at least this long for the RM to report the kill.
     """
 

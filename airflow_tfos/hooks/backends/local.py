@@ -1,9 +1,9 @@
 """The local backend: the driver runs on this machine as a detached spark-submit in client mode, against
 ``local-cluster[N,C,MB]``, ``local[N]`` or a standalone master, tracked by
-:class:`~airflow_tfos.hooks.local.LocalBackend` (its records, processes and exit codes).
+:class:`~airflow_tfos.hooks.backends.local_tracker.LocalBackend` (its records, processes and exit codes).
 
 With a standalone master (``spark://``) the application's name carries the run's tag, and the master's
-web UI (:class:`~airflow_tfos.hooks.standalone.StandaloneMaster`) finds and kills the run's applications
+web UI (:class:`~airflow_tfos.hooks.backends.standalone.StandaloneMaster`) finds and kills the run's applications
 that other Airflow workers started, of this backend's user only (the master lists every user's applications,
 and a name is no proof of who submitted it): the tracker stays the fast path for the applications of this
 worker."""
@@ -13,13 +13,13 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-from airflow_tfos.hooks.backend import Backend, Submission
+from airflow_tfos.hooks.backends.base import Backend, Submission
+from airflow_tfos.hooks.backends.local_tracker import LocalBackend
+from airflow_tfos.hooks.backends.spark_submit import private_properties, spark_submit_for
+from airflow_tfos.hooks.backends.standalone import StandaloneMaster, master_webui_url, name_with_tag, spark_user
+from airflow_tfos.hooks.backends.state import AppState
 from airflow_tfos.hooks.errors import ApplicationAlreadyRunningError
-from airflow_tfos.hooks.local import LocalBackend
 from airflow_tfos.hooks.spark_conf import check_local_master, env_conf
-from airflow_tfos.hooks.spark_submit import private_properties, spark_submit_for
-from airflow_tfos.hooks.standalone import StandaloneMaster, master_webui_url, name_with_tag, spark_user
-from airflow_tfos.hooks.state import AppState
 from airflow_tfos.shared.lease import lease_owner
 
 
@@ -31,9 +31,10 @@ class LocalSparkBackend(Backend):
 
     :param tracker: the tracker of local applications.
     :param master: the Spark master (``local-cluster[...]``, ``local[N]`` or ``spark://host:port``).
-    :param webui_url: a standalone master's web UI (default: :func:`~airflow_tfos.hooks.standalone.master_webui_url`).
+    :param webui_url: a standalone master's web UI (default:
+        :func:`~airflow_tfos.hooks.backends.standalone.master_webui_url`).
     :param user: the user this backend's applications run as on a standalone master, whose applications alone
-        it finds and kills there (default: :func:`~airflow_tfos.hooks.standalone.spark_user`).
+        it finds and kills there (default: :func:`~airflow_tfos.hooks.backends.standalone.spark_user`).
     """
 
     name = "local"

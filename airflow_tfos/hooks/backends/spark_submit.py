@@ -1,6 +1,6 @@
 """The spark-submit of a training application, for every backend: the Spark provider's hook, read strictly.
 
-A backend turns a :class:`~airflow_tfos.hooks.backend.Submission` into a spark-submit with
+A backend turns a :class:`~airflow_tfos.hooks.backends.base.Submission` into a spark-submit with
 :func:`spark_submit_for` (adding its deploy mode and what it ships) and keeps the secrets off the command
 line with :func:`private_properties`.
 """
@@ -15,7 +15,7 @@ from typing import Any
 
 from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
 
-from airflow_tfos.hooks.backend import Submission, private_dir
+from airflow_tfos.hooks.backends.base import Submission, private_dir
 from airflow_tfos.hooks.spark_conf import _SUBMITTED, parse_application_id, properties_text
 
 

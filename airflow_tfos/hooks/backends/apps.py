@@ -2,7 +2,7 @@
 
 Sensors and triggers that watch an application take either a ``spark_conn_id`` (then the
 :class:`~airflow_tfos.hooks.tfos.TFoSHook` of that Spark connection decides: YARN or local) or only a
-``yarn_conn_id`` (YARN's ResourceManager directly, :class:`~airflow_tfos.hooks.yarn_backend.YarnBackend`).
+``yarn_conn_id`` (YARN's ResourceManager directly, :class:`~airflow_tfos.hooks.backends.yarn.YarnBackend`).
 """
 
 from __future__ import annotations
@@ -10,10 +10,10 @@ from __future__ import annotations
 from functools import cached_property
 from typing import TYPE_CHECKING
 
-from airflow_tfos.hooks.state import AppState
+from airflow_tfos.hooks.backends.state import AppState
 
 if TYPE_CHECKING:
-    from airflow_tfos.hooks.backend import Backend
+    from airflow_tfos.hooks.backends.base import Backend
     from airflow_tfos.hooks.tfos import TFoSHook
 
 #: How long a kill through the ResourceManager alone waits for it to report the application killed.
@@ -48,7 +48,7 @@ class ApplicationClient:
         """The Spark connection's backend (through its hook), else the ResourceManager of the ``yarn`` connection."""
         if self.spark_conn_id:
             return self.tfos_hook
-        from airflow_tfos.hooks.yarn_backend import YarnBackend
+        from airflow_tfos.hooks.backends.yarn import YarnBackend
 
         return YarnBackend(self.yarn_hook, min_kill_wait_secs=YARN_KILL_WAIT_SECS)
 

@@ -1,6 +1,6 @@
-"""Run one local Spark application and record how it ended: ``python -m airflow_tfos.hooks.localrun``.
+"""Run one local Spark application and record how it ended: ``python -m airflow_tfos.hooks.backends.localrun``.
 
-The local backend (:mod:`airflow_tfos.hooks.local`) starts this wrapper as a detached process, the
+The local backend (:mod:`airflow_tfos.hooks.backends.local_tracker`) starts this wrapper as a detached process, the
 leader of its own process group, instead of starting spark-submit directly. The wrapper runs the
 command (spark-submit in client mode), waits for it and writes its exit code atomically to
 ``--exit-file``. So the exit code is known to whoever asks later, even when the process that submitted
@@ -81,7 +81,9 @@ def run(command: list[str], exit_file: str, remove: list[str]) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m airflow_tfos.hooks.localrun", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m airflow_tfos.hooks.backends.localrun", description=__doc__.splitlines()[0]
+    )
     parser.add_argument("--exit-file", required=True, help="where to write the exit code (JSON)")
     parser.add_argument("--remove", action="append", default=[], help="a file to delete once the command ends")
     parser.add_argument("command", nargs=argparse.REMAINDER, help="-- then the command to run")

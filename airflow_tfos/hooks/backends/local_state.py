@@ -1,7 +1,7 @@
 """What is known of a local application, mapped onto YARN's vocabulary: pure functions, tested without processes.
 
-The local backend (:mod:`airflow_tfos.hooks.local`) gathers the facts (its record, whether its processes
-live, the exit code its wrapper recorded, a kill request, the run directory's status.json, a standalone
+The local backend (:mod:`airflow_tfos.hooks.backends.local_tracker`) gathers the facts (its record, whether its
+processes live, the exit code its wrapper recorded, a kill request, the run directory's status.json, a standalone
 master's entry, the end of its log); :func:`map_local_state` decides what state they make.
 """
 
@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from airflow_tfos.hooks.state import AppState
+from airflow_tfos.hooks.backends.state import AppState
 
 #: Lines of the log given as diagnostics of a failed application.
 LOG_TAIL_LINES = 25

@@ -7,7 +7,7 @@ tracker directory that outlives the process that submitted it, so a later task (
 look it up, find it by tag and kill it::
 
     <tracker_dir>/apps/<app_id>.json        the record: pid, process start time, tag, name, run_dir, log, master
-    <tracker_dir>/apps/<app_id>.exit.json   how it ended, written by the wrapper (airflow_tfos.hooks.localrun)
+    <tracker_dir>/apps/<app_id>.exit.json   how it ended, written by the wrapper (airflow_tfos.hooks.backends.localrun)
     <tracker_dir>/apps/<app_id>.kill.json   written by kill() before it signals
     <tracker_dir>/logs/<app_id>.log         spark-submit's stdout and stderr
     <tracker_dir>/tags/<tag>.lock           held while a submission for the tag checks and starts
@@ -18,11 +18,11 @@ new record before releasing it. Two submissions racing for the same tag (threads
 workers sharing this tracker directory on one machine) cannot both start: the second one sees the
 first one's record and fails with :class:`ApplicationAlreadyRunningError`. ``flock`` is not reliable on
 network file systems: keep the tracker directory on a local disk. (The tag rules and the lock are
-:mod:`airflow_tfos.hooks.backend`'s, shared with YARN submissions; the state mapping is
-:mod:`airflow_tfos.hooks.local_state`'s; :class:`~airflow_tfos.hooks.local_backend.LocalSparkBackend`
+:mod:`airflow_tfos.hooks.backends.base`'s, shared with YARN submissions; the state mapping is
+:mod:`airflow_tfos.hooks.backends.local_state`'s; :class:`~airflow_tfos.hooks.backends.local.LocalSparkBackend`
 builds the spark-submit this tracker starts.)
 
-The tracker directory must be private to this OS user (:func:`~airflow_tfos.hooks.backend.private_dir`):
+The tracker directory must be private to this OS user (:func:`~airflow_tfos.hooks.backends.base.private_dir`):
 a submission refuses one that another user owns or can write.
 
 Only what belongs to this OS user counts: a record file owned by another user is not listed (a tag is
@@ -51,7 +51,7 @@ from typing import Any
 
 import psutil
 
-from airflow_tfos.hooks.backend import (
+from airflow_tfos.hooks.backends.base import (
     TAG_LOCK_TIMEOUT_SECS,
     TRACKER_DIR_ENV,
     check_tag,
@@ -59,11 +59,11 @@ from airflow_tfos.hooks.backend import (
     private_dir,
     tag_lock,
 )
+from airflow_tfos.hooks.backends.local_state import LOG_TAIL_LINES, map_local_state, spark_ui_url, tail
+from airflow_tfos.hooks.backends.localrun import write_json_atomically
+from airflow_tfos.hooks.backends.standalone import master_webui_url
+from airflow_tfos.hooks.backends.state import AppState
 from airflow_tfos.hooks.errors import ApplicationAlreadyRunningError, ApplicationNotFoundError, LocalBackendError
-from airflow_tfos.hooks.local_state import LOG_TAIL_LINES, map_local_state, spark_ui_url, tail
-from airflow_tfos.hooks.localrun import write_json_atomically
-from airflow_tfos.hooks.standalone import master_webui_url
-from airflow_tfos.hooks.state import AppState
 from airflow_tfos.shared.procgroup import signal_group
 
 __all__ = [
@@ -194,7 +194,7 @@ class LocalBackend:
             app_id = new_app_id()
             log_path = self.log_path(app_id)
             wrapper = [
-                sys.executable, "-m", "airflow_tfos.hooks.localrun",
+                sys.executable, "-m", "airflow_tfos.hooks.backends.localrun",
                 "--exit-file", str(self._app_file(app_id, ".exit.json")),
                 *[arg for path in remove_after for arg in ("--remove", str(path))],
                 "--", *command,
