@@ -36,7 +36,7 @@ _API = {
     "fit_resumable": "airflow_tfos.runtime.program.checkpoint",
     "export_model": "airflow_tfos.runtime.program.export",
     "ProgressTracker": "airflow_tfos.runtime.program.progress",
-    "progress_callback": "airflow_tfos.runtime.program.progress",
+    "progress_callback": "airflow_tfos.runtime.program.keras_progress",
     "Feed": "airflow_tfos.runtime.feed.plan",
     "parquet_dataset": "airflow_tfos.runtime.feed.files",
     "csv_dataset": "airflow_tfos.runtime.feed.files",
@@ -114,4 +114,5 @@ if TYPE_CHECKING:  # for type checkers and IDEs: the same names, eagerly
     from airflow_tfos.runtime.program.checkpoint import RunCheckpointer, fit_resumable
     from airflow_tfos.runtime.program.context import NodeContext
     from airflow_tfos.runtime.program.export import export_model
-    from airflow_tfos.runtime.program.progress import ProgressTracker, progress_callback
+    from airflow_tfos.runtime.program.keras_progress import progress_callback
+    from airflow_tfos.runtime.program.progress import ProgressTracker

@@ -259,9 +259,10 @@ def test_properties_are_escaped():
 def test_the_runtime_zip_holds_the_runtime_and_what_it_imports(tmp_path):
     path = runtime_zip(tmp_path)
     names = set(zipfile.ZipFile(path).namelist())
-    for needed in ["airflow_tfos/__init__.py", "airflow_tfos/runtime/driver/entry.py", "airflow_tfos/runtime/feed/plan.py",
-                   "airflow_tfos/shared/rundir.py", "airflow_tfos/shared/storage/__init__.py",
-                   "airflow_tfos/shared/storage/webhdfs_client.py", "airflow_tfos/shared/spec.py"]:  # fmt: skip
+    for needed in ["airflow_tfos/__init__.py", "airflow_tfos/runtime/driver/entry.py",
+                   "airflow_tfos/runtime/feed/plan.py", "airflow_tfos/shared/rundir.py",
+                   "airflow_tfos/shared/storage/__init__.py", "airflow_tfos/shared/storage/webhdfs_client.py",
+                   "airflow_tfos/shared/spec.py"]:  # fmt: skip
         assert needed in names
     assert not [
         n for n in names if n.startswith(("airflow_tfos/hooks", "airflow_tfos/operators", "airflow_tfos/testing"))

@@ -9,7 +9,8 @@ import sys
 
 from airflow_tfos.runtime.feed.service import DataService
 from airflow_tfos.runtime.node.cluster import decider_ids, plan_roles
-from airflow_tfos.runtime.node.task import NodeJob, _data_service
+from airflow_tfos.runtime.node.job import NodeJob
+from airflow_tfos.runtime.node.task import _data_service
 from tests.conftest import REPO
 
 

@@ -6,7 +6,7 @@ import threading
 
 import pytest
 
-from airflow_tfos.runtime.driver.launcher import _retryable
+from airflow_tfos.runtime.driver.stage import retryable as _retryable
 from airflow_tfos.runtime.driver.watchdog import StallMonitor, StallWatchdog, reports_from
 from airflow_tfos.runtime.errors import StallError
 from airflow_tfos.runtime.program.progress import ProgressTracker, node_phase

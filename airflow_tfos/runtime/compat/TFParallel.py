@@ -22,7 +22,9 @@ from pathlib import Path
 from airflow_tfos.runtime.driver.launcher import TFClusterRun
 from airflow_tfos.runtime.errors import ClusterConfigError, NodeFailedError, decode_node_failure
 from airflow_tfos.runtime.node.cluster import NodeRole, gpu_env
-from airflow_tfos.runtime.node.task import NodeJob, assigned_gpus, node_env, node_failure, start_node_process
+from airflow_tfos.runtime.node.job import NodeJob
+from airflow_tfos.runtime.node.launch import node_env, node_failure, start_node_process
+from airflow_tfos.runtime.node.task import assigned_gpus
 from airflow_tfos.runtime.program.context import NodeContext
 
 #: seconds to wait for executors to register before deciding that a barrier run does not fit

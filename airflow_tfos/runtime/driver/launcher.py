@@ -31,12 +31,10 @@ from airflow_tfos.runtime.driver.eviction import (
     wait_for_tasks,
 )
 from airflow_tfos.runtime.driver.eviction import job_ids as group_job_ids
+from airflow_tfos.runtime.driver.stage import check_data_args, frame_stage, rdd_stage, retryable, translate
 from airflow_tfos.runtime.driver.watchdog import StallMonitor, StallReport
 from airflow_tfos.runtime.errors import (
     ClusterConfigError,
-    FeedConfigError,
-    NodeFailedError,
-    RunCancelledError,
     RunTimeoutError,
     StallError,
     TFoSRuntimeError,
@@ -45,7 +43,7 @@ from airflow_tfos.runtime.errors import (
 from airflow_tfos.runtime.feed.plan import Feed
 from airflow_tfos.runtime.feed.rows import RowFeed
 from airflow_tfos.runtime.node.cluster import KERAS_MODES, decider_ids, plan_roles
-from airflow_tfos.runtime.node.task import NodeJob, run_node
+from airflow_tfos.runtime.node.job import NodeJob
 from airflow_tfos.shared import events
 from airflow_tfos.shared.errors import RunDirError
 from airflow_tfos.shared.rundir import RunDir
@@ -162,7 +160,7 @@ class TFClusterRun:
         self.stall_timeout = stall_timeout
         self._stall: StallReport | None = None
         self.data, self.feed, self.validation_data, self.row_feed = data, feed, validation_data, row_feed
-        _check_data_args(data, feed, validation_data, row_feed)
+        check_data_args(data, feed, validation_data, row_feed)
         self.run_id = uuid.uuid4().hex[:12]
         self.job_group = f"airflow-tfos-{self.run_id}"
         self._thread: threading.Thread | None = None
@@ -318,7 +316,7 @@ class TFClusterRun:
                 self._error = StallError(stall.message()) if stall is not None else exc
                 exc = self._error
                 last = attempt + 1 >= self.max_attempts
-                if self._cancelled or not _retryable(exc):
+                if self._cancelled or not retryable(exc):
                     return
                 reason = str(self._translate(exc)).splitlines()[0][:500]
                 self._event(events.ATTEMPT_FAILED, attempt=attempt, reason=reason, retrying=not last)
@@ -433,34 +431,12 @@ class TFClusterRun:
 
     def _stage(self, job: NodeJob) -> list[tuple[int, bytes, str]]:
         if self.feed is not None and self._direct is None:
-            frame = self._frame
-
-            def node_batches(batches):
-                import pyarrow as pa
-
-                for executor_id, result, notes in run_node(job, batches):
-                    yield pa.RecordBatch.from_pydict(
-                        {"executor_id": [executor_id], "result": [result], "notes": [notes]},
-                        schema=pa.schema(
-                            [("executor_id", pa.int32()), ("result", pa.binary()), ("notes", pa.string())]
-                        ),
-                    )
-
-            rows = frame.mapInArrow(node_batches, "executor_id int, result binary, notes string", barrier=True)
-            outcome = [(r["executor_id"], bytes(r["result"]), r["notes"]) for r in rows.collect()]
-            if not outcome:
-                # Spark's adaptive execution skips the stage altogether when the input has no rows.
-                raise FeedConfigError(
-                    "the training data is empty: nothing to train on (check the DataFrame's filter/path)"
-                )
-            return outcome
+            return frame_stage(self._frame, job)
         if self.row_feed is not None:
             from airflow_tfos.runtime.feed.spark_side import prepare_rdd
 
-            rdd = prepare_rdd(self.data, self.roles)
-        else:
-            rdd = self.sc.parallelize(range(self.num_nodes), self.num_nodes)
-        return rdd.barrier().mapPartitions(lambda it: run_node(job, it)).collect()
+            return rdd_stage(prepare_rdd(self.data, self.roles), job)
+        return rdd_stage(self.sc.parallelize(range(self.num_nodes), self.num_nodes), job)
 
     def done(self) -> bool:
         return self._thread is not None and not self._thread.is_alive()
@@ -506,21 +482,7 @@ class TFClusterRun:
         return None
 
     def _translate(self, error: BaseException) -> BaseException:
-        if isinstance(error, (FeedConfigError, StallError)):
-            return error
-        failure = decode_node_failure(error)
-        if failure is not None and failure.kind == "input":
-            return FeedConfigError(failure.describe())
-        if failure is not None:
-            return NodeFailedError(failure, str(error))
-        if self._cancelled:
-            return RunCancelledError(f"TF cluster {self.run_id} was cancelled")
-        text = str(error)
-        if "BarrierJobSlotsNumberCheckFailed" in text or "more slots than the total number" in text:
-            return ClusterConfigError(
-                f"Spark could not place {self.num_nodes} barrier tasks at once: {text.splitlines()[0]}"
-            )
-        return TFoSRuntimeError(f"TF cluster {self.run_id} failed in Spark: {text}")
+        return translate(error, self.run_id, self.num_nodes, self._cancelled)
 
     def cancel(self) -> None:
         """Cancel the stage; Spark kills its tasks and every node process dies with them."""
@@ -528,38 +490,6 @@ class TFClusterRun:
         self.sc.cancelJobGroup(self.job_group)
         if self._thread is not None:
             self._thread.join(30)
-
-
-def _retryable(error: BaseException) -> bool:
-    """Whether a fresh TF cluster may get past ``error``: infrastructure, not the program or its input."""
-    if isinstance(error, StallError):
-        return True
-    if isinstance(error, (FeedConfigError, ClusterConfigError, KeyboardInterrupt)):
-        return False
-    failure = decode_node_failure(error)
-    if failure is None:
-        return True  # an executor lost, a task killed: Spark's own failure, not the program's
-    return failure.kind == "node" and failure.retryable
-
-
-def _check_data_args(data: Any, feed: Feed | None, validation_data: Any, row_feed: RowFeed | None) -> None:
-    if data is None:
-        if feed is not None or validation_data is not None or row_feed is not None:
-            raise FeedConfigError("feed=, validation_data= and row_feed= need data= (the DataFrame to feed)")
-        return
-    is_frame = hasattr(data, "mapInArrow")
-    if is_frame and feed is None:
-        raise FeedConfigError(
-            "data= is a DataFrame: also pass feed=Feed(features=[...], label=...) to say which columns to feed"
-        )
-    if is_frame and row_feed is not None:
-        raise FeedConfigError("row_feed= is for RDDs; a DataFrame is fed with feed=Feed(...)")
-    if not is_frame and not hasattr(data, "mapPartitions"):
-        raise FeedConfigError(f"data= must be a Spark DataFrame or RDD, got {type(data).__name__}")
-    if not is_frame and row_feed is None:
-        raise FeedConfigError("data= is an RDD: feed it with row_feed=RowFeed(...), or pass a DataFrame with feed=")
-    if validation_data is not None and not hasattr(validation_data, "mapInArrow"):
-        raise FeedConfigError("validation_data= must be a DataFrame fed beside a DataFrame data=")
 
 
 def run(sc, main_fun: Callable[[Any, Any], Any], args: Any = None, **kwargs: Any) -> Any:

@@ -12,27 +12,21 @@ whose processes die with them.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import logging
 import os
 import shutil
-import signal
 import socket
 import sys
 import tempfile
-import threading
 import time
 from collections.abc import Iterable, Iterator
 from contextlib import nullcontext
-from dataclasses import dataclass, field
 from pathlib import Path
 
-from airflow_tfos.runtime.errors import FeedConfigError, NodeFailure, NodeReleased
-from airflow_tfos.runtime.feed.direct import DirectInput
+from airflow_tfos.runtime.errors import FeedConfigError, NodeFailure
 from airflow_tfos.runtime.feed.native import WORKER_INDEX_FILE
-from airflow_tfos.runtime.feed.plan import Feed
-from airflow_tfos.runtime.feed.rows import RowFeed, RowFeedManager
+from airflow_tfos.runtime.feed.rows import RowFeed
 from airflow_tfos.runtime.feed.service import DataService
 from airflow_tfos.runtime.node.cluster import (
     CHIEF,
@@ -42,76 +36,28 @@ from airflow_tfos.runtime.node.cluster import (
     build_cluster_spec,
     build_tf_config,
     gpu_env,
-    keras_env,
     num_training_nodes,
     ps_coordinated,
     result_node,
 )
+from airflow_tfos.runtime.node.job import NodeJob
+from airflow_tfos.runtime.node.launch import (
+    hand_over,
+    node_env,
+    node_failure,
+    prestart_node_process,
+    serve_until_released,
+    wait_for_node,
+)
 from airflow_tfos.runtime.node.ports import PortReservation
-from airflow_tfos.runtime.node.process import ChildProcess, describe_exit
+from airflow_tfos.runtime.node.process import ChildProcess
+from airflow_tfos.runtime.node.tensorboard import forget_tensorboard, record_tensorboard, start_tensorboard
 from airflow_tfos.runtime.program import child as child_files
 from airflow_tfos.runtime.program.context import NodeContext
-from airflow_tfos.shared.rundir import RunDir
-from airflow_tfos.shared.spec import RunSpec
 
 log = logging.getLogger(__name__)
 
 CLUSTER_INFO = "cluster.json"
-
-
-@dataclass(frozen=True)
-class NodeJob:
-    """Everything each barrier task needs; built on the driver and shipped with the task.
-
-    :param run_id: identifies this run's processes and temporary files.
-    :param roles: the layout, indexed by partition id.
-    :param deciders: executor ids whose finishing ends the run.
-    :param payload: ``(main_fun, args)`` pickled with cloudpickle on the driver.
-    :param run_dir: the run's directory, if any.
-    :param default_fs: Hadoop's fs.defaultFS.
-    :param working_dir: the driver's working directory (TFoS's ``ctx.working_dir``).
-    :param keras: ``auto``, ``tf_keras`` or ``keras3``.
-    :param gpus_per_node: GPUs each node needs (0: whatever Spark assigned).
-    :param tensorboard: start TensorBoard beside the chief (or worker 0).
-    :param log_dir: TensorBoard's log directory.
-    :param env: extra environment variables for the node processes.
-    :param set_tf_config: whether nodes get TF_CONFIG (TFoS set it only when there was a chief).
-    :param kill_grace_secs: how long a node process may take to exit after SIGTERM before it is killed.
-    :param feed: InputMode.SPARK from a DataFrame: the partition holds Arrow batches to spill and feed.
-    :param direct: the feed's rows are read by the nodes from Parquet files: each node's slices of them
-        (the partition is then empty).
-    :param with_validation: the partition also holds validation rows (tagged by a split column).
-    :param row_feed: InputMode.SPARK from an RDD (TFoS's DataFeed): the partition holds Python rows.
-    :param attempt: which attempt of the run this is (0 first; a new barrier stage each time).
-    :param warm_start: the exported model to start from without a checkpoint (``ctx.warm_start``).
-    :param spec: the run's spec, when the cluster was started from one (``TFClusterRun.from_spec``): where a
-        node reads a setting that only the operators' runs have.
-    :param webhdfs_token: the WebHDFS delegation token the driver obtained for the nodes (Kerberized HDFS),
-        handed to each node process on its stdin; never printed (``repr`` leaves it out).
-    """
-
-    run_id: str
-    roles: tuple[NodeRole, ...]
-    deciders: frozenset[int]
-    payload: bytes
-    run_dir: str | None = None
-    default_fs: str = "file://"
-    working_dir: str = "."
-    keras: str = "auto"
-    gpus_per_node: int = 0
-    tensorboard: bool = False
-    log_dir: str | None = None
-    env: dict[str, str] = field(default_factory=dict)
-    set_tf_config: bool = True
-    kill_grace_secs: float = 5.0
-    feed: Feed | None = None
-    direct: DirectInput | None = None
-    with_validation: bool = False
-    row_feed: RowFeed | None = None
-    attempt: int = 0
-    warm_start: str | None = None
-    spec: RunSpec | None = None
-    webhdfs_token: str | None = field(default=None, repr=False)
 
 
 def run_node(job: NodeJob, partition: Iterable) -> Iterator[tuple[int, bytes, str]]:
@@ -253,8 +199,8 @@ def _launch_node(
     if ps_coordinated(job.roles) and role.job_name == WORKER:
         (node_dir / WORKER_INDEX_FILE).write_text(str(role.task_index))
     tb_env = {**env, "TF_CONFIG": tf_config} if tf_config else env
-    tensorboard = _tensorboard(job, tb_env, host, tb_port.port) if tb_port else None
-    recorded = tensorboard is not None and _record_tensorboard(job, tb_url)
+    tensorboard = start_tensorboard(job, tb_env, host, tb_port.port) if tb_port else None
+    recorded = tensorboard is not None and record_tensorboard(job, tb_url)
     try:
         if is_result:
             _publish_cluster_info(job, cluster_spec, tb_url)
@@ -263,12 +209,12 @@ def _launch_node(
             dispatcher_port.release()  # nor will the dispatcher's: bound as the node's process starts
         hand_over(proc, node_dir, ctx, tf_config, times, role, host, webhdfs_token=job.webhdfs_token)
         if role.executor_id in job.deciders:
-            code = _wait_for(proc, mgr, role, host)
+            code = wait_for_node(proc, mgr, role, host)
             if code != 0:
                 raise RuntimeError(node_failure(role, host, node_dir, proc, code).encode())
             task.allGather("done")
         else:
-            _serve_until_released(task, proc, role, host, node_dir)
+            serve_until_released(task, proc, role, host, node_dir)
         result_file = node_dir / child_files.RESULT
         if is_result and result_file.exists():
             yield role.executor_id, result_file.read_bytes(), "\n".join(notes)
@@ -276,7 +222,7 @@ def _launch_node(
         if tensorboard is not None:
             tensorboard.stop(1.0)
         if recorded:
-            _forget_tensorboard(job)
+            forget_tensorboard(job)
 
 
 def _data_service(job: NodeJob, infos: list[dict]) -> DataService | None:
@@ -285,78 +231,6 @@ def _data_service(job: NodeJob, infos: list[dict]) -> DataService | None:
     if dispatcher is None:
         return None
     return DataService(dispatcher, job=f"{job.run_id}-{job.attempt}")
-
-
-def prestart_node_process(
-    job: NodeJob, node_dir: Path, env: dict[str, str], name: str, cwd: str | None = None
-) -> ChildProcess:
-    """Start a node's process before its context is known: it loads the program and imports TensorFlow,
-    then waits for :func:`hand_over`. It dies with this process (and so with its Spark task)."""
-    (node_dir / child_files.PAYLOAD).write_bytes(job.payload)
-    argv = [
-        sys.executable,
-        "-m",
-        "airflow_tfos.runtime.program.child",
-        str(node_dir),
-        f"--run-id={job.run_id}",
-        child_files.AWAIT_CONTEXT,
-    ]
-    return ChildProcess(argv, env=env, name=name, cwd=cwd, takes_input=True).start()
-
-
-def hand_over(
-    proc: ChildProcess,
-    node_dir: Path,
-    ctx: NodeContext | None,
-    tf_config: str | None,
-    times: dict[str, float],
-    role: NodeRole,
-    host: str,
-    *,
-    webhdfs_token: str | None = None,
-) -> None:
-    """Give a pre-started node process its context and TF_CONFIG (and the run's WebHDFS delegation token, on
-    its stdin only); raise its failure if it died waiting."""
-    from pyspark import cloudpickle
-
-    tmp = node_dir / (child_files.CONTEXT + ".tmp")
-    tmp.write_bytes(cloudpickle.dumps(ctx))
-    tmp.replace(node_dir / child_files.CONTEXT)
-    message = {"tf_config": tf_config, "times": times}
-    if webhdfs_token:
-        message["webhdfs_token"] = webhdfs_token
-    message = json.dumps(message).encode()
-    if not proc.send(message):
-        code = proc.wait(30.0)
-        if code is None:
-            code = proc.stop(1.0)
-        raise RuntimeError(node_failure(role, host, node_dir, proc, code).encode())
-
-
-def start_node_process(
-    job: NodeJob, node_dir: Path, ctx: NodeContext, env: dict[str, str], name: str, cwd: str | None = None
-) -> ChildProcess:
-    """Leave the program and the node's context in ``node_dir`` for a (not yet started) node process."""
-    from pyspark import cloudpickle
-
-    (node_dir / child_files.PAYLOAD).write_bytes(job.payload)
-    (node_dir / child_files.CONTEXT).write_bytes(cloudpickle.dumps(ctx))
-    argv = [sys.executable, "-m", "airflow_tfos.runtime.program.child", str(node_dir), f"--run-id={job.run_id}"]
-    return ChildProcess(argv, env=env, name=name, cwd=cwd)
-
-
-def node_env(job: NodeJob, tf_config: str | None) -> dict[str, str]:
-    env = dict(os.environ)
-    env.update(job.env)
-    # Absolute: a node may run in a directory of its own (a worker fed under parameter servers).
-    env["PYTHONPATH"] = os.pathsep.join(os.path.abspath(p) for p in sys.path if p)
-    env["PYTHONUNBUFFERED"] = "1"
-    env["AIRFLOW_TFOS_RUN_ID"] = job.run_id
-    env.pop("TF_CONFIG", None)
-    if tf_config:
-        env["TF_CONFIG"] = tf_config
-    env.update(keras_env(job.keras, importlib.util.find_spec("tf_keras") is not None))
-    return env
 
 
 def run_inference_partition(job: NodeJob, index: int, rows: Iterable) -> Iterator:
@@ -395,7 +269,7 @@ def run_inference_partition(job: NodeJob, index: int, rows: Iterable) -> Iterato
         # Started as the training nodes are: the context, and the run's WebHDFS delegation token if any, on stdin.
         proc = prestart_node_process(job, node_dir, node_env(job, None), f"TF inference node {index}")
         hand_over(proc, node_dir, ctx, None, {}, role, host, webhdfs_token=job.webhdfs_token)
-        code = _wait_for(proc, mgr, role, host)
+        code = wait_for_node(proc, mgr, role, host)
         if code != 0:
             raise RuntimeError(node_failure(role, host, node_dir, proc, code).encode())
         has_results = os.path.exists(mgr.results_path)
@@ -413,111 +287,12 @@ def run_inference_partition(job: NodeJob, index: int, rows: Iterable) -> Iterato
         shutil.rmtree(node_dir, ignore_errors=True)
 
 
-def _wait_for(proc: ChildProcess, mgr: RowFeedManager | None, role: NodeRole, host: str) -> int:
-    """Wait for a training node's process; with a TFoS data feed, fail it if the feed goes unread."""
-    while True:
-        code = proc.wait(1.0)
-        if code is not None:
-            return code
-        if mgr is not None and (stalled := mgr.stalled()) is not None:
-            proc.stop(1.0)
-            raise RuntimeError(
-                NodeFailure(
-                    role.job_name, role.task_index, role.executor_id, host, stalled, proc.stderr_tail()
-                ).encode()
-            )
-
-
-def _serve_until_released(task, proc: ChildProcess, role: NodeRole, host: str, node_dir: Path) -> None:
-    """Keep a ps/evaluator node up until the training nodes are done; fail if it dies first."""
-    lock = threading.Lock()
-    state = {"released": False, "failure": None}
-
-    def watch() -> None:
-        code = proc.wait()
-        with lock:
-            if code != 0 and not state["released"]:
-                state["failure"] = node_failure(role, host, node_dir, proc, code)
-                os.kill(os.getpid(), signal.SIGUSR1)
-
-    def interrupt(_signum, _frame) -> None:
-        with lock:
-            if not state["released"]:
-                raise NodeReleased()
-
-    try:
-        previous = signal.signal(signal.SIGUSR1, interrupt)
-    except ValueError:  # not the main thread: a failure then shows when the stage times out
-        previous = None
-    threading.Thread(target=watch, daemon=True, name=f"watch-{role.label}").start()
-    try:
-        task.allGather("waiting")
-        with lock:
-            state["released"] = True
-    except NodeReleased:
-        raise RuntimeError(state["failure"].encode()) from None
-    finally:
-        if previous is not None:
-            signal.signal(signal.SIGUSR1, previous)
-    log.info("training nodes are done; stopping %s", role.label)
-
-
-def node_failure(role: NodeRole, host: str, node_dir: Path, proc: ChildProcess, code: int) -> NodeFailure:
-    error_file = node_dir / child_files.ERROR
-    if error_file.exists():
-        record = json.loads(error_file.read_text())
-        reason, trace, retryable = record["reason"], record["traceback"], record.get("retryable", False)
-        if record.get("kind") == "input":  # bad data met by the node's own reads: reported as on the Spark path
-            return NodeFailure(role.job_name, role.task_index, role.executor_id, host, reason, "", "input")
-    else:
-        reason = describe_exit(code)
-        tail = proc.stderr_tail()
-        trace = f"last lines of its stderr:\n{tail}" if tail else ""
-        retryable = True  # killed or crashed without a Python error: a fresh cluster may well succeed
-    return NodeFailure(role.job_name, role.task_index, role.executor_id, host, reason, trace, retryable=retryable)
-
-
 def assigned_gpus(task) -> list[str]:
     try:
         gpu = task.resources().get("gpu")
     except Exception:
         return []
     return list(gpu.addresses) if gpu is not None else []
-
-
-def _tensorboard(job: NodeJob, env: dict[str, str], host: str, port: int) -> ChildProcess | None:
-    if importlib.util.find_spec("tensorboard") is None:
-        log.warning("tensorboard=True but the tensorboard package is not installed on this executor")
-        return None
-    from airflow_tfos.runtime.node.tensorboard import tensorboard_argv  # a mirror first for hdfs:// log directories
-    from airflow_tfos.runtime.program.saved_models import is_remote
-
-    log_dir = job.log_dir or str(Path(job.working_dir) / "tensorboard")
-    token = job.webhdfs_token if is_remote(log_dir) else None
-    argv = tensorboard_argv(log_dir, host, port, token_on_stdin=bool(token), reuse_port=True)
-    board = ChildProcess(argv, env=env, name="TensorBoard", takes_input=bool(token)).start()
-    if token and not board.send(token.encode()):  # on its stdin only, as the nodes get it
-        log.warning("TensorBoard exited before it got the run's WebHDFS delegation token")
-    return board
-
-
-def _record_tensorboard(job: NodeJob, url: str | None) -> bool:
-    """Write where TensorBoard serves the run to its run directory (tensorboard.json, the link the task shows)."""
-    if not job.run_dir or not url:
-        return False
-    try:
-        RunDir(job.run_dir).write_tensorboard(url, attempt=job.attempt, run_id=job.run_id, log_dir=job.log_dir)
-    except Exception as exc:  # the link is a convenience: never a reason to fail the node
-        log.warning("cannot record TensorBoard's address %s in %s: %s", url, job.run_dir, exc)
-        return False
-    return True
-
-
-def _forget_tensorboard(job: NodeJob) -> None:
-    try:
-        RunDir(job.run_dir).clear_tensorboard()
-    except Exception as exc:
-        log.warning("cannot remove tensorboard.json from %s: %s", job.run_dir, exc)
 
 
 def _publish_cluster_info(job: NodeJob, cluster_spec: dict, tensorboard_url: str | None) -> None:

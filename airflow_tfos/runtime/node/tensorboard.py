@@ -18,6 +18,7 @@ Kerberos ticket.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import logging
 import os
 import posixpath
@@ -27,10 +28,17 @@ import struct
 import sys
 import tempfile
 import threading
+from pathlib import Path
+from typing import TYPE_CHECKING
 
+from airflow_tfos.runtime.node.process import ChildProcess
 from airflow_tfos.runtime.program.saved_models import is_remote, list_tree
+from airflow_tfos.shared.rundir import RunDir
 from airflow_tfos.shared.storage import Storage, storage_for
 from airflow_tfos.shared.storage.kerberos import use_delegation_token
+
+if TYPE_CHECKING:  # the mirror runs as a process of its own: it need not import the node's job
+    from airflow_tfos.runtime.node.job import NodeJob
 
 log = logging.getLogger(__name__)
 
@@ -219,3 +227,36 @@ def main(argv: list[str] | None = None) -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
+
+
+def start_tensorboard(job: NodeJob, env: dict[str, str], host: str, port: int) -> ChildProcess | None:
+    if importlib.util.find_spec("tensorboard") is None:
+        log.warning("tensorboard=True but the tensorboard package is not installed on this executor")
+        return None
+
+    log_dir = job.log_dir or str(Path(job.working_dir) / "tensorboard")
+    token = job.webhdfs_token if is_remote(log_dir) else None
+    argv = tensorboard_argv(log_dir, host, port, token_on_stdin=bool(token), reuse_port=True)
+    board = ChildProcess(argv, env=env, name="TensorBoard", takes_input=bool(token)).start()
+    if token and not board.send(token.encode()):  # on its stdin only, as the nodes get it
+        log.warning("TensorBoard exited before it got the run's WebHDFS delegation token")
+    return board
+
+
+def record_tensorboard(job: NodeJob, url: str | None) -> bool:
+    """Write where TensorBoard serves the run to its run directory (tensorboard.json, the link the task shows)."""
+    if not job.run_dir or not url:
+        return False
+    try:
+        RunDir(job.run_dir).write_tensorboard(url, attempt=job.attempt, run_id=job.run_id, log_dir=job.log_dir)
+    except Exception as exc:  # the link is a convenience: never a reason to fail the node
+        log.warning("cannot record TensorBoard's address %s in %s: %s", url, job.run_dir, exc)
+        return False
+    return True
+
+
+def forget_tensorboard(job: NodeJob) -> None:
+    try:
+        RunDir(job.run_dir).clear_tensorboard()
+    except Exception as exc:
+        log.warning("cannot remove tensorboard.json from %s: %s", job.run_dir, exc)

@@ -350,14 +350,14 @@ def fit_resumable(
     redone epoch keeps later resumes in place. Without a checkpoint it starts from the warm-start model when
     the run has one (:meth:`RunCheckpointer.restore`, which it calls; calling it first is harmless).
     With ``progress`` (default) it reports progress to the run directory
-    (:func:`airflow_tfos.runtime.program.progress.progress_callback`; pass ``progress=False`` when ``callbacks``
+    (:func:`airflow_tfos.runtime.program.keras_progress.progress_callback`; pass ``progress=False`` when ``callbacks``
     holds one of your own). Returns the histories of the fits it ran.
     """
     start = checkpointer.restore()
     epoch, done_in_epoch = checkpointer.restored_position or divmod(start, steps_per_epoch)
     saver = checkpointer.keras_callback(steps_per_epoch)
     if progress:
-        from airflow_tfos.runtime.program.progress import progress_callback
+        from airflow_tfos.runtime.program.keras_progress import progress_callback
 
         # First, so that a step's time does not include the other callbacks' work (e.g. saving).
         tracker = progress_callback(checkpointer.ctx, steps_per_epoch=steps_per_epoch, epochs=epochs)

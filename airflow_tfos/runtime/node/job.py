@@ -1,0 +1,68 @@
+"""The job of a TF cluster's barrier tasks: everything each task needs, built on the driver and shipped with it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from airflow_tfos.runtime.feed.direct import DirectInput
+from airflow_tfos.runtime.feed.plan import Feed
+from airflow_tfos.runtime.feed.rows import RowFeed
+from airflow_tfos.runtime.node.cluster import (
+    NodeRole,
+)
+from airflow_tfos.shared.spec import RunSpec
+
+
+@dataclass(frozen=True)
+class NodeJob:
+    """Everything each barrier task needs; built on the driver and shipped with the task.
+
+    :param run_id: identifies this run's processes and temporary files.
+    :param roles: the layout, indexed by partition id.
+    :param deciders: executor ids whose finishing ends the run.
+    :param payload: ``(main_fun, args)`` pickled with cloudpickle on the driver.
+    :param run_dir: the run's directory, if any.
+    :param default_fs: Hadoop's fs.defaultFS.
+    :param working_dir: the driver's working directory (TFoS's ``ctx.working_dir``).
+    :param keras: ``auto``, ``tf_keras`` or ``keras3``.
+    :param gpus_per_node: GPUs each node needs (0: whatever Spark assigned).
+    :param tensorboard: start TensorBoard beside the chief (or worker 0).
+    :param log_dir: TensorBoard's log directory.
+    :param env: extra environment variables for the node processes.
+    :param set_tf_config: whether nodes get TF_CONFIG (TFoS set it only when there was a chief).
+    :param kill_grace_secs: how long a node process may take to exit after SIGTERM before it is killed.
+    :param feed: InputMode.SPARK from a DataFrame: the partition holds Arrow batches to spill and feed.
+    :param direct: the feed's rows are read by the nodes from Parquet files: each node's slices of them
+        (the partition is then empty).
+    :param with_validation: the partition also holds validation rows (tagged by a split column).
+    :param row_feed: InputMode.SPARK from an RDD (TFoS's DataFeed): the partition holds Python rows.
+    :param attempt: which attempt of the run this is (0 first; a new barrier stage each time).
+    :param warm_start: the exported model to start from without a checkpoint (``ctx.warm_start``).
+    :param spec: the run's spec, when the cluster was started from one (``TFClusterRun.from_spec``): where a
+        node reads a setting that only the operators' runs have.
+    :param webhdfs_token: the WebHDFS delegation token the driver obtained for the nodes (Kerberized HDFS),
+        handed to each node process on its stdin; never printed (``repr`` leaves it out).
+    """
+
+    run_id: str
+    roles: tuple[NodeRole, ...]
+    deciders: frozenset[int]
+    payload: bytes
+    run_dir: str | None = None
+    default_fs: str = "file://"
+    working_dir: str = "."
+    keras: str = "auto"
+    gpus_per_node: int = 0
+    tensorboard: bool = False
+    log_dir: str | None = None
+    env: dict[str, str] = field(default_factory=dict)
+    set_tf_config: bool = True
+    kill_grace_secs: float = 5.0
+    feed: Feed | None = None
+    direct: DirectInput | None = None
+    with_validation: bool = False
+    row_feed: RowFeed | None = None
+    attempt: int = 0
+    warm_start: str | None = None
+    spec: RunSpec | None = None
+    webhdfs_token: str | None = field(default=None, repr=False)
