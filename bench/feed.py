@@ -176,8 +176,7 @@ def parquet_copy(frame, folder: str):
 
 
 def run_ours(sc, frame, batch_size=1024, features="x", read="spark") -> list[dict]:
-    from airflow_tfos.runtime import run
-    from airflow_tfos.runtime.feed import Feed
+    from airflow_tfos.runtime import Feed, run
 
     out = tempfile.mkdtemp(prefix="bench-feed-ours-")
     feed = Feed(features=features, label="y", batch_size=batch_size, shuffle=False, cast_floats=None, read=read)
@@ -215,7 +214,7 @@ def _spill(batches):
     """Our spill of a task's batches (checks, conversion, local Arrow file), with no TF process beside it."""
     import pyarrow as pa
 
-    from airflow_tfos.runtime.feed import Feed
+    from airflow_tfos.runtime import Feed
     from airflow_tfos.runtime.feed.spark_side import spill_partition
 
     folder = tempfile.mkdtemp(prefix="bench-feed-spill-")
@@ -276,7 +275,7 @@ def _read_share(shares):
 def run_pyarrow_alone(files) -> list[dict]:
     """The direct path's ceiling: the same row-group shares as the direct path's (footers read on the driver,
     cut by the same code), each decoded by pyarrow into NumPy in a barrier task on its own executor, no TF."""
-    from airflow_tfos.runtime.feed import Feed
+    from airflow_tfos.runtime import Feed
     from airflow_tfos.runtime.feed.direct import row_groups, scan_files, split_rows
 
     spark = files.sparkSession
@@ -375,8 +374,7 @@ def feed_rates(spark, name: str, frame, rounds: int, folder: str) -> None:
 
 
 def training_steps(spark, rows: int, folder: str) -> None:
-    from airflow_tfos.runtime import run
-    from airflow_tfos.runtime.feed import Feed
+    from airflow_tfos.runtime import Feed, run
 
     frame = image_frame(spark, rows)
     frame.count()
@@ -443,9 +441,9 @@ def _image_spill(path: str, rows: int, feed) -> dict[str, int]:
 def reader_rates(rows: int, rounds: int) -> None:
     """Rows/s of one full shuffled pass: the generator over the Arrow spill against TF's record reader."""
 
+    from airflow_tfos.runtime import Feed
     from airflow_tfos.runtime.feed.dataset import FeedShare, make_dataset
     from airflow_tfos.runtime.feed.native import NativeShares, record_columns, write_records
-    from airflow_tfos.runtime.feed.plan import Feed
     from airflow_tfos.runtime.feed.spill import read_batches
 
     feed = Feed(features="image", label="label", batch_size=256)

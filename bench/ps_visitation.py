@@ -118,8 +118,7 @@ def main() -> int:
     from pyspark import SparkContext
     from pyspark.sql import SparkSession
 
-    from airflow_tfos.runtime import TFClusterRun
-    from airflow_tfos.runtime.feed import Feed
+    from airflow_tfos.runtime import Feed, TFClusterRun
 
     sc = SparkContext(conf=conf)
     sc.setLogLevel("ERROR")

@@ -106,8 +106,7 @@ def measure(nodes: int, steps: int, rows_per_node: int, master: str | None = Non
     from pyspark import SparkContext
     from pyspark.sql import SparkSession
 
-    from airflow_tfos.runtime import run
-    from airflow_tfos.runtime.feed import Feed
+    from airflow_tfos.runtime import Feed, run
 
     if master:
         conf = standalone_conf(f"bench-scale-{nodes}", master, nodes)

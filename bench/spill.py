@@ -25,8 +25,8 @@ import pyarrow as pa
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from airflow_tfos.runtime import Feed
 from airflow_tfos.runtime.feed.dataset import FeedShare, iter_epoch
-from airflow_tfos.runtime.feed.plan import Feed
 from airflow_tfos.runtime.feed.spill import SpillWriter
 
 WIDTH = 784

@@ -36,10 +36,10 @@ import pyarrow.parquet as pq
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from airflow_tfos.runtime import Feed
 from airflow_tfos.runtime.feed.dataset import FeedShare, make_dataset
 from airflow_tfos.runtime.feed.direct import DirectInput, probe_direct
 from airflow_tfos.runtime.feed.parquet_reads import Slice
-from airflow_tfos.runtime.feed.plan import Feed
 
 WIDTH = 784
 GROUP_ROWS = 25_000

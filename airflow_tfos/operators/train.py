@@ -34,7 +34,7 @@ from airflow_tfos.links.tfos import SparkApplicationLink, TensorBoardLink, Train
 from airflow_tfos.operators.application import _TFoSApplicationOperator, shipped_code
 from airflow_tfos.operators.run import TrainingRun, last_submitted
 from airflow_tfos.shared.events import LAUNCH_FAILED
-from airflow_tfos.shared.spec import INPUT_MODES, RunSpec, SpecError, split_import_path
+from airflow_tfos.shared.spec import RunSpec, SpecError, split_import_path
 from airflow_tfos.triggers.tfos import APP_ENDED, DONE, TFoSRunDirTrigger, watch_arguments
 
 if TYPE_CHECKING:
@@ -87,22 +87,22 @@ class _TFoSRunOperator(_TFoSApplicationOperator):
         train_fn: str | Callable | None = None,
         args: dict | list | None = None,
         num_nodes: int = 2,
-        input_mode: str = "SPARK",
-        data: dict | None = None,
-        validation_data: dict | None = None,
-        feed: dict | None = None,
-        warm_start: str | None = None,
-        num_ps: int = 0,
-        master_node: str | None = "chief",
-        eval_node: bool = False,
-        keras: str = "auto",
-        gpus_per_node: int = 0,
-        max_attempts: int = 3,
-        training_timeout: float | None = None,
-        stop_grace_secs: float = 120.0,
-        stall_timeout: float | None = 600.0,
-        tensorboard: bool = False,
-        log_dir: str | None = None,
+        input_mode: str = RunSpec.input_mode,
+        data: dict | None = RunSpec.data,
+        validation_data: dict | None = RunSpec.validation_data,
+        feed: dict | None = RunSpec.feed,
+        warm_start: str | None = RunSpec.warm_start,
+        num_ps: int = RunSpec.num_ps,
+        master_node: str | None = RunSpec.master_node,
+        eval_node: bool = RunSpec.eval_node,
+        keras: str = RunSpec.keras,
+        gpus_per_node: int = RunSpec.gpus_per_node,
+        max_attempts: int = RunSpec.max_attempts,
+        training_timeout: float | None = RunSpec.timeout,
+        stop_grace_secs: float = RunSpec.stop_grace_secs,
+        stall_timeout: float | None = RunSpec.stall_timeout,
+        tensorboard: bool = RunSpec.tensorboard,
+        log_dir: str | None = RunSpec.log_dir,
         feed_functions: Sequence[str] = (),
         **kwargs: Any,
     ) -> None:
@@ -142,17 +142,6 @@ class _TFoSRunOperator(_TFoSApplicationOperator):
             split_import_path(self.train_fn, "train_fn")
         except SpecError as exc:
             raise RunConfigError(f"{where}: {exc}") from None
-        if not isinstance(self.num_nodes, int) or isinstance(self.num_nodes, bool) or self.num_nodes < 1:
-            raise RunConfigError(f"{where}: num_nodes must be an integer >= 1, got {self.num_nodes!r}")
-        if not isinstance(self.num_ps, int) or isinstance(self.num_ps, bool) or self.num_ps < 0:
-            raise RunConfigError(f"{where}: num_ps must be an integer >= 0, got {self.num_ps!r}")
-        if self.input_mode not in INPUT_MODES:
-            raise RunConfigError(
-                f"{where}: input_mode must be one of {', '.join(INPUT_MODES)}, got {self.input_mode!r}"
-            )
-        timeout = self.stall_timeout
-        if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout <= 0):
-            raise RunConfigError(f"{where}: stall_timeout must be positive seconds or None, got {timeout!r}")
         self.check_parameters()
 
     def build_spec(self, *, code: bool = True) -> RunSpec:
@@ -280,7 +269,9 @@ class TFoSLaunchClusterOperator(_TFoSRunOperator):
 
     serve = True
 
-    def __init__(self, *, ready_timeout: float = 1800.0, idle_timeout: float | None = 3600.0, **kwargs: Any) -> None:
+    def __init__(
+        self, *, ready_timeout: float = 1800.0, idle_timeout: float | None = RunSpec.serve_idle_secs, **kwargs: Any
+    ) -> None:
         self.idle_timeout = idle_timeout
         super().__init__(**kwargs)
         self.ready_timeout = ready_timeout

@@ -37,12 +37,12 @@ _API = {
     "export_model": "airflow_tfos.runtime.program.export",
     "ProgressTracker": "airflow_tfos.runtime.program.progress",
     "progress_callback": "airflow_tfos.runtime.program.keras_progress",
-    "Feed": "airflow_tfos.runtime.feed.plan",
+    "Feed": "airflow_tfos.shared.spec",
     "parquet_dataset": "airflow_tfos.runtime.feed.files",
     "csv_dataset": "airflow_tfos.runtime.feed.files",
     "tfrecord_dataset": "airflow_tfos.runtime.feed.files",
     "ClusterConfigError": "airflow_tfos.runtime.errors",
-    "FeedConfigError": "airflow_tfos.runtime.errors",
+    "FeedConfigError": "airflow_tfos.shared.errors",
     "NodeFailedError": "airflow_tfos.runtime.errors",
     "RunCancelledError": "airflow_tfos.runtime.errors",
     "RunTimeoutError": "airflow_tfos.runtime.errors",
@@ -100,7 +100,6 @@ if TYPE_CHECKING:  # for type checkers and IDEs: the same names, eagerly
     from airflow_tfos.runtime.driver.ml import TFoSEstimator, TFoSModel
     from airflow_tfos.runtime.errors import (
         ClusterConfigError,
-        FeedConfigError,
         NodeFailedError,
         RunCancelledError,
         RunTimeoutError,
@@ -109,10 +108,11 @@ if TYPE_CHECKING:  # for type checkers and IDEs: the same names, eagerly
         WarmStartError,
     )
     from airflow_tfos.runtime.feed.files import csv_dataset, parquet_dataset, tfrecord_dataset
-    from airflow_tfos.runtime.feed.plan import Feed
     from airflow_tfos.runtime.node.cluster import NodeRole, plan_roles
     from airflow_tfos.runtime.program.checkpoint import RunCheckpointer, fit_resumable
     from airflow_tfos.runtime.program.context import NodeContext
     from airflow_tfos.runtime.program.export import export_model
     from airflow_tfos.runtime.program.keras_progress import progress_callback
     from airflow_tfos.runtime.program.progress import ProgressTracker
+    from airflow_tfos.shared.errors import FeedConfigError
+    from airflow_tfos.shared.spec import Feed

@@ -21,7 +21,6 @@ from airflow_tfos.shared.errors import TFoSError
 
 __all__ = [
     "ClusterConfigError",
-    "FeedConfigError",
     "NodeFailedError",
     "NodeFailure",
     "NodeReleased",
@@ -42,10 +41,6 @@ _PATTERN = re.compile(re.escape(_BEGIN) + r"(.*?)" + re.escape(_END), re.DOTALL)
 
 class TFoSRuntimeError(TFoSError, RuntimeError):
     """Base class of the runtime's run-time errors."""
-
-
-class FeedConfigError(TFoSError, ValueError):
-    """The data or the feed settings cannot be fed; the message names the column or setting."""
 
 
 class SavedModelChangedError(TFoSError, RuntimeError):

@@ -32,6 +32,11 @@ class SpecError(TFoSError, ValueError):
     """spec.json cannot be run; the message names the field."""
 
 
+class FeedConfigError(SpecError):
+    """The data or the feed settings cannot be fed; the message names the column or setting (a spec error: the
+    feed's settings are part of the spec, and data that cannot be fed is fixed in the spec or the data)."""
+
+
 class FeedRefusedError(SpecError):
     """A feed request asks for what the run's spec does not allow (a data function, a reader option, a table
     name that could make the driver load code): it is refused before anything it names is imported or read."""

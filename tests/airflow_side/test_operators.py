@@ -74,7 +74,7 @@ class TestParseTimeChecks:
             train_op(tmp_path, train_fn="pkg.mod.main_fun")
 
     def test_nodes_must_be_at_least_one(self, tmp_path):
-        with pytest.raises(RunConfigError, match="num_nodes must be an integer >= 1"):
+        with pytest.raises(RunConfigError, match="num_nodes must be at least 1, got 0"):
             train_op(tmp_path, num_nodes=0)
 
     def test_unknown_input_mode(self, tmp_path):

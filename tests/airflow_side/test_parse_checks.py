@@ -82,14 +82,29 @@ class TestArguments:
         with raises(r"data.function must look like 'package.module:function', got 'make_data'"):
             train_op(tmp_path, data={"format": "function", "function": "make_data"})
 
-    @pytest.mark.parametrize("num_ps", [-1, True, 1.5])
-    def test_parameter_servers_are_a_count(self, tmp_path, num_ps):
-        with raises(rf"'train': num_ps must be an integer >= 0, got {num_ps!r}"):
+    @pytest.mark.parametrize(
+        ("num_ps", "message"),
+        [
+            (-1, "num_ps must be 0 or more, got -1"),
+            (True, "field 'num_ps' must be an integer, not a boolean"),
+            (1.5, "field 'num_ps' has the wrong type float"),
+        ],
+    )
+    def test_parameter_servers_are_a_count(self, tmp_path, num_ps, message):
+        with raises(rf"'train': {message}"):
             train_op(tmp_path, num_ps=num_ps)
 
-    @pytest.mark.parametrize("timeout", [0, -5, True, "30"])
-    def test_stall_timeout_is_positive_seconds(self, tmp_path, timeout):
-        with raises(rf"'train': stall_timeout must be positive seconds or None, got {timeout!r}"):
+    @pytest.mark.parametrize(
+        ("timeout", "message"),
+        [
+            (0, "stall_timeout must be positive seconds or null, got 0"),
+            (-5, "stall_timeout must be positive seconds or null, got -5"),
+            (True, "field 'stall_timeout' must be a number, not a boolean"),
+            ("30", "field 'stall_timeout' has the wrong type str"),
+        ],
+    )
+    def test_stall_timeout_is_positive_seconds(self, tmp_path, timeout, message):
+        with raises(rf"'train': {message}"):
             train_op(tmp_path, stall_timeout=timeout)
 
     def test_stall_timeout_reaches_the_spec_only_when_changed(self, tmp_path):
@@ -123,12 +138,12 @@ class TestArguments:
             ({"master_node": "leader"}, r"master_node must be 'chief', 'master' or None, got 'leader'"),
             ({"max_attempts": 0}, r"max_attempts must be at least 1, got 0"),
             ({"gpus_per_node": -1}, r"gpus_per_node must be 0 or more, got -1"),
-            ({"feed": {**FEED, "batch_size": 0}}, r"feed field 'batch_size' must be at least 1, got 0"),
-            ({"feed": {**FEED, "shuffle_window": 0}}, r"feed field 'shuffle_window' must be at least 1, got 0"),
-            ({"feed": {**FEED, "balance": "even"}}, r"feed field 'balance' must be 'pad' or 'drop', got 'even'"),
+            ({"feed": {**FEED, "batch_size": 0}}, r"feed: Feed.batch_size must be a positive integer, got 0"),
+            ({"feed": {**FEED, "shuffle_window": 0}}, r"feed: Feed.shuffle_window must be positive, got 0"),
+            ({"feed": {**FEED, "balance": "even"}}, r"feed: Feed.balance must be one of 'pad', 'drop', got 'even'"),
             (
                 {"feed": {**FEED, "read": "fast"}},
-                r"feed field 'read' must be 'auto', 'direct' or 'spark', got 'fast'",
+                r"feed: Feed.read must be one of 'auto', 'direct', 'spark', got 'fast'",
             ),
         ],
     )
@@ -330,9 +345,9 @@ def test_the_feed_operator_checks_its_rendered_data_before_requesting_the_feed(t
 def test_the_spec_choices_are_the_runtimes():
     """What the Airflow side checks at parse time is what the cluster accepts (the runtime's own lists; importing
     them starts no Spark and no TF)."""
-    from airflow_tfos.runtime.feed.plan import BALANCE_MODES, READ_MODES, Feed
-    from airflow_tfos.runtime.node.cluster import CHIEF, KERAS_MODES, MASTER
+    from airflow_tfos.runtime.node.cluster import CHIEF, MASTER
     from airflow_tfos.shared import spec
+    from airflow_tfos.shared.spec import BALANCE_MODES, KERAS_MODES, READ_MODES, Feed
 
     assert spec.KERAS_MODES == KERAS_MODES
     assert set(spec.MASTER_NODES) == {CHIEF, MASTER, None}

@@ -210,7 +210,7 @@ def run_cell(sc, spark, cell: str, **kwargs):
     """A cell of the visitation matrix: ``cell-<frame|parquet>-<drop|pad>-<shuffle|ordered>``, CELL_ROWS rows
     (the workers' shares fill no whole number of batches), one epoch of ``ctx.epoch_dataset_fn``."""
     from airflow_tfos.runtime import TFClusterRun
-    from airflow_tfos.runtime.feed import Feed
+    from airflow_tfos.shared.spec import Feed
 
     _, source, balance, order = cell.split("-")
     feed = Feed(features="x", label="id", batch_size=BATCH, balance=balance, shuffle=order == "shuffle")
@@ -225,7 +225,7 @@ def run_cell(sc, spark, cell: str, **kwargs):
 
 def run_scenario(sc, spark, run_dir: str, scenario: str) -> dict:
     from airflow_tfos.runtime import TFClusterRun
-    from airflow_tfos.runtime.feed import Feed
+    from airflow_tfos.shared.spec import Feed
 
     kwargs = {"num_nodes": 4, "num_ps": 1, "run_dir": run_dir}
     feed = Feed(features="x", label="id", batch_size=BATCH, balance="drop", shuffle=False)

@@ -129,10 +129,6 @@ class TestKerasEnv:
         with pytest.raises(ClusterConfigError, match="pip install tf-keras"):
             keras_env("tf_keras", False)
 
-    def test_unknown_mode(self):
-        with pytest.raises(ClusterConfigError, match="keras must be one of"):
-            keras_env("keras2", True)
-
 
 def test_training_rank_puts_the_chief_first_and_skips_service_nodes():
     from airflow_tfos.runtime.program.context import NodeContext

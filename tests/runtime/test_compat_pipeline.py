@@ -12,7 +12,7 @@ import pytest
 
 from airflow_tfos.runtime.compat import TFCluster
 from airflow_tfos.runtime.compat.pipeline import Namespace, TFEstimator, TFModel
-from airflow_tfos.runtime.errors import FeedConfigError
+from airflow_tfos.shared.errors import FeedConfigError
 from tests.runtime.test_compat import load_migrated
 from tests.runtime.tfos_programs import mnist_data
 

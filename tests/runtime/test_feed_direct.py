@@ -11,11 +11,11 @@ import pyarrow.parquet as pq
 import pytest
 
 from airflow_tfos.runtime import TFClusterRun
-from airflow_tfos.runtime.errors import FeedConfigError
-from airflow_tfos.runtime.feed import Feed
 from airflow_tfos.runtime.feed.direct import Slice, plan_direct, read_slices, row_groups, split_rows
 from airflow_tfos.runtime.node.cluster import plan_roles
+from airflow_tfos.shared.errors import FeedConfigError
 from airflow_tfos.shared.rundir import RunDir
+from airflow_tfos.shared.spec import Feed
 from tests.runtime import programs
 from tests.runtime.helpers import assert_no_node_processes, read_records
 

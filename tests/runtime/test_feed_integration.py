@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from airflow_tfos.runtime import TFClusterRun
-from airflow_tfos.runtime.errors import FeedConfigError
-from airflow_tfos.runtime.feed import Feed
+from airflow_tfos.shared.errors import FeedConfigError
+from airflow_tfos.shared.spec import Feed
 from tests.runtime import programs
 from tests.runtime.helpers import assert_no_node_processes, read_records
 

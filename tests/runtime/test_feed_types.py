@@ -14,12 +14,13 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from airflow_tfos.runtime.errors import FeedConfigError
 from airflow_tfos.runtime.feed.columns import VECTOR_FIELDS, Rows, concat, normalize_column, to_numpy
 from airflow_tfos.runtime.feed.dataset import FeedShare, iter_epoch
 from airflow_tfos.runtime.feed.native import record_columns
-from airflow_tfos.runtime.feed.plan import Feed, check_schema
+from airflow_tfos.runtime.feed.plan import check_schema
 from airflow_tfos.runtime.feed.spill import SpillWriter, read_batches, spill_schema
+from airflow_tfos.shared.errors import FeedConfigError
+from airflow_tfos.shared.spec import Feed
 
 VECTOR = pa.struct(
     [

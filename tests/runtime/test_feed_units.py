@@ -11,11 +11,12 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from airflow_tfos.runtime.errors import FeedConfigError
 from airflow_tfos.runtime.feed.dataset import FeedShare, iter_epoch
-from airflow_tfos.runtime.feed.plan import Feed, balance, balance_once, check_schema
+from airflow_tfos.runtime.feed.plan import balance, balance_once, check_schema
 from airflow_tfos.runtime.feed.rows import DataFeed, RowFeedManager
 from airflow_tfos.runtime.feed.spill import SpillWriter, read_batches, spill_rows
+from airflow_tfos.shared.errors import FeedConfigError
+from airflow_tfos.shared.spec import Feed
 
 
 class TestBalance:

@@ -10,8 +10,8 @@ import pytest
 
 from airflow_tfos.runtime import run
 from airflow_tfos.runtime.driver.inference import predict, write_predictions
-from airflow_tfos.runtime.errors import FeedConfigError
 from airflow_tfos.runtime.feed.files import shard_files
+from airflow_tfos.shared.errors import FeedConfigError
 from airflow_tfos.shared.storage import FileInfo, storage_for
 from tests.runtime import programs
 from tests.runtime.helpers import read_records
@@ -56,8 +56,8 @@ for workers in (1, 2):
 
 
 def test_file_readers_reject_a_bad_worker_count(tmp_path):
-    from airflow_tfos.runtime.feed import Feed
     from airflow_tfos.runtime.feed.files import parquet_dataset
+    from airflow_tfos.shared.spec import Feed
 
     with pytest.raises(FeedConfigError, match="workers must be a positive integer"):
         parquet_dataset([str(tmp_path / "none.parquet")], Feed(features="x"), workers=0)

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from airflow_tfos.runtime.driver.ml import TFoSEstimator, TFoSModel
-from airflow_tfos.runtime.errors import FeedConfigError
+from airflow_tfos.shared.errors import FeedConfigError
 from tests.runtime import ml_programs
 
 pytestmark = pytest.mark.integration

@@ -11,13 +11,13 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from airflow_tfos.runtime.errors import FeedConfigError
 from airflow_tfos.runtime.feed.native import NativeShares, record_columns, write_records
-from airflow_tfos.runtime.feed.plan import Feed
 from airflow_tfos.runtime.feed.spark_side import feed_order, plan_shares, write_native_shares
 from airflow_tfos.runtime.feed.spill import SpillWriter
 from airflow_tfos.runtime.node.cluster import plan_roles
 from airflow_tfos.runtime.program.context import NodeContext
+from airflow_tfos.shared.errors import FeedConfigError
+from airflow_tfos.shared.spec import Feed
 
 
 def test_under_parameter_servers_only_the_workers_get_rows():

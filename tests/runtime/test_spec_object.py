@@ -7,8 +7,7 @@ import json
 import pytest
 
 from airflow_tfos.runtime.driver.launcher import TFClusterRun
-from airflow_tfos.runtime.feed.plan import Feed
-from airflow_tfos.shared.spec import RunSpec, SpecError, parse_spec
+from airflow_tfos.shared.spec import Feed, RunSpec, SpecError, parse_spec
 
 
 def test_a_spec_reads_back_as_the_same_object():
@@ -52,7 +51,8 @@ def test_the_driver_starts_the_cluster_from_the_spec():
     # num_nodes counts the nodes that train, as the operator's does (and its executor request, one per
     # node: num_nodes + num_ps + the evaluator); the parameter server and the evaluator come on top
     assert sorted(r.job_name for r in run.roles) == ["chief", "evaluator", "ps", "worker"]
-    assert (run.timeout, run.keras, run.max_attempts, run.warm_start, run.run_dir) == (60, "tf_keras", 2, "/m", "/r")
+    settings = (run.spec.timeout, run.spec.keras, run.spec.max_attempts, run.spec.warm_start, run.run_dir)
+    assert settings == (60, "tf_keras", 2, "/m", "/r")
     assert run.feed == Feed(features=["x"], label="y", batch_size=8)
     assert run.env["A"] == "1" and run.env["B"] == "2" and run.spec is spec
 
@@ -76,3 +76,18 @@ def test_the_feed_options_for_real_tables_reach_the_feed_through_spec_json():
         parse_spec({"num_nodes": 1, "train_fn": "a:b", "feed": {"features": ["x"], "label": ["y", 2]}})
     with pytest.raises(SpecError, match="feed field 'weight' has the wrong type"):
         parse_spec({"num_nodes": 1, "train_fn": "a:b", "feed": {"features": ["x"], "weight": ["w"]}})
+
+
+def test_a_cluster_started_from_python_checks_its_settings_as_spec_json_is_checked():
+    # TFClusterRun builds its spec from its arguments and checks it once, with the spec's own check and error.
+    for settings, message in (
+        ({"keras": "keras2"}, "keras must be one of auto, tf_keras, keras3"),
+        ({"stall_timeout": 0}, "stall_timeout must be positive seconds or null"),
+        ({"timeout": -1}, "timeout must be positive seconds or null"),
+        ({"max_attempts": 0}, "max_attempts must be at least 1"),
+        ({"gpus_per_node": -1}, "gpus_per_node must be 0 or more"),
+    ):
+        with pytest.raises(SpecError, match=message):
+            TFClusterRun(object(), print, num_nodes=2, **settings)
+    run = TFClusterRun(object(), print, num_nodes=3, num_ps=1, stall_timeout=30, warm_start="")
+    assert (run.spec.num_nodes, run.spec.num_ps, run.spec.stall_timeout, run.spec.warm_start) == (2, 1, 30, None)

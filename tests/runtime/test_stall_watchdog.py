@@ -140,8 +140,6 @@ def test_finished_nodes_are_not_stalled():
 
 
 def test_bad_settings_name_what_to_change():
-    with pytest.raises(ValueError, match="stall_timeout must be positive"):
-        StallWatchdog(0)
     with pytest.raises(ValueError, match="unknown phase 'saving' for chief:0"):
         StallWatchdog(1).observe("chief:0", 1, "saving")
 

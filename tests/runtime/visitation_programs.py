@@ -31,8 +31,8 @@ def replica_ids(args, ctx):
     (``ctx.shard_files`` and ``parquet_dataset``, InputMode.TENSORFLOW)."""
     import tensorflow as tf
 
-    from airflow_tfos.runtime.feed import Feed
     from airflow_tfos.runtime.feed.files import parquet_dataset
+    from airflow_tfos.shared.spec import Feed
 
     strategy = tf.distribute.MultiWorkerMirroredStrategy()
     if args.get("pattern"):

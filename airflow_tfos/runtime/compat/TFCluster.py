@@ -151,7 +151,7 @@ class TFCluster:
 
     def tensorboard_url(self) -> str | None:
         """Return TensorBoard's URL, once the chief (or worker 0) has started it; None otherwise."""
-        if not self._run.tensorboard:
+        if not self._run.spec.tensorboard:
             return None
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline and not self._run.done():

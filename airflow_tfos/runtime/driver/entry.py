@@ -37,9 +37,9 @@ from typing import Any
 from airflow_tfos.runtime.driver.heartbeat import DriverWatch
 from airflow_tfos.runtime.driver.launcher import TFClusterRun
 from airflow_tfos.runtime.driver.table_fingerprint import already_trained, has_table_inputs, resolve_tables
-from airflow_tfos.runtime.errors import ClusterConfigError, FeedConfigError, RunCancelledError, TFoSRuntimeError
+from airflow_tfos.runtime.errors import ClusterConfigError, RunCancelledError, TFoSRuntimeError
 from airflow_tfos.shared import events
-from airflow_tfos.shared.errors import FeedRefusedError, RunDirError, WebHDFSConfigError
+from airflow_tfos.shared.errors import FeedConfigError, FeedRefusedError, RunDirError, WebHDFSConfigError
 from airflow_tfos.shared.rundir import RunDir
 from airflow_tfos.shared.spec import (
     RunSpec,

@@ -18,9 +18,10 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from airflow_tfos.runtime.errors import FeedConfigError
-from airflow_tfos.runtime.feed.plan import Feed, check_schema
+from airflow_tfos.runtime.feed.plan import check_schema
 from airflow_tfos.runtime.program import saved_models
+from airflow_tfos.shared.errors import FeedConfigError
+from airflow_tfos.shared.spec import Feed
 from airflow_tfos.shared.storage.kerberos import delegation_token, use_delegation_token
 from airflow_tfos.shared.storage.webhdfs_config import WEBHDFS_ENV
 

@@ -34,20 +34,18 @@ from airflow_tfos.runtime.driver.eviction import job_ids as group_job_ids
 from airflow_tfos.runtime.driver.stage import check_data_args, frame_stage, rdd_stage, retryable, translate
 from airflow_tfos.runtime.driver.watchdog import StallMonitor, StallReport
 from airflow_tfos.runtime.errors import (
-    ClusterConfigError,
     RunTimeoutError,
     StallError,
     TFoSRuntimeError,
     decode_node_failure,
 )
-from airflow_tfos.runtime.feed.plan import Feed
 from airflow_tfos.runtime.feed.rows import RowFeed
-from airflow_tfos.runtime.node.cluster import KERAS_MODES, decider_ids, plan_roles
+from airflow_tfos.runtime.node.cluster import decider_ids, plan_roles
 from airflow_tfos.runtime.node.job import NodeJob
 from airflow_tfos.shared import events
 from airflow_tfos.shared.errors import RunDirError
 from airflow_tfos.shared.rundir import RunDir
-from airflow_tfos.shared.spec import RunSpec
+from airflow_tfos.shared.spec import Feed, RunSpec, check_settings
 from airflow_tfos.shared.storage import join
 from airflow_tfos.shared.storage.tokens import TokenKeeper
 
@@ -110,15 +108,15 @@ class TFClusterRun:
         args: Any = None,
         *,
         num_nodes: int,
-        num_ps: int = 0,
-        master_node: str | None = "chief",
-        eval_node: bool = False,
+        num_ps: int = RunSpec.num_ps,
+        master_node: str | None = RunSpec.master_node,
+        eval_node: bool = RunSpec.eval_node,
         run_dir: str | None = None,
-        timeout: float | None = None,
-        gpus_per_node: int = 0,
-        keras: str = "auto",
-        tensorboard: bool = False,
-        log_dir: str | None = None,
+        timeout: float | None = RunSpec.timeout,
+        gpus_per_node: int = RunSpec.gpus_per_node,
+        keras: str = RunSpec.keras,
+        tensorboard: bool = RunSpec.tensorboard,
+        log_dir: str | None = RunSpec.log_dir,
         env: Mapping[str, str] | None = None,
         slot_wait_secs: float = 60.0,
         set_tf_config: bool = True,
@@ -126,41 +124,48 @@ class TFClusterRun:
         feed: Feed | None = None,
         validation_data: Any = None,
         row_feed: RowFeed | None = None,
-        max_attempts: int = 3,
-        warm_start: str | None = None,
-        stall_timeout: float | None = 600.0,
+        max_attempts: int = RunSpec.max_attempts,
+        warm_start: str | None = RunSpec.warm_start,
+        stall_timeout: float | None = RunSpec.stall_timeout,
     ):
         if not callable(main_fun):
             raise TypeError(f"main_fun must be callable, got {type(main_fun).__name__}")
-        if keras not in KERAS_MODES:
-            raise ClusterConfigError(f"keras must be one of {', '.join(KERAS_MODES)}, got {keras!r}")
-        if timeout is not None and timeout <= 0:
-            raise ClusterConfigError(f"timeout must be positive seconds or None, got {timeout!r}")
-        if gpus_per_node < 0:
-            raise ClusterConfigError(f"gpus_per_node must be 0 or more, got {gpus_per_node}")
+        roles = tuple(plan_roles(num_nodes, num_ps=num_ps, master_node=master_node, eval_node=eval_node))
+        # The cluster's settings are a spec, checked once (check_settings) as spec.json's are, and handed to every
+        # node (NodeJob.spec); num_nodes there counts the nodes that train, as the operators' does.
+        spec = RunSpec(
+            num_nodes=len(roles) - num_ps - (1 if eval_node else 0),
+            num_ps=num_ps,
+            master_node=master_node,
+            eval_node=eval_node,
+            timeout=timeout,
+            gpus_per_node=gpus_per_node,
+            keras=keras,
+            tensorboard=tensorboard,
+            log_dir=log_dir,
+            max_attempts=max_attempts,
+            warm_start=warm_start or None,
+            stall_timeout=stall_timeout,
+        )
+        check_settings(spec)
+        self._setup(sc, main_fun, args, roles, spec, run_dir, env, slot_wait_secs, set_tf_config)
+        self.data, self.feed, self.validation_data, self.row_feed = data, feed, validation_data, row_feed
+        check_data_args(data, feed, validation_data, row_feed)
+
+    def _setup(self, sc, main_fun, args, roles, spec, run_dir, env, slot_wait_secs, set_tf_config) -> None:
         self.sc = sc
         self.main_fun = main_fun
         self.args = args
-        self.roles = tuple(plan_roles(num_nodes, num_ps=num_ps, master_node=master_node, eval_node=eval_node))
+        self.roles = roles
+        #: the cluster's settings (the spec it was started from, or the one its arguments made), for every node
+        self.spec: RunSpec = spec
         self.run_dir = run_dir
-        self.timeout = timeout
-        self.gpus_per_node = gpus_per_node
-        self.keras = keras
-        self.tensorboard = tensorboard
-        self.log_dir = log_dir
         self.env = {**{k: v for k, v in os.environ.items() if k.startswith("AIRFLOW_TFOS_")}, **dict(env or {})}
         self.slot_wait_secs = slot_wait_secs
         self.set_tf_config = set_tf_config
-        if max_attempts < 1:
-            raise ClusterConfigError(f"max_attempts must be at least 1, got {max_attempts}")
-        self.max_attempts = max_attempts
-        self.warm_start = warm_start or None
-        if stall_timeout is not None and stall_timeout <= 0:
-            raise ClusterConfigError(f"stall_timeout must be positive seconds or None, got {stall_timeout!r}")
-        self.stall_timeout = stall_timeout
+        #: TensorBoard's log directory: the spec's, else ``<run_dir>/tensorboard`` when TensorBoard is on
+        self.log_dir = spec.log_dir or (join(run_dir, "tensorboard") if spec.tensorboard and run_dir else None)
         self._stall: StallReport | None = None
-        self.data, self.feed, self.validation_data, self.row_feed = data, feed, validation_data, row_feed
-        check_data_args(data, feed, validation_data, row_feed)
         self.run_id = uuid.uuid4().hex[:12]
         self.job_group = f"airflow-tfos-{self.run_id}"
         self._thread: threading.Thread | None = None
@@ -171,8 +176,6 @@ class TFClusterRun:
         self._cancelled = False
         self._frame = None
         self._direct = None
-        #: the spec this run was started from (:meth:`from_spec`), handed to every node
-        self.spec: RunSpec | None = None
 
     @classmethod
     def from_spec(
@@ -187,35 +190,19 @@ class TFClusterRun:
         data: Any = None,
         validation_data: Any = None,
     ) -> TFClusterRun:
-        """The TF cluster ``spec`` asks for (what the driver starts): the layout, limits and node settings come
-        from the spec (its ``num_nodes`` counts the nodes that train, as the operator's does: the cluster adds
-        ``num_ps`` parameter servers and the evaluator); what the driver made of it is passed: the training
-        function, its ``args`` (a feed request's own, or the spec's), the DataFrames it built (fed with
-        ``spec.feed``), and ``env`` added to the spec's.
+        """The TF cluster ``spec`` asks for (what the driver starts; :func:`parse_spec` checked it): the layout,
+        limits and node settings come from the spec (its ``num_nodes`` counts the nodes that train, as the
+        operator's does: the cluster adds ``num_ps`` parameter servers and the evaluator); what the driver made of
+        it is passed: the training function, its ``args`` (a feed request's own, or the spec's), the DataFrames it
+        built (fed with ``spec.feed``), and ``env`` added to the spec's.
         """
-        run = cls(
-            sc,
-            main_fun,
-            args,
-            num_nodes=spec.num_nodes + spec.num_ps + (1 if spec.eval_node else 0),
-            num_ps=spec.num_ps,
-            master_node=spec.master_node,
-            eval_node=spec.eval_node,
-            run_dir=run_dir,
-            timeout=spec.timeout,
-            gpus_per_node=spec.gpus_per_node,
-            keras=spec.keras,
-            env={**spec.env, **(env or {})},
-            data=data,
-            feed=Feed(**spec.feed) if data is not None else None,
-            validation_data=validation_data,
-            max_attempts=spec.max_attempts,
-            warm_start=spec.warm_start,
-            stall_timeout=spec.stall_timeout,
-            tensorboard=spec.tensorboard,
-            log_dir=spec.log_dir or (join(run_dir, "tensorboard") if spec.tensorboard and run_dir else None),
-        )
-        run.spec = spec
+        total = spec.num_nodes + spec.num_ps + (1 if spec.eval_node else 0)
+        roles = tuple(plan_roles(total, num_ps=spec.num_ps, master_node=spec.master_node, eval_node=spec.eval_node))
+        run = cls.__new__(cls)
+        run._setup(sc, main_fun, args, roles, spec, run_dir, {**spec.env, **(env or {})}, 60.0, True)
+        feed = Feed(**spec.feed) if data is not None else None
+        run.data, run.feed, run.validation_data, run.row_feed = data, feed, validation_data, None
+        check_data_args(data, feed, validation_data, None)
         return run
 
     @property
@@ -227,12 +214,12 @@ class TFClusterRun:
         if self._thread is not None:
             raise TFoSRuntimeError(f"run {self.run_id} was already started")
         resources = snapshot_resources(self.sc, wanted_slots=self.num_nodes, wait_seconds=self.slot_wait_secs)
-        check_cluster(resources, self.num_nodes, gpus_per_node=self.gpus_per_node)
+        check_cluster(resources, self.num_nodes, gpus_per_node=self.spec.gpus_per_node)
         if self.feed is not None:
             self._prepare_feed()
         job = self.node_job()
         self._tokens = TokenKeeper.for_run_dir(self.run_dir, f"TF cluster {self.run_id}")
-        if self._tokens is None and self.tensorboard:  # TensorBoard's log directory alone may be on HDFS
+        if self._tokens is None and self.spec.tensorboard:  # TensorBoard's log directory alone may be on HDFS
             self._tokens = TokenKeeper.for_run_dir(self.log_dir, f"TF cluster {self.run_id}")
         if self._tokens is not None:
             job = dataclasses.replace(job, webhdfs_token=self._tokens.token)
@@ -280,18 +267,13 @@ class TFClusterRun:
             run_dir=self.run_dir,
             default_fs=default_fs,
             working_dir=os.getcwd(),
-            keras=self.keras,
-            gpus_per_node=self.gpus_per_node,
-            tensorboard=self.tensorboard,
-            log_dir=self.log_dir,
             env=self.env,
             set_tf_config=self.set_tf_config,
             feed=self.feed,
             direct=self._direct,
             with_validation=self.validation_data is not None,
             row_feed=self.row_feed,
-            warm_start=self.warm_start,
-            spec=self.spec,
+            spec=dataclasses.replace(self.spec, log_dir=self.log_dir),
         )
 
     def _collect(self, job: NodeJob) -> None:
@@ -303,7 +285,7 @@ class TFClusterRun:
 
     def _attempts(self, job: NodeJob) -> None:
         self.sc.setJobGroup(self.job_group, f"airflow-tfos TF cluster {self.run_id}", interruptOnCancel=True)
-        for attempt in range(self.max_attempts):
+        for attempt in range(self.spec.max_attempts):
             self._fence(attempt)
             self._event(events.ATTEMPT, attempt=attempt)
             monitor = self._watch(attempt)
@@ -315,7 +297,7 @@ class TFClusterRun:
                 stall, self._stall = self._stall, None
                 self._error = StallError(stall.message()) if stall is not None else exc
                 exc = self._error
-                last = attempt + 1 >= self.max_attempts
+                last = attempt + 1 >= self.spec.max_attempts
                 if self._cancelled or not retryable(exc):
                     return
                 reason = str(self._translate(exc)).splitlines()[0][:500]
@@ -334,7 +316,7 @@ class TFClusterRun:
                     attempt,
                     reason,
                     attempt + 2,
-                    self.max_attempts,
+                    self.spec.max_attempts,
                 )
                 self._error = None
             finally:
@@ -390,7 +372,7 @@ class TFClusterRun:
 
     def _watch(self, attempt: int) -> StallMonitor | None:
         """Start the stall watchdog over this attempt's progress reports (None without stall_timeout)."""
-        if self.stall_timeout is None or not self.run_dir:
+        if self.spec.stall_timeout is None or not self.run_dir:
             return None
         rundir = RunDir(self.run_dir)
 
@@ -408,7 +390,7 @@ class TFClusterRun:
             )
             self.sc.cancelJobGroup(self.job_group)  # Spark kills the tasks; their node processes die with them
 
-        monitor = StallMonitor(read, self.stall_timeout, on_stall)
+        monitor = StallMonitor(read, self.spec.stall_timeout, on_stall)
         monitor.start()
         return monitor
 
@@ -450,14 +432,14 @@ class TFClusterRun:
         if self._thread is None:
             raise TFoSRuntimeError("the run was not started: call start() first")
         if timeout is _UNSET:
-            timeout = None if self.timeout is None else self.timeout - (time.monotonic() - self._started_at)
+            timeout = None if self.spec.timeout is None else self.spec.timeout - (time.monotonic() - self._started_at)
         deadline = None if timeout is None else time.monotonic() + max(timeout, 0)
         try:
             while self._thread.is_alive():
                 if deadline is not None and time.monotonic() >= deadline:
                     self.cancel()
                     raise RunTimeoutError(
-                        f"TF cluster {self.run_id} did not finish within {self.timeout or timeout:g} s; its "
+                        f"TF cluster {self.run_id} did not finish within {self.spec.timeout or timeout:g} s; its "
                         "Spark stage was cancelled (raise timeout= to give it longer)"
                     )
                 self._thread.join(0.2)

@@ -31,8 +31,8 @@ from pyspark.ml.param.shared import HasFeaturesCol, HasLabelCol, HasPredictionCo
 from pyspark.ml.util import DefaultParamsReadable, DefaultParamsWritable
 from pyspark.sql.types import NumericType
 
-from airflow_tfos.runtime.errors import FeedConfigError
-from airflow_tfos.runtime.feed.plan import Feed
+from airflow_tfos.shared.errors import FeedConfigError
+from airflow_tfos.shared.spec import Feed
 
 log = logging.getLogger(__name__)
 

@@ -13,17 +13,17 @@ from typing import Any
 
 from airflow_tfos.runtime.errors import (
     ClusterConfigError,
-    FeedConfigError,
     NodeFailedError,
     RunCancelledError,
     StallError,
     TFoSRuntimeError,
     decode_node_failure,
 )
-from airflow_tfos.runtime.feed.plan import Feed
 from airflow_tfos.runtime.feed.rows import RowFeed
 from airflow_tfos.runtime.node.job import NodeJob
 from airflow_tfos.runtime.node.task import run_node
+from airflow_tfos.shared.errors import FeedConfigError
+from airflow_tfos.shared.spec import Feed
 
 #: What each node's task of a DataFrame stage yields.
 _OUTCOME = "executor_id int, result binary, notes string"

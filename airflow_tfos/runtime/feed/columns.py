@@ -28,8 +28,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from airflow_tfos.runtime.errors import FeedConfigError
-from airflow_tfos.runtime.feed.plan import Feed
+from airflow_tfos.shared.errors import FeedConfigError
+from airflow_tfos.shared.spec import Feed
 
 #: The fields of a Spark ML vector as Arrow carries it (``VectorUDT``'s SQL type).
 VECTOR_FIELDS = ("type", "size", "indices", "values")

@@ -31,10 +31,11 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from airflow_tfos.runtime.errors import FeedConfigError
 from airflow_tfos.runtime.feed.parquet_reads import Slice, open_parquet, read_slices, slice_batches, storage_path
-from airflow_tfos.runtime.feed.plan import NUMERIC_TYPES, Feed
+from airflow_tfos.runtime.feed.plan import NUMERIC_TYPES
 from airflow_tfos.runtime.node.cluster import NodeRole
+from airflow_tfos.shared.errors import FeedConfigError
+from airflow_tfos.shared.spec import Feed
 from airflow_tfos.shared.storage.webhdfs_config import WEBHDFS_ENV
 
 #: Spark types whose Parquet form pyarrow reads as Spark's Arrow path sends them.

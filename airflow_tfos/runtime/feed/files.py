@@ -26,9 +26,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from airflow_tfos.runtime.errors import FeedConfigError
-from airflow_tfos.runtime.feed.plan import Feed
 from airflow_tfos.runtime.feed.service import DataService
+from airflow_tfos.shared.errors import FeedConfigError
+from airflow_tfos.shared.spec import Feed
 from airflow_tfos.shared.storage import FileInfo, storage_for
 
 

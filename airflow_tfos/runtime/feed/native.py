@@ -33,8 +33,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from airflow_tfos.runtime.feed.columns import Rows
-from airflow_tfos.runtime.feed.plan import Feed
 from airflow_tfos.runtime.feed.service import DataService
+from airflow_tfos.shared.spec import Feed
 
 #: Name of each split's record file, relative to the worker's working directory.
 RECORD_FILES = {"train": "airflow-tfos-train.rec", "validation": "airflow-tfos-validation.rec"}

@@ -12,8 +12,8 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from urllib.parse import unquote
 
-from airflow_tfos.runtime.errors import FeedConfigError
-from airflow_tfos.runtime.feed.plan import Feed
+from airflow_tfos.shared.errors import FeedConfigError
+from airflow_tfos.shared.spec import Feed
 
 
 @dataclass(frozen=True)

@@ -13,8 +13,8 @@ import time
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 
-from airflow_tfos.runtime.errors import FeedConfigError
 from airflow_tfos.runtime.node.cluster import NodeRole
+from airflow_tfos.shared.errors import FeedConfigError
 
 ROWS_FILE = "rows.pickles"
 RESULTS_FILE = "results.pickles"

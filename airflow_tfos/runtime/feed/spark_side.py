@@ -19,12 +19,13 @@ import logging
 import os
 from collections.abc import Iterable, Sequence
 
-from airflow_tfos.runtime.errors import FeedConfigError
 from airflow_tfos.runtime.feed.dataset import FeedShare
 from airflow_tfos.runtime.feed.native import NativeShares, record_columns
-from airflow_tfos.runtime.feed.plan import Feed, balance, balance_once, check_schema
+from airflow_tfos.runtime.feed.plan import balance, balance_once, check_schema
 from airflow_tfos.runtime.feed.spill import SpillWriter
 from airflow_tfos.runtime.node.cluster import NodeRole, ps_coordinated
+from airflow_tfos.shared.errors import FeedConfigError
+from airflow_tfos.shared.spec import Feed
 
 log = logging.getLogger(__name__)
 

@@ -5,12 +5,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from airflow_tfos.runtime.feed.direct import DirectInput
-from airflow_tfos.runtime.feed.plan import Feed
 from airflow_tfos.runtime.feed.rows import RowFeed
 from airflow_tfos.runtime.node.cluster import (
     NodeRole,
 )
-from airflow_tfos.shared.spec import RunSpec
+from airflow_tfos.shared.spec import Feed, RunSpec
 
 
 @dataclass(frozen=True)
@@ -24,10 +23,6 @@ class NodeJob:
     :param run_dir: the run's directory, if any.
     :param default_fs: Hadoop's fs.defaultFS.
     :param working_dir: the driver's working directory (TFoS's ``ctx.working_dir``).
-    :param keras: ``auto``, ``tf_keras`` or ``keras3``.
-    :param gpus_per_node: GPUs each node needs (0: whatever Spark assigned).
-    :param tensorboard: start TensorBoard beside the chief (or worker 0).
-    :param log_dir: TensorBoard's log directory.
     :param env: extra environment variables for the node processes.
     :param set_tf_config: whether nodes get TF_CONFIG (TFoS set it only when there was a chief).
     :param kill_grace_secs: how long a node process may take to exit after SIGTERM before it is killed.
@@ -37,9 +32,9 @@ class NodeJob:
     :param with_validation: the partition also holds validation rows (tagged by a split column).
     :param row_feed: InputMode.SPARK from an RDD (TFoS's DataFeed): the partition holds Python rows.
     :param attempt: which attempt of the run this is (0 first; a new barrier stage each time).
-    :param warm_start: the exported model to start from without a checkpoint (``ctx.warm_start``).
-    :param spec: the run's spec, when the cluster was started from one (``TFClusterRun.from_spec``): where a
-        node reads a setting that only the operators' runs have.
+    :param spec: the cluster's settings, checked once where they were made (``TFClusterRun``, or spec.json read
+        by the driver): nodes read them as ``job.spec.<name>`` (``keras``, ``gpus_per_node``, ``tensorboard``,
+        ``log_dir``: the directory TensorBoard reads, ``warm_start``, ...).
     :param webhdfs_token: the WebHDFS delegation token the driver obtained for the nodes (Kerberized HDFS),
         handed to each node process on its stdin; never printed (``repr`` leaves it out).
     """
@@ -51,10 +46,6 @@ class NodeJob:
     run_dir: str | None = None
     default_fs: str = "file://"
     working_dir: str = "."
-    keras: str = "auto"
-    gpus_per_node: int = 0
-    tensorboard: bool = False
-    log_dir: str | None = None
     env: dict[str, str] = field(default_factory=dict)
     set_tf_config: bool = True
     kill_grace_secs: float = 5.0
@@ -63,6 +54,5 @@ class NodeJob:
     with_validation: bool = False
     row_feed: RowFeed | None = None
     attempt: int = 0
-    warm_start: str | None = None
-    spec: RunSpec | None = None
+    spec: RunSpec = field(default_factory=lambda: RunSpec(num_nodes=1))
     webhdfs_token: str | None = field(default=None, repr=False)

@@ -95,7 +95,7 @@ def node_env(job: NodeJob, tf_config: str | None) -> dict[str, str]:
     env.pop("TF_CONFIG", None)
     if tf_config:
         env["TF_CONFIG"] = tf_config
-    env.update(keras_env(job.keras, importlib.util.find_spec("tf_keras") is not None))
+    env.update(keras_env(job.spec.keras, importlib.util.find_spec("tf_keras") is not None))
     return env
 
 

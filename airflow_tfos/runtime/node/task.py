@@ -24,7 +24,7 @@ from collections.abc import Iterable, Iterator
 from contextlib import nullcontext
 from pathlib import Path
 
-from airflow_tfos.runtime.errors import FeedConfigError, NodeFailure
+from airflow_tfos.runtime.errors import NodeFailure
 from airflow_tfos.runtime.feed.native import WORKER_INDEX_FILE
 from airflow_tfos.runtime.feed.rows import RowFeed
 from airflow_tfos.runtime.feed.service import DataService
@@ -54,6 +54,7 @@ from airflow_tfos.runtime.node.process import ChildProcess
 from airflow_tfos.runtime.node.tensorboard import forget_tensorboard, record_tensorboard, start_tensorboard
 from airflow_tfos.runtime.program import child as child_files
 from airflow_tfos.runtime.program.context import NodeContext
+from airflow_tfos.shared.errors import FeedConfigError
 
 log = logging.getLogger(__name__)
 
@@ -96,13 +97,13 @@ def _run_node(job: NodeJob, task, role: NodeRole, host: str, node_dir: Path, par
     # Everything the node's process needs before its TF_CONFIG is known now: start it first, so that it
     # imports TensorFlow and the program while this task reads its data and swaps ports with the others.
     env = node_env(job, None)
-    env.update(gpu_env(assigned_gpus(task), job.gpus_per_node, role.label))
+    env.update(gpu_env(assigned_gpus(task), job.spec.gpus_per_node, role.label))
     # A worker under parameter servers runs in its node directory, where the relative names in the graphs
     # the chief traces find this worker's own files: its share of the fed rows, and its task index.
     ps_worker = ps_coordinated(job.roles) and role.job_name == WORKER
     # The node's ports, held by this task: TensorBoard's while it runs, the TF port until the handover
     # (runtime/node/ports.py tells why).
-    board = job.tensorboard and result_node(job.roles) == role
+    board = job.spec.tensorboard and result_node(job.roles) == role
     # Under parameter servers the chief's process also runs the tf.data dispatcher (runtime/feed/service.py).
     dispatches = ps_coordinated(job.roles) and role.job_name in (CHIEF, MASTER)
     with (
@@ -190,10 +191,10 @@ def _launch_node(
         attempt=job.attempt,
         gpus=env.get("CUDA_VISIBLE_DEVICES", "").split(",") if env.get("CUDA_VISIBLE_DEVICES") else [],
         tensorboard_url=tb_url,
-        log_dir=job.log_dir,
+        log_dir=job.spec.log_dir,
         feed_shares=shares,
         mgr=mgr,
-        warm_start=job.warm_start,
+        warm_start=job.spec.warm_start,
         data_service=_data_service(job, infos),
     )
     if ps_coordinated(job.roles) and role.job_name == WORKER:
@@ -263,7 +264,7 @@ def run_inference_partition(job: NodeJob, index: int, rows: Iterable) -> Iterato
             run_dir=job.run_dir,
             working_dir=job.working_dir,
             default_fs=job.default_fs,
-            log_dir=job.log_dir,
+            log_dir=job.spec.log_dir,
             mgr=mgr,
         )
         # Started as the training nodes are: the context, and the run's WebHDFS delegation token if any, on stdin.

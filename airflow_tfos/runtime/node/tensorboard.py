@@ -234,7 +234,7 @@ def start_tensorboard(job: NodeJob, env: dict[str, str], host: str, port: int) -
         log.warning("tensorboard=True but the tensorboard package is not installed on this executor")
         return None
 
-    log_dir = job.log_dir or str(Path(job.working_dir) / "tensorboard")
+    log_dir = job.spec.log_dir or str(Path(job.working_dir) / "tensorboard")
     token = job.webhdfs_token if is_remote(log_dir) else None
     argv = tensorboard_argv(log_dir, host, port, token_on_stdin=bool(token), reuse_port=True)
     board = ChildProcess(argv, env=env, name="TensorBoard", takes_input=bool(token)).start()
@@ -248,7 +248,7 @@ def record_tensorboard(job: NodeJob, url: str | None) -> bool:
     if not job.run_dir or not url:
         return False
     try:
-        RunDir(job.run_dir).write_tensorboard(url, attempt=job.attempt, run_id=job.run_id, log_dir=job.log_dir)
+        RunDir(job.run_dir).write_tensorboard(url, attempt=job.attempt, run_id=job.run_id, log_dir=job.spec.log_dir)
     except Exception as exc:  # the link is a convenience: never a reason to fail the node
         log.warning("cannot record TensorBoard's address %s in %s: %s", url, job.run_dir, exc)
         return False
