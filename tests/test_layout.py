@@ -214,4 +214,4 @@ def test_the_runtime_api_is_one_import_path_and_every_name_resolves():
 
     assert sorted(runtime.__all__) == sorted(runtime._API)
     for name in runtime.__all__:
-        assert getattr(runtime, name).__module__.startswith("airflow_tfos.runtime"), name
+        assert getattr(runtime, name).__module__.startswith(("airflow_tfos.runtime", "airflow_tfos.shared")), name

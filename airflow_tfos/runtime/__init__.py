@@ -37,7 +37,7 @@ _API = {
     "export_model": "airflow_tfos.runtime.program.export",
     "ProgressTracker": "airflow_tfos.runtime.program.progress",
     "progress_callback": "airflow_tfos.runtime.program.keras_progress",
-    "Feed": "airflow_tfos.shared.spec",
+    "Feed": "airflow_tfos.shared.feed",
     "parquet_dataset": "airflow_tfos.runtime.feed.files",
     "csv_dataset": "airflow_tfos.runtime.feed.files",
     "tfrecord_dataset": "airflow_tfos.runtime.feed.files",
@@ -115,4 +115,4 @@ if TYPE_CHECKING:  # for type checkers and IDEs: the same names, eagerly
     from airflow_tfos.runtime.program.keras_progress import progress_callback
     from airflow_tfos.runtime.program.progress import ProgressTracker
     from airflow_tfos.shared.errors import FeedConfigError
-    from airflow_tfos.shared.spec import Feed
+    from airflow_tfos.shared.feed import Feed

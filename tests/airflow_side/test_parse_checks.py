@@ -347,7 +347,8 @@ def test_the_spec_choices_are_the_runtimes():
     them starts no Spark and no TF)."""
     from airflow_tfos.runtime.node.cluster import CHIEF, MASTER
     from airflow_tfos.shared import spec
-    from airflow_tfos.shared.spec import BALANCE_MODES, KERAS_MODES, READ_MODES, Feed
+    from airflow_tfos.shared.feed import BALANCE_MODES, READ_MODES, Feed
+    from airflow_tfos.shared.spec import KERAS_MODES
 
     assert spec.KERAS_MODES == KERAS_MODES
     assert set(spec.MASTER_NODES) == {CHIEF, MASTER, None}

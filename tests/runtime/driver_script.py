@@ -45,7 +45,7 @@ def main(scenario: str, run_dir: str) -> int:
     try:
         if scenario == "sleep":
             tf_run = TFClusterRun(sc, programs.sleep_forever, num_nodes=2, run_dir=run_dir).start()
-            print(f"RUN_ID {tf_run.run_id}", flush=True)
+            print(f"RUN_ID {tf_run.cluster_id}", flush=True)
             tf_run.wait()
         elif scenario == "recover":
             args = {"steps_per_epoch": 20, "epochs": 3, "every": 5, "sleep": 0.25}

@@ -15,7 +15,7 @@ def node_processes(run_id: str) -> list[psutil.Process]:
     found = []
     for proc in psutil.process_iter(["cmdline"]):
         cmdline = proc.info.get("cmdline") or []
-        if "airflow_tfos.runtime.program.child" in cmdline and f"--run-id={run_id}" in cmdline:
+        if "airflow_tfos.runtime.program.child" in cmdline and f"--cluster-id={run_id}" in cmdline:
             found.append(proc)
     return found
 

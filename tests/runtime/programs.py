@@ -302,7 +302,7 @@ def export_linear_model(args, ctx):
 def tf_mode_files(args, ctx):
     """InputMode.TENSORFLOW: read this node's share of Parquet/CSV files; record what it read."""
     from airflow_tfos.runtime.feed.files import csv_dataset, parquet_dataset
-    from airflow_tfos.shared.spec import Feed
+    from airflow_tfos.shared.feed import Feed
 
     files = ctx.shard_files(args["pattern"])
     feed = Feed(features=["a", "b"], label="y", batch_size=10)
@@ -527,7 +527,7 @@ def mwms_file_rows_seen(args, ctx):
     through tf.distribute in one pass over ``parquet_dataset`` of its share of the files, and the steps Keras
     ``fit`` runs per epoch on it; recorded per node. ``args['workers']``: passed to the reader when set."""
     from airflow_tfos.runtime.feed.files import parquet_dataset
-    from airflow_tfos.shared.spec import Feed
+    from airflow_tfos.shared.feed import Feed
 
     files = ctx.shard_files(args["pattern"])
     feed = Feed(features="x", label="y", batch_size=args["batch_size"], shuffle=False)

@@ -104,7 +104,7 @@ def linear_frame(spark, rows: int, seed: int):
 
 def run_scenario(sc, spark, num_nodes: int, run_dir: str, scenario: str) -> dict:
     from airflow_tfos.runtime import TFClusterRun
-    from airflow_tfos.shared.spec import Feed
+    from airflow_tfos.shared.feed import Feed
 
     kwargs = {"num_nodes": num_nodes, "num_ps": 1, "run_dir": run_dir}
     if scenario == "unfed":
@@ -145,7 +145,7 @@ def run_scenario(sc, spark, num_nodes: int, run_dir: str, scenario: str) -> dict
         raise SystemExit(f"unknown scenario {scenario}")
     result = tf_run.start().wait(400)
     ended = time.time()
-    return {**result, "ended_after": round(ended - result["returned_at"], 2), "run_id": tf_run.run_id}
+    return {**result, "ended_after": round(ended - result["returned_at"], 2), "run_id": tf_run.cluster_id}
 
 
 def main(num_nodes: int, run_dir: str, scenarios: list[str]) -> int:
@@ -177,7 +177,7 @@ def main_checkpointed(run_dir: str, epochs: int = 3, every: int = 10) -> int:
     from pyspark.sql import SparkSession
 
     from airflow_tfos.runtime import TFClusterRun
-    from airflow_tfos.shared.spec import Feed
+    from airflow_tfos.shared.feed import Feed
 
     conf = local_cluster_conf(4, app_name="airflow-tfos-ps-checkpoints").set("spark.executor.memory", "640m")
     sc = SparkContext(conf=conf)

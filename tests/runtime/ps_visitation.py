@@ -210,7 +210,7 @@ def run_cell(sc, spark, cell: str, **kwargs):
     """A cell of the visitation matrix: ``cell-<frame|parquet>-<drop|pad>-<shuffle|ordered>``, CELL_ROWS rows
     (the workers' shares fill no whole number of batches), one epoch of ``ctx.epoch_dataset_fn``."""
     from airflow_tfos.runtime import TFClusterRun
-    from airflow_tfos.shared.spec import Feed
+    from airflow_tfos.shared.feed import Feed
 
     _, source, balance, order = cell.split("-")
     feed = Feed(features="x", label="id", batch_size=BATCH, balance=balance, shuffle=order == "shuffle")
@@ -225,7 +225,7 @@ def run_cell(sc, spark, cell: str, **kwargs):
 
 def run_scenario(sc, spark, run_dir: str, scenario: str) -> dict:
     from airflow_tfos.runtime import TFClusterRun
-    from airflow_tfos.shared.spec import Feed
+    from airflow_tfos.shared.feed import Feed
 
     kwargs = {"num_nodes": 4, "num_ps": 1, "run_dir": run_dir}
     feed = Feed(features="x", label="id", batch_size=BATCH, balance="drop", shuffle=False)
@@ -248,7 +248,7 @@ def run_scenario(sc, spark, run_dir: str, scenario: str) -> dict:
         run = TFClusterRun(sc, resume, args, data=id_frame(spark), feed=feed, max_attempts=3, **kwargs)
     else:
         raise SystemExit(f"unknown scenario {scenario}")
-    return {**run.start().wait(400), "run_id": run.run_id}
+    return {**run.start().wait(400), "run_id": run.cluster_id}
 
 
 def main(run_dir: str, scenarios: list[str], master: str | None = None) -> int:

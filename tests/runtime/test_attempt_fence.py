@@ -34,7 +34,7 @@ def test_a_stale_chief_publishes_nothing_and_leaves_no_staging(tmp_path, monkeyp
     rundir.write_attempt("run-a", 2)
     staging = rundir.checkpoint_staging(40)
     rundir.storage.makedirs(staging)
-    monkeypatch.setenv("AIRFLOW_TFOS_RUN_ID", "run-a")
+    monkeypatch.setenv("AIRFLOW_TFOS_CLUSTER_ID", "run-a")
     with pytest.raises(StaleAttemptError):
         fence(SimpleNamespace(attempt=1), rundir, staging)
     assert not rundir.storage.exists(staging)
@@ -54,12 +54,12 @@ def test_a_stale_chief_that_reaches_its_save_after_a_newer_attempt_started_publi
     while not (tmp_path / "before-save").exists() and time.monotonic() < deadline and not run.done():
         time.sleep(0.1)
     assert (tmp_path / "before-save").read_text() == "1"
-    rundir.write_attempt(run.run_id, 1)
+    rundir.write_attempt(run.cluster_id, 1)
     (tmp_path / "go").write_text("")
     with pytest.raises(NodeFailedError) as caught:
         run.wait(120)
     # the node's error starts with the cause and names the attempt that may publish
-    assert f"StaleAttemptError: attempt 0 of TF cluster {run.run_id} is stale" in str(caught.value)
+    assert f"StaleAttemptError: attempt 0 of TF cluster {run.cluster_id} is stale" in str(caught.value)
     assert "attempt.json names attempt 1" in str(caught.value)
     # nothing published, nothing staged left behind: no checkpoint, no export
     assert rundir.latest_checkpoint() is None

@@ -20,7 +20,7 @@ def run_cluster(sc, main_fun, args=None, **kwargs):
     try:
         return tf_run, tf_run.wait()
     finally:
-        assert_no_node_processes(tf_run.run_id)
+        assert_no_node_processes(tf_run.cluster_id)
 
 
 def test_two_worker_mwms_training_ends_with_identical_weights(sc, tmp_path):
@@ -68,7 +68,7 @@ def test_every_node_gets_its_role_cluster_spec_and_tf_config(sc, tmp_path):
     assert [records[k]["executor_id"] for k in ("ps:0", "chief:0", "worker:0")] == [0, 1, 2]
     assert result == records["chief:0"]  # the chief's return value; the ps ran until stopped
     info = json.loads((tmp_path / "cluster.json").read_text())
-    assert info["run_id"] == tf_run.run_id and info["cluster_spec"] == spec
+    assert info["run_id"] == tf_run.cluster_id and info["cluster_spec"] == spec
 
 
 def test_parameter_server_strategy_trains_through_ps_and_workers(sc):
@@ -92,14 +92,14 @@ def test_an_exception_in_a_worker_fails_the_run_with_its_role_and_traceback(sc, 
     assert "programs.py" in message and "in fail_on" in message  # the node's Python traceback
     assert info.value.failure.job_name == "worker"
     assert "Py4J" not in message.splitlines()[0]
-    assert_no_node_processes(tf_run.run_id)
+    assert_no_node_processes(tf_run.cluster_id)
 
 
 def test_a_parameter_server_dying_while_workers_train_fails_the_run(sc):
     tf_run = TFClusterRun(sc, programs.fail_on, {"job": "ps", "index": 0}, num_nodes=3, num_ps=1).start()
     with pytest.raises(NodeFailedError, match=r"TF node ps:0 .* failed: ValueError: boom from ps:0"):
         tf_run.wait(120)
-    assert_no_node_processes(tf_run.run_id)
+    assert_no_node_processes(tf_run.cluster_id)
 
 
 def test_timeout_cancels_the_stage_and_kills_the_node_processes(sc, tmp_path):
@@ -108,7 +108,7 @@ def test_timeout_cancels_the_stage_and_kills_the_node_processes(sc, tmp_path):
     with pytest.raises(RunTimeoutError, match="did not finish within 20 s"):
         tf_run.wait()
     assert len(pids) == 2
-    assert_no_node_processes(tf_run.run_id)
+    assert_no_node_processes(tf_run.cluster_id)
 
 
 def test_cancel_from_another_thread_stops_the_run(sc, tmp_path):
@@ -117,7 +117,7 @@ def test_cancel_from_another_thread_stops_the_run(sc, tmp_path):
     threading.Timer(0.5, tf_run.cancel).start()
     with pytest.raises(Exception, match="cancelled"):
         tf_run.wait(120)
-    assert_no_node_processes(tf_run.run_id)
+    assert_no_node_processes(tf_run.cluster_id)
 
 
 def test_more_nodes_than_task_slots_fails_before_launch(sc):
@@ -175,7 +175,7 @@ def test_a_node_killed_by_a_signal_is_reported_with_its_stderr(sc):
     assert "TF node chief:0" in message
     assert "process killed by SIGKILL" in message
     assert "chief about to be killed" in message
-    assert_no_node_processes(tf_run.run_id)
+    assert_no_node_processes(tf_run.cluster_id)
 
 
 def test_when_attempts_are_spent_the_run_fails_with_the_last_error(sc, tmp_path):
@@ -186,7 +186,7 @@ def test_when_attempts_are_spent_the_run_fails_with_the_last_error(sc, tmp_path)
 
     failed = RunDir(str(tmp_path)).events("attempt_failed")
     assert [(e["attempt"], e["retrying"]) for e in failed] == [(0, True), (1, False)]
-    assert_no_node_processes(tf_run.run_id)
+    assert_no_node_processes(tf_run.cluster_id)
 
 
 def test_an_error_in_the_program_is_not_retried(sc, tmp_path):

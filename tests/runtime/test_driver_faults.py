@@ -9,8 +9,9 @@ import pytest
 
 from airflow_tfos.runtime.driver.entry import feed_request_input
 from airflow_tfos.runtime.driver.heartbeat import DriverWatch
+from airflow_tfos.shared.feed import Feed
 from airflow_tfos.shared.rundir import RunDir
-from airflow_tfos.shared.spec import _FEED_FIELDS, Feed, SpecError, parse_spec
+from airflow_tfos.shared.spec import _FEED_FIELDS, SpecError, parse_spec
 from airflow_tfos.shared.storage.webhdfs_client import WebHDFSStorage
 from airflow_tfos.testing.webhdfs import WebHDFSEmulator
 from tests.conftest import wait_for

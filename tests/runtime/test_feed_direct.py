@@ -14,8 +14,8 @@ from airflow_tfos.runtime import TFClusterRun
 from airflow_tfos.runtime.feed.direct import Slice, plan_direct, read_slices, row_groups, split_rows
 from airflow_tfos.runtime.node.cluster import plan_roles
 from airflow_tfos.shared.errors import FeedConfigError
+from airflow_tfos.shared.feed import Feed
 from airflow_tfos.shared.rundir import RunDir
-from airflow_tfos.shared.spec import Feed
 from tests.runtime import programs
 from tests.runtime.helpers import assert_no_node_processes, read_records
 
@@ -46,7 +46,7 @@ def run_cluster(sc, main_fun, args=None, **kwargs):
     try:
         return tf_run.wait(300)
     finally:
-        assert_no_node_processes(tf_run.run_id)
+        assert_no_node_processes(tf_run.cluster_id)
 
 
 def epoch_ids_of(spark, tmp_path: Path, frame, feed: Feed, validation=None) -> dict[str, dict]:

@@ -10,7 +10,7 @@ import pytest
 
 from airflow_tfos.runtime import TFClusterRun
 from airflow_tfos.shared.errors import FeedConfigError
-from airflow_tfos.shared.spec import Feed
+from airflow_tfos.shared.feed import Feed
 from tests.runtime import programs
 from tests.runtime.helpers import assert_no_node_processes, read_records
 
@@ -32,7 +32,7 @@ def run_cluster(sc, main_fun, args=None, **kwargs):
     try:
         return tf_run.wait(300)
     finally:
-        assert_no_node_processes(tf_run.run_id)
+        assert_no_node_processes(tf_run.cluster_id)
 
 
 def test_dataframe_feed_trains_in_step_with_validation_data(spark, tmp_path, caplog):
@@ -358,7 +358,7 @@ def test_a_frame_already_dealt_out_one_partition_per_node_is_fed_without_a_secon
         try:
             tf_run.wait(300)
         finally:
-            assert_no_node_processes(tf_run.run_id)
+            assert_no_node_processes(tf_run.cluster_id)
     assert "already dealt out round-robin into 2 partitions, one per node: no layout shuffle" in caplog.text
     tracker = sc.statusTracker()
     stages = [s for j in tracker.getJobIdsForGroup(tf_run.job_group) for s in tracker.getJobInfo(j).stageIds]

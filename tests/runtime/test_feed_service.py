@@ -16,7 +16,7 @@ from tests.conftest import REPO
 
 def test_every_node_is_given_the_chiefs_dispatcher_and_jobs_named_by_run_and_attempt():
     roles = tuple(plan_roles(4, num_ps=1))
-    job = NodeJob(run_id="r1", roles=roles, deciders=decider_ids(roles), payload=b"", attempt=2)
+    job = NodeJob(cluster_id="r1", roles=roles, deciders=decider_ids(roles), payload=b"", attempt=2)
     infos = [{"executor_id": 0}, {"executor_id": 1, "dispatcher": "10.0.0.2:4321"}, {"executor_id": 2}]
     service = _data_service(job, infos)
     assert service == DataService("10.0.0.2:4321", job="r1-2")

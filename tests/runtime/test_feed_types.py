@@ -20,7 +20,7 @@ from airflow_tfos.runtime.feed.native import record_columns
 from airflow_tfos.runtime.feed.plan import check_schema
 from airflow_tfos.runtime.feed.spill import SpillWriter, read_batches, spill_schema
 from airflow_tfos.shared.errors import FeedConfigError
-from airflow_tfos.shared.spec import Feed
+from airflow_tfos.shared.feed import Feed
 
 VECTOR = pa.struct(
     [

@@ -16,7 +16,7 @@ from airflow_tfos.runtime.feed.plan import balance, balance_once, check_schema
 from airflow_tfos.runtime.feed.rows import DataFeed, RowFeedManager
 from airflow_tfos.runtime.feed.spill import SpillWriter, read_batches, spill_rows
 from airflow_tfos.shared.errors import FeedConfigError
-from airflow_tfos.shared.spec import Feed
+from airflow_tfos.shared.feed import Feed
 
 
 class TestBalance:

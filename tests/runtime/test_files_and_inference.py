@@ -57,7 +57,7 @@ for workers in (1, 2):
 
 def test_file_readers_reject_a_bad_worker_count(tmp_path):
     from airflow_tfos.runtime.feed.files import parquet_dataset
-    from airflow_tfos.shared.spec import Feed
+    from airflow_tfos.shared.feed import Feed
 
     with pytest.raises(FeedConfigError, match="workers must be a positive integer"):
         parquet_dataset([str(tmp_path / "none.parquet")], Feed(features="x"), workers=0)

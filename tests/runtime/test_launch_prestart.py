@@ -89,7 +89,7 @@ def test_tensorflow_is_imported_ahead_only_for_programs_that_import_it():
 
 def _job(payload: bytes) -> NodeJob:
     roles = tuple(plan_roles(1))
-    return NodeJob(run_id=f"prestart-{os.getpid()}", roles=roles, deciders=frozenset({0}), payload=payload)
+    return NodeJob(cluster_id=f"prestart-{os.getpid()}", roles=roles, deciders=frozenset({0}), payload=payload)
 
 
 def test_a_waiting_process_whose_task_goes_away_exits_without_running_main_fun(tmp_path):
@@ -132,14 +132,14 @@ def test_the_launch_breakdown_agrees_with_the_callers_clock(sc, tmp_path):
     ).start()
     result = run.wait()
     total = time.time() - called
-    assert_no_node_processes(run.run_id)
+    assert_no_node_processes(run.cluster_id)
 
     # TF was imported before main_fun, ahead of TF_CONFIG, and still reads the cluster it was handed.
     assert result["tf_preloaded"] is True
     assert result["resolver_cluster"] == result["ctx_cluster"]
     assert result["resolver_task"] == result["ctx_task"] == ["chief", 0]
     records = launch_times.read_records(str(times_dir))
-    assert [(r["executor_id"], r["run_id"]) for r in records] == [(0, run.run_id), (1, run.run_id)]
+    assert [(r["executor_id"], r["run_id"]) for r in records] == [(0, run.cluster_id), (1, run.cluster_id)]
     for record in records:
         assert record["tf_imported"] is not None
         assert record["task_start"] <= record["barrier_start"] <= record["barrier_end"] <= record["main_started"]
@@ -173,14 +173,14 @@ def test_prestarted_processes_of_a_barrier_stage_that_fails_are_gone(sc, tmp_pat
     thread = threading.Thread(target=collect, daemon=True)
     thread.start()
     deadline = time.monotonic() + 60
-    while len(node_processes(job.run_id)) < 2 and time.monotonic() < deadline:
+    while len(node_processes(job.cluster_id)) < 2 and time.monotonic() < deadline:
         time.sleep(0.1)
-    started = node_processes(job.run_id)
+    started = node_processes(job.cluster_id)
     # One waits in the port exchange, one in its data: both were started before it.
     assert len(started) == 2, f"expected 2 pre-started node processes, saw {started}"
     open(gate, "w").close()
     thread.join(120)
     assert not thread.is_alive()
     assert "partition 1 failed before the port exchange" in str(outcome.get("error"))
-    assert_no_node_processes(job.run_id)
+    assert_no_node_processes(job.cluster_id)
     assert not any(p.is_running() and p.status() != "zombie" for p in started)

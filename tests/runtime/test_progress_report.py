@@ -62,7 +62,7 @@ def test_epoch_position_and_percentiles():
 
 
 def test_a_custom_loop_tracker_writes_progress_metrics_and_step_times(tmp_path, monkeypatch):
-    monkeypatch.setenv("AIRFLOW_TFOS_RUN_ID", "run-1")
+    monkeypatch.setenv("AIRFLOW_TFOS_CLUSTER_ID", "run-1")
     rundir = RunDir(str(tmp_path))
     chief = ProgressTracker(node_ctx(str(tmp_path)), steps_per_epoch=5, epochs=2, global_batch_size=64,
                             interval=0.01, history_every=2)  # fmt: skip

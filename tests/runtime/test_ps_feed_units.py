@@ -17,7 +17,7 @@ from airflow_tfos.runtime.feed.spill import SpillWriter
 from airflow_tfos.runtime.node.cluster import plan_roles
 from airflow_tfos.runtime.program.context import NodeContext
 from airflow_tfos.shared.errors import FeedConfigError
-from airflow_tfos.shared.spec import Feed
+from airflow_tfos.shared.feed import Feed
 
 
 def test_under_parameter_servers_only_the_workers_get_rows():

@@ -9,7 +9,7 @@ import pyarrow.csv as pcsv
 import pyarrow.parquet as pq
 
 from airflow_tfos.runtime.feed.files import csv_dataset, list_files, parquet_dataset, shard_files, tfrecord_dataset
-from airflow_tfos.shared.spec import Feed
+from airflow_tfos.shared.feed import Feed
 from airflow_tfos.shared.storage import storage_for
 
 

@@ -7,7 +7,8 @@ import json
 import pytest
 
 from airflow_tfos.runtime.driver.launcher import TFClusterRun
-from airflow_tfos.shared.spec import Feed, RunSpec, SpecError, parse_spec
+from airflow_tfos.shared.feed import Feed
+from airflow_tfos.shared.spec import RunSpec, SpecError, parse_spec
 
 
 def test_a_spec_reads_back_as_the_same_object():

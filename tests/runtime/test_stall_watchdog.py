@@ -199,7 +199,7 @@ def test_the_monitor_calls_back_once_with_the_report():
 def test_every_node_writes_its_step_and_phase_for_the_driver(tmp_path, monkeypatch):
     from airflow_tfos.shared.rundir import RunDir
 
-    monkeypatch.setenv("AIRFLOW_TFOS_RUN_ID", "r1")
+    monkeypatch.setenv("AIRFLOW_TFOS_CLUSTER_ID", "r1")
 
     class Worker(_Ctx):
         job_name, is_chief, run_dir = "worker", False, str(tmp_path)

@@ -108,7 +108,7 @@ def test_visitation_matrix_fed_rows_once_per_epoch_but_what_balance_states(
     spark, parquet_ids, tmp_path, caplog, strategy, source, balance, order
 ):
     from airflow_tfos.runtime import TFClusterRun
-    from airflow_tfos.shared.spec import Feed
+    from airflow_tfos.shared.feed import Feed
 
     feed = Feed(features="x", label="id", batch_size=BATCH, balance=balance, shuffle=order == "shuffle")
     data = _id_frame(spark)
@@ -131,7 +131,7 @@ def test_visitation_matrix_fed_rows_once_per_epoch_but_what_balance_states(
     records, stated = _visits(out), feed_balance(run_dir)
     assert set(stated) == set(records) and sum(b["rows"] for b in stated.values()) == ROWS
     # The driver's log states the same figures, node by node; the balance mode did what it says.
-    assert logged_balance(caplog.text, run.run_id) == {
+    assert logged_balance(caplog.text, run.cluster_id) == {
         node: {k: b[k] for k in ("rows", "repeated", "dropped")} for node, b in stated.items()
     }
     assert all((b["repeated"] if balance == "drop" else b["dropped"]) == 0 for b in stated.values())
@@ -213,7 +213,7 @@ def _resumed_and_whole(spark, tmp_path, frame) -> tuple[dict, dict]:
     """The same run twice: whole, and with attempt 0 dying at step 19 (epoch 1, batch 8 of 11) after its checkpoint
     of step 15 (epoch 1, 4 batches in); one node, shuffled, 203 rows padded to 220 (11 steps per epoch)."""
     from airflow_tfos.runtime import TFClusterRun
-    from airflow_tfos.shared.spec import Feed
+    from airflow_tfos.shared.feed import Feed
 
     feed = Feed(features="x", label="id", batch_size=BATCH, balance="pad", shuffle=True, shuffle_window=64)
     results = {}

@@ -32,7 +32,7 @@ def replica_ids(args, ctx):
     import tensorflow as tf
 
     from airflow_tfos.runtime.feed.files import parquet_dataset
-    from airflow_tfos.shared.spec import Feed
+    from airflow_tfos.shared.feed import Feed
 
     strategy = tf.distribute.MultiWorkerMirroredStrategy()
     if args.get("pattern"):

@@ -51,7 +51,7 @@ class TFCluster:
         self._make_run = make_run
         self._run = make_run()
         self.num_executors = self._run.num_nodes
-        self.cluster_id = self._run.run_id
+        self.cluster_id = self._run.cluster_id
         self._trained = False
         self._result = None
         self._tokens: TokenKeeper | None = None
@@ -102,7 +102,7 @@ class TFCluster:
             raise RuntimeError("TFCluster.train() was already called on this cluster: run a new TFCluster.run()")
         epochs = num_epochs or 10
         self._run = self._make_run(data=dataRDD, row_feed=RowFeed(epochs=epochs, feed_timeout=float(feed_timeout)))
-        self.cluster_id = self._run.run_id
+        self.cluster_id = self._run.cluster_id
         self._trained = True
         self._result = self._run.start().wait()
 

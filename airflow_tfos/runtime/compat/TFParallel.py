@@ -74,7 +74,7 @@ def _run_instance(job: NodeJob, index: int, num_workers: int) -> Iterator:
 
     role = NodeRole(index, "worker", index)
     host = socket.gethostname()
-    node_dir = Path(tempfile.mkdtemp(prefix=f"airflow-tfos-{job.run_id}-parallel-{index}-"))
+    node_dir = Path(tempfile.mkdtemp(prefix=f"airflow-tfos-{job.cluster_id}-parallel-{index}-"))
     env = node_env(job, None)
     env.update(gpu_env(assigned_gpus(TaskContext.get()), job.spec.gpus_per_node, role.label))
     ctx = NodeContext(

@@ -35,7 +35,7 @@ class DriverWatch(threading.Thread):
         super().__init__(name="airflow-tfos-status", daemon=True)
         self.rundir, self.spec, self.base, self.interval = rundir, spec, base, interval
         self.tf_run: TFClusterRun | None = None
-        self.run_ids: set[str] = set()
+        self.cluster_ids: set[str] = set()
         self.stopping = threading.Event()
         self.finished = threading.Event()
         self.lock = threading.Lock()
@@ -47,7 +47,7 @@ class DriverWatch(threading.Thread):
 
     def attach(self, tf_run: TFClusterRun) -> None:
         """Watch this TF cluster (stop requests cancel it; its progress goes into status.json)."""
-        self.run_ids.add(tf_run.run_id)
+        self.cluster_ids.add(tf_run.cluster_id)
         self.tf_run = tf_run
 
     def step(self) -> int:
@@ -57,7 +57,7 @@ class DriverWatch(threading.Thread):
     def progress(self) -> dict[str, Any] | None:
         """The chief's progress.json, when it was written by a TF cluster of this application."""
         record = self.rundir.read_progress()
-        if record and record.get("run_id") in self.run_ids:
+        if record and record.get("run_id") in self.cluster_ids:
             return record
         return None
 

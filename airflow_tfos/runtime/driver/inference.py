@@ -21,7 +21,7 @@ from typing import Any
 from airflow_tfos.runtime.feed.plan import check_schema
 from airflow_tfos.runtime.program import saved_models
 from airflow_tfos.shared.errors import FeedConfigError
-from airflow_tfos.shared.spec import Feed
+from airflow_tfos.shared.feed import Feed
 from airflow_tfos.shared.storage.kerberos import delegation_token, use_delegation_token
 from airflow_tfos.shared.storage.webhdfs_config import WEBHDFS_ENV
 
@@ -281,7 +281,7 @@ def write_predictions(scored, output_path: str) -> int:
     """
     import uuid
 
-    from airflow_tfos.shared.rundir import STAGING_PREFIX, discard_stale, replace_dir
+    from airflow_tfos.shared.staging import STAGING_PREFIX, discard_stale, replace_dir
 
     final = output_path.rstrip("/")
     if "/" not in final:

@@ -44,8 +44,9 @@ from airflow_tfos.runtime.node.cluster import decider_ids, plan_roles
 from airflow_tfos.runtime.node.job import NodeJob
 from airflow_tfos.shared import events
 from airflow_tfos.shared.errors import RunDirError
+from airflow_tfos.shared.feed import Feed
 from airflow_tfos.shared.rundir import RunDir
-from airflow_tfos.shared.spec import Feed, RunSpec, check_settings
+from airflow_tfos.shared.spec import RunSpec, check_settings
 from airflow_tfos.shared.storage import join
 from airflow_tfos.shared.storage.tokens import TokenKeeper
 
@@ -166,8 +167,8 @@ class TFClusterRun:
         #: TensorBoard's log directory: the spec's, else ``<run_dir>/tensorboard`` when TensorBoard is on
         self.log_dir = spec.log_dir or (join(run_dir, "tensorboard") if spec.tensorboard and run_dir else None)
         self._stall: StallReport | None = None
-        self.run_id = uuid.uuid4().hex[:12]
-        self.job_group = f"airflow-tfos-{self.run_id}"
+        self.cluster_id = uuid.uuid4().hex[:12]
+        self.job_group = f"airflow-tfos-{self.cluster_id}"
         self._thread: threading.Thread | None = None
         self._tokens: TokenKeeper | None = None
         self._started_at: float | None = None
@@ -212,15 +213,15 @@ class TFClusterRun:
     def start(self) -> TFClusterRun:
         """Check the cluster, then submit the barrier stage in the background."""
         if self._thread is not None:
-            raise TFoSRuntimeError(f"run {self.run_id} was already started")
+            raise TFoSRuntimeError(f"run {self.cluster_id} was already started")
         resources = snapshot_resources(self.sc, wanted_slots=self.num_nodes, wait_seconds=self.slot_wait_secs)
         check_cluster(resources, self.num_nodes, gpus_per_node=self.spec.gpus_per_node)
         if self.feed is not None:
             self._prepare_feed()
         job = self.node_job()
-        self._tokens = TokenKeeper.for_run_dir(self.run_dir, f"TF cluster {self.run_id}")
+        self._tokens = TokenKeeper.for_run_dir(self.run_dir, f"TF cluster {self.cluster_id}")
         if self._tokens is None and self.spec.tensorboard:  # TensorBoard's log directory alone may be on HDFS
-            self._tokens = TokenKeeper.for_run_dir(self.log_dir, f"TF cluster {self.run_id}")
+            self._tokens = TokenKeeper.for_run_dir(self.log_dir, f"TF cluster {self.cluster_id}")
         if self._tokens is not None:
             job = dataclasses.replace(job, webhdfs_token=self._tokens.token)
         self._started_at = time.monotonic()
@@ -230,7 +231,7 @@ class TFClusterRun:
         self._thread.start()
         log.info(
             "TF cluster %s: %d node(s) %s submitted as one barrier stage",
-            self.run_id,
+            self.cluster_id,
             self.num_nodes,
             ", ".join(r.label for r in self.roles),
         )
@@ -247,7 +248,7 @@ class TFClusterRun:
         if self.validation_data is not None:
             check_schema(schema_fields(self.validation_data), self.feed, "validation DataFrame")
         self._direct, line = plan_direct(self.data, self.feed, self.roles, self.validation_data)
-        log.info("TF cluster %s: %s", self.run_id, line)
+        log.info("TF cluster %s: %s", self.cluster_id, line)
         if self._direct is None:
             self._frame = prepare_dataframe(self.data, self.feed, self.roles, self.validation_data)
 
@@ -260,7 +261,7 @@ class TFClusterRun:
         if default_fs.startswith("file://"):
             default_fs = "file://"
         return NodeJob(
-            run_id=self.run_id,
+            cluster_id=self.cluster_id,
             roles=self.roles,
             deciders=decider_ids(self.roles),
             payload=cloudpickle.dumps((self.main_fun, self.args)),
@@ -284,7 +285,7 @@ class TFClusterRun:
                 self._tokens.stop()
 
     def _attempts(self, job: NodeJob) -> None:
-        self.sc.setJobGroup(self.job_group, f"airflow-tfos TF cluster {self.run_id}", interruptOnCancel=True)
+        self.sc.setJobGroup(self.job_group, f"airflow-tfos TF cluster {self.cluster_id}", interruptOnCancel=True)
         for attempt in range(self.spec.max_attempts):
             self._fence(attempt)
             self._event(events.ATTEMPT, attempt=attempt)
@@ -305,14 +306,16 @@ class TFClusterRun:
                 if not last and (dropped := self._drop_unanswering(attempt, jobs_before, exc, stall)):
                     self._event(events.EXECUTORS_DROPPED, attempt=attempt, executors=dropped)
                 if last:
-                    log.error("TF cluster %s: attempt %d failed, no attempts left: %s", self.run_id, attempt, reason)
+                    log.error(
+                        "TF cluster %s: attempt %d failed, no attempts left: %s", self.cluster_id, attempt, reason
+                    )
                     return
                 # A lost executor comes back after some seconds; wait for its slot rather than let the
                 # next barrier stage sit in Spark's own slot check.
                 snapshot_resources(self.sc, wanted_slots=self.num_nodes, wait_seconds=self.slot_wait_secs)
                 log.warning(
                     "TF cluster %s: attempt %d failed (%s); starting a fresh TF cluster (attempt %d of %d)",
-                    self.run_id,
+                    self.cluster_id,
                     attempt,
                     reason,
                     attempt + 2,
@@ -353,7 +356,7 @@ class TFClusterRun:
             )
             accepted = set(drop_executors(self.sc, drops))
         except Exception as exc:  # never a reason to fail the run: Spark's heartbeat timeout still applies
-            log.warning("TF cluster %s: cannot look for executors to drop: %s", self.run_id, exc)
+            log.warning("TF cluster %s: cannot look for executors to drop: %s", self.cluster_id, exc)
             return []
         return describe([d for d in drops if d.executor_id in accepted])
 
@@ -367,7 +370,7 @@ class TFClusterRun:
         return {
             str(r["worker"]): int(r["step"])
             for r in records
-            if r.get("run_id") == self.run_id and r.get("attempt", 0) == attempt and r.get("step") is not None
+            if r.get("run_id") == self.cluster_id and r.get("attempt", 0) == attempt and r.get("step") is not None
         }
 
     def _watch(self, attempt: int) -> StallMonitor | None:
@@ -378,7 +381,7 @@ class TFClusterRun:
 
         def read() -> list[dict[str, Any]]:
             records = rundir.node_progress()
-            return [r for r in records if r.get("run_id") == self.run_id and r.get("attempt", 0) == attempt]
+            return [r for r in records if r.get("run_id") == self.cluster_id and r.get("attempt", 0) == attempt]
 
         def on_stall(report: StallReport) -> None:
             self._stall = report
@@ -399,7 +402,7 @@ class TFClusterRun:
         if not self.run_dir:
             return
         try:
-            RunDir(self.run_dir).write_attempt(self.run_id, attempt)
+            RunDir(self.run_dir).write_attempt(self.cluster_id, attempt)
         except (RunDirError, ValueError) as exc:
             log.warning("cannot record attempt %d in %s (its writes are not fenced): %s", attempt, self.run_dir, exc)
 
@@ -407,7 +410,7 @@ class TFClusterRun:
         if not self.run_dir:
             return
         try:
-            RunDir(self.run_dir).add_event(kind, run_id=self.run_id, **fields)
+            RunDir(self.run_dir).add_event(kind, run_id=self.cluster_id, **fields)
         except (RunDirError, ValueError) as exc:
             log.warning("cannot record %s in %s: %s", kind, self.run_dir, exc)
 
@@ -439,12 +442,12 @@ class TFClusterRun:
                 if deadline is not None and time.monotonic() >= deadline:
                     self.cancel()
                     raise RunTimeoutError(
-                        f"TF cluster {self.run_id} did not finish within {self.spec.timeout or timeout:g} s; its "
+                        f"TF cluster {self.cluster_id} did not finish within {self.spec.timeout or timeout:g} s; its "
                         "Spark stage was cancelled (raise timeout= to give it longer)"
                     )
                 self._thread.join(0.2)
         except KeyboardInterrupt:
-            log.warning("interrupted: cancelling TF cluster %s", self.run_id)
+            log.warning("interrupted: cancelling TF cluster %s", self.cluster_id)
             self.cancel()
             raise
         return self._result()
@@ -459,12 +462,12 @@ class TFClusterRun:
 
         for _executor_id, data, notes in self._outcome:
             for line in filter(None, notes.splitlines()):
-                log.info("TF cluster %s: %s", self.run_id, line)
+                log.info("TF cluster %s: %s", self.cluster_id, line)
             return cloudpickle.loads(data)
         return None
 
     def _translate(self, error: BaseException) -> BaseException:
-        return translate(error, self.run_id, self.num_nodes, self._cancelled)
+        return translate(error, self.cluster_id, self.num_nodes, self._cancelled)
 
     def cancel(self) -> None:
         """Cancel the stage; Spark kills its tasks and every node process dies with them."""

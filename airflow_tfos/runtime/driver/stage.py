@@ -23,7 +23,7 @@ from airflow_tfos.runtime.feed.rows import RowFeed
 from airflow_tfos.runtime.node.job import NodeJob
 from airflow_tfos.runtime.node.task import run_node
 from airflow_tfos.shared.errors import FeedConfigError
-from airflow_tfos.shared.spec import Feed
+from airflow_tfos.shared.feed import Feed
 
 #: What each node's task of a DataFrame stage yields.
 _OUTCOME = "executor_id int, result binary, notes string"
@@ -54,7 +54,7 @@ def rdd_stage(rdd, job: NodeJob) -> list[tuple[int, bytes, str]]:
     return rdd.barrier().mapPartitions(lambda it: run_node(job, it)).collect()
 
 
-def translate(error: BaseException, run_id: str, num_nodes: int, cancelled: bool) -> BaseException:
+def translate(error: BaseException, cluster_id: str, num_nodes: int, cancelled: bool) -> BaseException:
     """The error a failed stage raises: a node's own failure (decoded from Spark's text), a cancellation, a
     cluster too large for the slots, or Spark's failure as it is."""
     if isinstance(error, (FeedConfigError, StallError)):
@@ -65,11 +65,11 @@ def translate(error: BaseException, run_id: str, num_nodes: int, cancelled: bool
     if failure is not None:
         return NodeFailedError(failure, str(error))
     if cancelled:
-        return RunCancelledError(f"TF cluster {run_id} was cancelled")
+        return RunCancelledError(f"TF cluster {cluster_id} was cancelled")
     text = str(error)
     if "BarrierJobSlotsNumberCheckFailed" in text or "more slots than the total number" in text:
         return ClusterConfigError(f"Spark could not place {num_nodes} barrier tasks at once: {text.splitlines()[0]}")
-    return TFoSRuntimeError(f"TF cluster {run_id} failed in Spark: {text}")
+    return TFoSRuntimeError(f"TF cluster {cluster_id} failed in Spark: {text}")
 
 
 def retryable(error: BaseException) -> bool:

@@ -29,7 +29,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from airflow_tfos.shared.errors import FeedConfigError
-from airflow_tfos.shared.spec import Feed
+from airflow_tfos.shared.feed import Feed
 
 #: The fields of a Spark ML vector as Arrow carries it (``VectorUDT``'s SQL type).
 VECTOR_FIELDS = ("type", "size", "indices", "values")

@@ -15,7 +15,7 @@ import pyarrow as pa
 from airflow_tfos.runtime.feed.columns import Rows, as_tensor, concat, normalize_column, spec_of, to_numpy
 from airflow_tfos.runtime.feed.native import NativeShares
 from airflow_tfos.runtime.feed.spill import count_batches, read_batches, spill_schema
-from airflow_tfos.shared.spec import Feed
+from airflow_tfos.shared.feed import Feed
 
 log = logging.getLogger(__name__)
 

@@ -35,7 +35,7 @@ from airflow_tfos.runtime.feed.parquet_reads import Slice, open_parquet, read_sl
 from airflow_tfos.runtime.feed.plan import NUMERIC_TYPES
 from airflow_tfos.runtime.node.cluster import NodeRole
 from airflow_tfos.shared.errors import FeedConfigError
-from airflow_tfos.shared.spec import Feed
+from airflow_tfos.shared.feed import Feed
 from airflow_tfos.shared.storage.webhdfs_config import WEBHDFS_ENV
 
 #: Spark types whose Parquet form pyarrow reads as Spark's Arrow path sends them.

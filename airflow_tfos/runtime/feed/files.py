@@ -28,7 +28,7 @@ import numpy as np
 
 from airflow_tfos.runtime.feed.service import DataService
 from airflow_tfos.shared.errors import FeedConfigError
-from airflow_tfos.shared.spec import Feed
+from airflow_tfos.shared.feed import Feed
 from airflow_tfos.shared.storage import FileInfo, storage_for
 
 

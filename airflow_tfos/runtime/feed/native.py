@@ -34,7 +34,7 @@ import numpy as np
 
 from airflow_tfos.runtime.feed.columns import Rows
 from airflow_tfos.runtime.feed.service import DataService
-from airflow_tfos.shared.spec import Feed
+from airflow_tfos.shared.feed import Feed
 
 #: Name of each split's record file, relative to the worker's working directory.
 RECORD_FILES = {"train": "airflow-tfos-train.rec", "validation": "airflow-tfos-validation.rec"}

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from airflow_tfos.shared.errors import FeedConfigError
-from airflow_tfos.shared.spec import BALANCE_MODES, Feed
+from airflow_tfos.shared.feed import BALANCE_MODES, Feed
 
 #: Spark SQL scalar types a feature or label may have (``simpleString`` names).
 NUMERIC_TYPES = frozenset({"tinyint", "smallint", "int", "bigint", "float", "double", "boolean"})

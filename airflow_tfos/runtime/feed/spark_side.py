@@ -25,7 +25,7 @@ from airflow_tfos.runtime.feed.plan import balance, balance_once, check_schema
 from airflow_tfos.runtime.feed.spill import SpillWriter
 from airflow_tfos.runtime.node.cluster import NodeRole, ps_coordinated
 from airflow_tfos.shared.errors import FeedConfigError
-from airflow_tfos.shared.spec import Feed
+from airflow_tfos.shared.feed import Feed
 
 log = logging.getLogger(__name__)
 

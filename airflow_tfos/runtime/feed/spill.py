@@ -23,7 +23,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from airflow_tfos.runtime.feed.columns import normalize_column
-from airflow_tfos.shared.spec import Feed
+from airflow_tfos.shared.feed import Feed
 
 
 def order_key(batch: pa.RecordBatch, label: str | None) -> bytes:

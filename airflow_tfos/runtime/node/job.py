@@ -9,14 +9,16 @@ from airflow_tfos.runtime.feed.rows import RowFeed
 from airflow_tfos.runtime.node.cluster import (
     NodeRole,
 )
-from airflow_tfos.shared.spec import Feed, RunSpec
+from airflow_tfos.shared.feed import Feed
+from airflow_tfos.shared.spec import RunSpec
 
 
 @dataclass(frozen=True)
 class NodeJob:
     """Everything each barrier task needs; built on the driver and shipped with the task.
 
-    :param run_id: identifies this run's processes and temporary files.
+    :param cluster_id: the TF cluster's id (``TFClusterRun.cluster_id``): names its processes and temporary files,
+        and is written into the run directory's records as their ``run_id``.
     :param roles: the layout, indexed by partition id.
     :param deciders: executor ids whose finishing ends the run.
     :param payload: ``(main_fun, args)`` pickled with cloudpickle on the driver.
@@ -39,7 +41,7 @@ class NodeJob:
         handed to each node process on its stdin; never printed (``repr`` leaves it out).
     """
 
-    run_id: str
+    cluster_id: str
     roles: tuple[NodeRole, ...]
     deciders: frozenset[int]
     payload: bytes

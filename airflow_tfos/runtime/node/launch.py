@@ -38,7 +38,7 @@ def prestart_node_process(
         "-m",
         "airflow_tfos.runtime.program.child",
         str(node_dir),
-        f"--run-id={job.run_id}",
+        f"--cluster-id={job.cluster_id}",
         child_files.AWAIT_CONTEXT,
     ]
     return ChildProcess(argv, env=env, name=name, cwd=cwd, takes_input=True).start()
@@ -81,7 +81,7 @@ def start_node_process(
 
     (node_dir / child_files.PAYLOAD).write_bytes(job.payload)
     (node_dir / child_files.CONTEXT).write_bytes(cloudpickle.dumps(ctx))
-    argv = [sys.executable, "-m", "airflow_tfos.runtime.program.child", str(node_dir), f"--run-id={job.run_id}"]
+    argv = [sys.executable, "-m", "airflow_tfos.runtime.program.child", str(node_dir), f"--cluster-id={job.cluster_id}"]
     return ChildProcess(argv, env=env, name=name, cwd=cwd)
 
 
@@ -91,7 +91,7 @@ def node_env(job: NodeJob, tf_config: str | None) -> dict[str, str]:
     # Absolute: a node may run in a directory of its own (a worker fed under parameter servers).
     env["PYTHONPATH"] = os.pathsep.join(os.path.abspath(p) for p in sys.path if p)
     env["PYTHONUNBUFFERED"] = "1"
-    env["AIRFLOW_TFOS_RUN_ID"] = job.run_id
+    env["AIRFLOW_TFOS_CLUSTER_ID"] = job.cluster_id
     env.pop("TF_CONFIG", None)
     if tf_config:
         env["TF_CONFIG"] = tf_config

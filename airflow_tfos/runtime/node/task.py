@@ -79,7 +79,7 @@ def run_node(job: NodeJob, partition: Iterable) -> Iterator[tuple[int, bytes, st
         )
     role = job.roles[executor_id]
     host = infos[executor_id].address.rsplit(":", 1)[0]
-    node_dir = Path(tempfile.mkdtemp(prefix=f"airflow-tfos-{job.run_id}-{executor_id}-"))
+    node_dir = Path(tempfile.mkdtemp(prefix=f"airflow-tfos-{job.cluster_id}-{executor_id}-"))
     try:
         yield from _run_node(job, task, role, host, node_dir, partition)
     finally:
@@ -231,7 +231,7 @@ def _data_service(job: NodeJob, infos: list[dict]) -> DataService | None:
     dispatcher = next((i["dispatcher"] for i in infos if "dispatcher" in i), None)
     if dispatcher is None:
         return None
-    return DataService(dispatcher, job=f"{job.run_id}-{job.attempt}")
+    return DataService(dispatcher, job=f"{job.cluster_id}-{job.attempt}")
 
 
 def run_inference_partition(job: NodeJob, index: int, rows: Iterable) -> Iterator:
@@ -244,7 +244,7 @@ def run_inference_partition(job: NodeJob, index: int, rows: Iterable) -> Iterato
 
     role = NodeRole(index, "worker", index)
     host = socket.gethostname()
-    node_dir = Path(tempfile.mkdtemp(prefix=f"airflow-tfos-{job.run_id}-infer-{index}-"))
+    node_dir = Path(tempfile.mkdtemp(prefix=f"airflow-tfos-{job.cluster_id}-infer-{index}-"))
     feed = job.row_feed or RowFeed(train_mode=False)
     proc = None
     try:
@@ -304,7 +304,7 @@ def _publish_cluster_info(job: NodeJob, cluster_spec: dict, tensorboard_url: str
     if "://" in path:
         return  # remote run directories are written through the storage layer
     try:
-        info = {"run_id": job.run_id, "cluster_spec": cluster_spec, "tensorboard_url": tensorboard_url}
+        info = {"run_id": job.cluster_id, "cluster_spec": cluster_spec, "tensorboard_url": tensorboard_url}
         target = Path(path) / CLUSTER_INFO
         tmp = target.with_suffix(".tmp")
         tmp.write_text(json.dumps(info, indent=1))

@@ -248,7 +248,7 @@ def record_tensorboard(job: NodeJob, url: str | None) -> bool:
     if not job.run_dir or not url:
         return False
     try:
-        RunDir(job.run_dir).write_tensorboard(url, attempt=job.attempt, run_id=job.run_id, log_dir=job.spec.log_dir)
+        RunDir(job.run_dir).write_tensorboard(url, attempt=job.attempt, run_id=job.cluster_id, log_dir=job.spec.log_dir)
     except Exception as exc:  # the link is a convenience: never a reason to fail the node
         log.warning("cannot record TensorBoard's address %s in %s: %s", url, job.run_dir, exc)
         return False

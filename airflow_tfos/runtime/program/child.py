@@ -122,8 +122,8 @@ def _node_fields(ctx) -> dict:
         "executor_id": ctx.executor_id,
         "attempt": ctx.attempt,
     }
-    run_id = os.environ.get("AIRFLOW_TFOS_RUN_ID")
-    return {**fields, "run_id": run_id} if run_id else fields
+    cluster_id = os.environ.get("AIRFLOW_TFOS_CLUSTER_ID")  # written as the records' run_id
+    return {**fields, "run_id": cluster_id} if cluster_id else fields
 
 
 def _record_feed(ctx) -> None:

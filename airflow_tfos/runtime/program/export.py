@@ -70,7 +70,7 @@ def fence(ctx, rundir: RunDir, staging: str) -> None:
     """Refuse to publish ``staging`` when this node's attempt is no longer the run's
     (``RunDir.check_attempt``); the staged copy is removed, so a stale attempt leaves nothing behind."""
     try:
-        rundir.check_attempt(os.environ.get("AIRFLOW_TFOS_RUN_ID"), getattr(ctx, "attempt", 0))
+        rundir.check_attempt(os.environ.get("AIRFLOW_TFOS_CLUSTER_ID"), getattr(ctx, "attempt", 0))
     except StaleAttemptError:
         with contextlib.suppress(OSError):
             rundir.storage.delete(staging)

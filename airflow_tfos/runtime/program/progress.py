@@ -297,7 +297,7 @@ class ProgressTracker:
             "step": self._step if self._phase != "starting" else None,
             "phase": self._phase,
             "attempt": getattr(self.ctx, "attempt", 0),
-            "run_id": os.environ.get("AIRFLOW_TFOS_RUN_ID"),
+            "run_id": os.environ.get("AIRFLOW_TFOS_CLUSTER_ID"),
             "time": time.time(),
         }
         self._writer.node_progress(self.worker, record)
@@ -329,7 +329,7 @@ class ProgressTracker:
             "elapsed_secs": round(time.time() - self._started_wall, 1) if self._started_wall else 0.0,
             "finished": total is not None and self._step >= total,
             "attempt": getattr(self.ctx, "attempt", 0),
-            "run_id": os.environ.get("AIRFLOW_TFOS_RUN_ID"),
+            "run_id": os.environ.get("AIRFLOW_TFOS_CLUSTER_ID"),
             "worker": self.worker,
             "phase": self._phase,
             "time": time.time(),
@@ -391,8 +391,8 @@ class ProgressTracker:
         self._writer.progress(record)
 
     def _event(self, kind: str, fields: dict[str, Any]) -> None:
-        run_id = os.environ.get("AIRFLOW_TFOS_RUN_ID")
-        self._writer.event(kind, {**fields, "run_id": run_id} if run_id else fields)
+        cluster_id = os.environ.get("AIRFLOW_TFOS_CLUSTER_ID")  # written as the records' run_id
+        self._writer.event(kind, {**fields, "run_id": cluster_id} if cluster_id else fields)
 
 
 _TRACKERS: weakref.WeakSet[ProgressTracker] = weakref.WeakSet()
