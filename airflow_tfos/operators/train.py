@@ -101,6 +101,7 @@ class _TFoSRunOperator(_TFoSApplicationOperator):
         training_timeout: float | None = RunSpec.timeout,
         stop_grace_secs: float = RunSpec.stop_grace_secs,
         stall_timeout: float | None = RunSpec.stall_timeout,
+        kill_grace_secs: float = RunSpec.kill_grace_secs,
         tensorboard: bool = RunSpec.tensorboard,
         log_dir: str | None = RunSpec.log_dir,
         feed_functions: Sequence[str] = (),
@@ -127,6 +128,7 @@ class _TFoSRunOperator(_TFoSApplicationOperator):
         self.training_timeout = training_timeout
         self.stop_grace_secs = stop_grace_secs
         self.stall_timeout = stall_timeout
+        self.kill_grace_secs = kill_grace_secs
         self.tensorboard = tensorboard
         self.log_dir = log_dir
         self.feed_functions = list(feed_functions)  # not templated: a DAG run's conf cannot widen it
@@ -228,6 +230,8 @@ class TFoSTrainOperator(_TFoSRunOperator):
     :param stall_timeout: seconds without the training's global step advancing before the TF cluster attempt
         is failed (naming the stalled nodes) and retried from the latest checkpoint; not while a checkpoint
         is saved, a model exported or restored, or the feed's first batch awaited. None: no watchdog.
+    :param kill_grace_secs: seconds a node's TF process may take to exit after SIGTERM, when its Spark task
+        ends or fails, before it is killed (a program that writes something on SIGTERM may need longer).
     :param tensorboard: start TensorBoard beside the chief (or worker 0) while the run trains; the task's
         TensorBoard link leads to it while the application runs (not while the task is deferred).
     :param log_dir: the log directory TensorBoard reads, which the training function finds as ``ctx.log_dir``

@@ -107,6 +107,8 @@ class RunSpec:
     warm_start: str | None = field(default=None, metadata=_spec((str, type(None)), TRAINING))
     #: seconds without the global step advancing before an attempt counts as stalled (None: no watchdog)
     stall_timeout: float | None = field(default=600.0, metadata=_spec((int, float, type(None)), WHEN_SET))
+    #: seconds a node's TF process may take to exit after SIGTERM (its stage ended or failed) before it is killed
+    kill_grace_secs: float = field(default=5.0, metadata=_spec((int, float), WHEN_SET))
     #: start TensorBoard beside the chief (or worker 0) while the run trains; its address goes to tensorboard.json
     tensorboard: bool = field(default=False, metadata=_spec(bool, WHEN_SET))
     #: the log directory TensorBoard reads and the nodes find as ``ctx.log_dir`` (default ``<run_dir>/tensorboard``
@@ -238,6 +240,8 @@ def check_settings(spec: RunSpec) -> None:
         raise SpecError(f"spec.json gpus_per_node must be 0 or more, got {spec.gpus_per_node}")
     if spec.timeout is not None and not spec.timeout > 0:
         raise SpecError(f"spec.json timeout must be positive seconds or null, got {spec.timeout!r}")
+    if not spec.kill_grace_secs >= 0:
+        raise SpecError(f"spec.json kill_grace_secs must be 0 or more seconds, got {spec.kill_grace_secs!r}")
     if spec.stall_timeout is not None and not spec.stall_timeout > 0:
         raise SpecError(f"spec.json stall_timeout must be positive seconds or null, got {spec.stall_timeout!r}")
 

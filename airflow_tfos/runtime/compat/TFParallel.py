@@ -97,5 +97,5 @@ def _run_instance(job: NodeJob, index: int, num_workers: int) -> Iterator:
             raise RuntimeError(node_failure(role, host, node_dir, proc, code).encode())
         return iter(())
     finally:
-        proc.stop(job.kill_grace_secs)
+        proc.stop(job.spec.kill_grace_secs)
         shutil.rmtree(node_dir, ignore_errors=True)

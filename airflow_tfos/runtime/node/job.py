@@ -27,7 +27,6 @@ class NodeJob:
     :param working_dir: the driver's working directory (TFoS's ``ctx.working_dir``).
     :param env: extra environment variables for the node processes.
     :param set_tf_config: whether nodes get TF_CONFIG (TFoS set it only when there was a chief).
-    :param kill_grace_secs: how long a node process may take to exit after SIGTERM before it is killed.
     :param feed: InputMode.SPARK from a DataFrame: the partition holds Arrow batches to spill and feed.
     :param direct: the feed's rows are read by the nodes from Parquet files: each node's slices of them
         (the partition is then empty).
@@ -50,7 +49,6 @@ class NodeJob:
     working_dir: str = "."
     env: dict[str, str] = field(default_factory=dict)
     set_tf_config: bool = True
-    kill_grace_secs: float = 5.0
     feed: Feed | None = None
     direct: DirectInput | None = None
     with_validation: bool = False

@@ -118,7 +118,7 @@ def _run_node(job: NodeJob, task, role: NodeRole, host: str, node_dir: Path, par
         try:
             yield from _launch_node(job, task, role, host, node_dir, partition, proc, env, times, ports)
         finally:
-            proc.stop(job.kill_grace_secs)
+            proc.stop(job.spec.kill_grace_secs)
 
 
 def _launch_node(
@@ -284,7 +284,7 @@ def run_inference_partition(job: NodeJob, index: int, rows: Iterable) -> Iterato
         yield from results
     finally:
         if proc is not None:
-            proc.stop(job.kill_grace_secs)
+            proc.stop(job.spec.kill_grace_secs)
         shutil.rmtree(node_dir, ignore_errors=True)
 
 
