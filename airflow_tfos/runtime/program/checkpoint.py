@@ -415,13 +415,20 @@ def _why_not_skip(checkpointer: RunCheckpointer, dataset, step: int) -> str | No
     """Why a run restored mid-epoch cannot finish that epoch by skipping the batches trained already, or None
     when every training node can: its dataset is ``ctx.dataset()`` itself and replays its rows in the order
     the attempt that saved the checkpoint did (the same digest of its share's order). The nodes agree (an
-    all-reduce under MultiWorkerMirroredStrategy): one that cannot makes them all train the epoch again."""
+    all-reduce under MultiWorkerMirroredStrategy): one that cannot makes them all train the epoch again.
+
+    A dataset of the program's own (not ``ctx.dataset()``) is the program's to replay alike: its first batches
+    are skipped, as ``Dataset.skip`` does, and the log says so."""
     ctx = checkpointer.ctx
     if checkpointer.coordinated or not hasattr(dataset, "skip"):
         return "under parameter servers each batch goes to whichever worker asks first: which it trained is not known"
     reason = None
     if not replays_epochs(dataset):
-        reason = "the dataset is not ctx.dataset() itself, whose order fit_resumable can replay"
+        log.info(
+            "the dataset given to fit_resumable is the program's own, not ctx.dataset(): the resumed epoch skips "
+            "its first batches, which are the batches trained before only if it yields them in the same order "
+            "on every attempt"
+        )
     else:
         share = (getattr(ctx, "feed_shares", None) or {}).get("train")
         was = _share_order_of(checkpointer.rundir, step, ctx) if share is not None and share.order else None
