@@ -91,3 +91,13 @@ def logged_balance(log_text: str, run_id: str) -> dict[str, dict]:
                 for node, rows, rep, drop in _NODE_PART.findall(found.group(2))
             }
     raise AssertionError(f"no balance line of run {run_id} in the driver's log")
+
+
+def report_visitation(cell: str, ids: list[int], every_row_once: int, repeated: int = 0, dropped: int = 0) -> None:
+    """Print one line of the visitation matrix's figures (``pytest -k visitation -s | grep VISITATION``): the rows
+    trained in an epoch and the sum of their ids, beside the sum every row once gives and what balance stated."""
+    print(  # noqa: T201 (the figures a reader of the matrix wants, shown with -s)
+        f"VISITATION {cell}: {len(ids)} rows trained, id sum {sum(ids)} (every row once: {every_row_once}), "
+        f"{repeated} repeated, {dropped} left out",
+        flush=True,
+    )

@@ -280,7 +280,7 @@ def check_cell(result: dict, cell_dir: Path, log: str) -> dict:
     """Assert what a cell promises; return the feed's balance per worker. One epoch of ``ctx.epoch_dataset_fn``,
     worker 1 slowed; the workers' shares (502 and 501 rows) fill no whole number of batches of 50, so balance
     drops or repeats rows, and says how many on which worker (its ``feed`` event and the driver's log)."""
-    from tests.runtime.helpers import feed_balance, logged_balance, read_records
+    from tests.runtime.helpers import feed_balance, logged_balance, read_records, report_visitation
 
     (record,) = result["per_epoch"]
     counts = record["counts"][:CELL_ROWS]
@@ -297,6 +297,8 @@ def check_cell(result: dict, cell_dir: Path, log: str) -> dict:
     # Every id once, except exactly the rows balance left out (never trained) or repeated (trained twice).
     assert sum(counts) == sum(b["rows_per_epoch"] for b in balance.values()) == result["steps_per_epoch"] * BATCH
     assert counts.count(0) == dropped and sum(c - 1 for c in counts if c) == repeated and max(counts) <= 2
+    trained = [i for i, c in enumerate(counts) for _ in range(c)]
+    report_visitation(f"ps-{cell_dir.name.removeprefix('cell-')}", trained, sum(range(CELL_ROWS)), repeated, dropped)
     # However slow worker 1 was: the fast worker took more batches, the epoch still trained every row.
     nodes = read_records(str(cell_dir), "node")
     fast, slow = (str(nodes[f"worker:{i}"]["pid"]) for i in range(2))

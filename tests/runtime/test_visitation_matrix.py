@@ -42,7 +42,7 @@ import pytest
 
 from airflow_tfos.shared.rundir import RunDir
 from tests.runtime import visitation_programs as programs
-from tests.runtime.helpers import feed_balance, logged_balance, read_records
+from tests.runtime.helpers import feed_balance, logged_balance, read_records, report_visitation
 
 pytestmark = pytest.mark.integration
 
@@ -138,6 +138,13 @@ def test_visitation_matrix_fed_rows_once_per_epoch_but_what_balance_states(
     assert sum(b["repeated"] + b["dropped"] for b in stated.values()) > 0
     for epoch in range(programs.EPOCHS):
         owned = [_check_balanced_epoch(r["epochs"][epoch], stated[node], node) for node, r in records.items()]
+        report_visitation(
+            f"{strategy}-{source}-{balance}-{order} epoch {epoch}",
+            [i for r in records.values() for i in r["epochs"][epoch]],
+            sum(range(ROWS)),
+            sum(b["repeated"] for b in stated.values()),
+            sum(b["dropped"] for b in stated.values()),
+        )
         # No row on two nodes; what no node trained on is exactly the rows left out.
         assert sum(map(len, owned)) == len(set().union(*owned))
         assert ROWS - len(set().union(*owned)) == sum(b["dropped"] for b in stated.values())
@@ -162,6 +169,9 @@ def test_visitation_matrix_tensorflow_mode_files_every_row_once_per_epoch(spark,
         # Each node its own files' rows once; together every row of the files once.
         assert all(len(s) == len(set(s)) for s in seen)
         assert sorted(i for s in seen for i in s) == list(range(sum(FILE_ROWS)))
+        report_visitation(
+            f"{strategy}-files-{order} epoch {epoch}", [i for s in seen for i in s], sum(range(sum(FILE_ROWS)))
+        )
     _check_order(records, order == "shuffle")
 
 
@@ -207,6 +217,16 @@ def test_visitation_matrix_tfos_datafeed_every_row_once_per_epoch_short_nodes_re
         assert epoch_ids[0] == epoch_ids[1]
         owned.append(epoch_ids[0])
     assert sorted(i for ids in owned for i in ids) == list(range(ROWS))
+    for epoch in range(epochs):
+        trained = [
+            i
+            for node, r in records.items()
+            for i in r["epochs"][0][
+                epoch * stated[node]["rows_per_epoch"] : (epoch + 1) * stated[node]["rows_per_epoch"]
+            ]
+        ]
+        repeated = sum(b["repeated"] for b in stated.values())
+        report_visitation(f"{strategy}-datafeed epoch {epoch}", trained, sum(range(ROWS)), repeated)
 
 
 def _resumed_and_whole(spark, tmp_path, frame) -> tuple[dict, dict]:
