@@ -8,7 +8,8 @@ import os
 import pytest
 
 from airflow_tfos.shared.errors import RegistryError
-from airflow_tfos.shared.registry import ModelRegistry, decide
+from airflow_tfos.shared.registry import ModelRegistry
+from airflow_tfos.shared.registry_gate import decide
 from airflow_tfos.shared.storage import LocalStorage
 from airflow_tfos.shared.storage.webhdfs_client import WebHDFSStorage
 from airflow_tfos.testing.webhdfs import WebHDFSEmulator

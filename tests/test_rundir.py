@@ -8,9 +8,11 @@ import time
 
 import pytest
 
+from airflow_tfos.shared.driver_requests import stop_applies
 from airflow_tfos.shared.errors import RunDirError
-from airflow_tfos.shared.rundir import RunDir, discard_stale, replace_dir, stop_applies
+from airflow_tfos.shared.rundir import RunDir
 from airflow_tfos.shared.spec import spec_hash
+from airflow_tfos.shared.staging import discard_stale, replace_dir
 from airflow_tfos.shared.storage import LocalStorage, join
 from tests.conftest import run_dir_for
 

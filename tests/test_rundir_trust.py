@@ -15,7 +15,7 @@ from airflow_tfos.shared.errors import RunDirError, WebHDFSError
 from airflow_tfos.shared.rundir import RunDir
 from airflow_tfos.shared.storage import LocalStorage, is_plain_name
 from airflow_tfos.shared.storage.webhdfs_client import WebHDFSStorage
-from airflow_tfos.testing.webhdfs import WebHDFSEmulator
+from airflow_tfos.testing.webhdfs_namespace import Namespace
 from tests.conftest import run_dir_for
 
 FAST = {"retries": 0, "backoff": 0.05, "timeout": 5.0, "deadline": 10.0}
@@ -69,7 +69,7 @@ def test_restores_skip_manifest_entries_that_are_not_checkpoint_names(rundir, ca
     good = {"name": "ckpt-5", "step": 5}
     write_manifest(rundir, [good, {"name": "../../victim", "step": 9}, {"name": "ckpt-7", "step": "7; rm"}, "x"])
 
-    with caplog.at_level(logging.WARNING, logger="airflow_tfos.shared.rundir"):
+    with caplog.at_level(logging.WARNING, logger="airflow_tfos.shared.checkpoint_manifest"):
         latest = rundir.latest_checkpoint()
         history = rundir.checkpoint_history()
 
@@ -90,7 +90,7 @@ def test_a_feed_request_naming_another_feed_id_is_skipped_and_bad_ids_are_refuse
     rundir.storage.write_bytes(
         rundir.path("feeds", "evil.json"), json.dumps({"feed_id": "../../victim", "requested": 0}).encode()
     )
-    with caplog.at_level(logging.WARNING, logger="airflow_tfos.shared.rundir"):
+    with caplog.at_level(logging.WARNING, logger="airflow_tfos.shared.driver_requests"):
         pending = rundir.pending_feeds()
     assert [r["feed_id"] for r in pending] == ["good-1"]
     assert "evil.json" in caplog.text
@@ -159,13 +159,13 @@ def test_a_download_refuses_names_a_namenode_should_never_list(emulator, tmp_pat
     storage = WebHDFSStorage(emulator.config(**FAST))
     storage.write_bytes(emulator.uri("/listing/model/evil"), b"x")
     storage.write_bytes(emulator.uri("/listing/model/fine"), b"y")
-    real_status = WebHDFSEmulator._status
+    real_status = Namespace.status
 
     def tampered(self, path, suffix=""):
         status = real_status(self, path, suffix)
         return {**status, "pathSuffix": "../../escaped"} if suffix == "evil" else status
 
-    monkeypatch.setattr(WebHDFSEmulator, "_status", tampered)
+    monkeypatch.setattr(Namespace, "status", tampered)
     target = tmp_path / "a" / "b" / "download"
     with pytest.raises(WebHDFSError, match=r"'\.\./\.\./escaped'.*not a plain file name"):
         storage.get_dir(emulator.uri("/listing/model"), str(target))

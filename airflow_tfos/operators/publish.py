@@ -14,7 +14,8 @@ from airflow.sdk.exceptions import AirflowException
 from airflow_tfos.hooks.registry import ModelRegistryHook
 from airflow_tfos.hooks.run_dir import RunDirHook, resolve_run_dir, templated
 from airflow_tfos.shared.errors import RegistryError
-from airflow_tfos.shared.registry import ModelRegistry, decide
+from airflow_tfos.shared.registry import ModelRegistry
+from airflow_tfos.shared.registry_gate import decide
 from airflow_tfos.shared.storage.webhdfs_config import HDFS_SCHEMES
 
 if TYPE_CHECKING:

@@ -25,26 +25,37 @@ and baseline the gate compared. It is replaced atomically, and only by a publish
 copy is not the one judged (as earlier publishers could leave it) is named, not judged against. Versions are
 named so that they sort in time (``20261121T000000``): a rerun of an old date never takes the place of a newer
 version in service.
+
+The gate a publish goes by (:func:`~airflow_tfos.shared.registry_gate.decide`) is in
+:mod:`airflow_tfos.shared.registry_gate`; what names a copy and what it must hold, in
+:mod:`airflow_tfos.shared.registry_copies`.
 """
 
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import logging
 import math
-import os
 import shutil
 import tempfile
 import time
 import uuid
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
 
 from airflow_tfos.shared.errors import RegistryError
+from airflow_tfos.shared.registry_copies import (
+    SUCCESS,
+    check_export_record,
+    check_version,
+    content_digest,
+    holds,
+    names_spec,
+    shown,
+    spec_key,
+)
+from airflow_tfos.shared.registry_gate import Decision, copy_score, judged_by
 from airflow_tfos.shared.storage import Storage, join, storage_for
 
 log = logging.getLogger(__name__)
@@ -57,59 +68,8 @@ LOCK_STALE_SECS = 600.0
 VERSIONS = "versions"
 DECISIONS = "decisions"
 MODEL = "model"
-SUCCESS = "_SUCCESS"
 #: How many hex digits of the content digest name a second copy under the same spec hash and fingerprint.
 DIGEST_IN_NAME = 16
-
-
-@dataclass(frozen=True)
-class Decision:
-    """Whether a candidate model goes into service, and why."""
-
-    publish: bool
-    reason: str
-    candidate: float | None
-    baseline: float | None
-
-
-def decide(
-    metrics: dict[str, Any],
-    current: dict[str, Any] | None,
-    *,
-    metric: str,
-    higher_is_better: bool = True,
-    tolerance: float = 0.0,
-    version: str,
-) -> Decision:
-    """Decide whether a candidate with ``metrics`` replaces the ``current`` record.
-
-    The candidate is compared with ``baseline_<metric>`` from its own metrics when present: the model
-    in service scored on the same evaluation data as the candidate, which is the fair comparison
-    (the training example records it before warm-starting from that model). Otherwise with the
-    ``score`` recorded when the current version was published. "Not worse" means within
-    ``tolerance`` of the baseline. A version older than the one in service never replaces it.
-    """
-    if metric not in metrics:
-        raise RegistryError(
-            f"the candidate's metrics have no {metric!r} (they have: {', '.join(sorted(metrics)) or 'none'}): "
-            "return it from train_fn's export_model(metrics=...) or set metric= to one of them"
-        )
-    candidate = float(metrics[metric])
-    if current is None:
-        return Decision(True, "no model is in service yet", candidate, None)
-    if str(version) < str(current.get("version", "")):
-        return Decision(
-            False, f"version {version} is older than version {current['version']} in service", candidate, None
-        )
-    if metrics.get(f"baseline_{metric}") is not None:
-        baseline, source = float(metrics[f"baseline_{metric}"]), "the model in service on the same evaluation data"
-    elif current.get("score") is not None:
-        baseline, source = float(current["score"]), f"version {current.get('version')} when it was published"
-    else:
-        return Decision(True, "the model in service has no recorded score", candidate, None)
-    ok = candidate >= baseline - tolerance if higher_is_better else candidate <= baseline + tolerance
-    verdict = "not worse than" if ok else "worse than"
-    return Decision(ok, f"{metric} {candidate:.4f} is {verdict} {baseline:.4f} ({source})", candidate, baseline)
 
 
 class ModelRegistry:
@@ -157,7 +117,7 @@ class ModelRegistry:
         published.sort(key=lambda d: (str(d["version"]), d.get("time") or 0))
         for decision in reversed(published):
             record = self._copy_of(decision)
-            if record and not self._doubts(record, _judged_by(decision)):
+            if record and not self._doubts(record, judged_by(decision)):
                 return record["model_path"]
         return None
 
@@ -174,7 +134,7 @@ class ModelRegistry:
         else with ``spec_hash``: the first copy of that spec and fingerprint; else the last one copied.
         """
         if spec_hash is not None and content_digest is None:
-            found = self._read(self.path(VERSIONS, version, _spec_key(spec_hash, fingerprint), SUCCESS))
+            found = self._read(self.path(VERSIONS, version, spec_key(spec_hash, fingerprint), SUCCESS))
             legacy = None if found or fingerprint else self._read(self.path(VERSIONS, version, SUCCESS))
             return found or (legacy if legacy and legacy.get("spec_hash") == spec_hash else None)
         names = [n for n in self.storage.listdir(self.path(VERSIONS, version)) if n not in (MODEL, SUCCESS)]
@@ -187,26 +147,27 @@ class ModelRegistry:
                 r
                 for r in records
                 if r.get("content_digest") == content_digest
-                and (spec_hash is None or _names(r, spec_hash, fingerprint))
+                and (spec_hash is None or names_spec(r, spec_hash, fingerprint))
             ]
         return max(records, key=lambda r: r.get("copied_at") or 0) if records else None
 
     def add_version(self, version: str, export_path: str, source: Storage, record: dict[str, Any]) -> dict[str, Any]:
         """Copy the export at ``export_path`` (on ``source``) in as ``version`` of its spec; idempotent.
 
-        The copy's record is ``record`` with the ``content_digest`` of the files copied (:func:`content_digest`).
+        The copy's record is ``record`` with the ``content_digest`` of the files copied
+        (:func:`~airflow_tfos.shared.registry_copies.content_digest`).
         A copy already in the registry is returned only if it holds this export (the same digest and metrics);
         another export of the same version, spec and fingerprint becomes a copy of its own. A copy is never
         replaced. When the export's own ``_SUCCESS`` has other metrics than ``record`` (it was replaced since
         they were read), nothing is copied.
         """
-        _check_version(version)
-        key = _spec_key(record.get("spec_hash"), record.get("fingerprint"))
+        check_version(version)
+        key = spec_key(record.get("spec_hash"), record.get("fingerprint"))
         scratch = tempfile.mkdtemp(prefix="airflow-tfos-publish-")
         started = time.monotonic()
         try:
             source.get_dir(export_path, scratch)
-            _check_export_record(scratch, export_path, record)
+            check_export_record(scratch, export_path, record)
             digest = content_digest(scratch)
             names = (key, f"{key}-{digest[:DIGEST_IN_NAME]}")
             for name in names:
@@ -215,17 +176,17 @@ class ModelRegistry:
                     placed = self._place(version, name, scratch, {**record, "content_digest": digest})
                     if placed is not None:
                         took = time.monotonic() - started
-                        log.info("copied %s into %s in %.1f s", _shown(export_path), placed["model_path"], took)
+                        log.info("copied %s into %s in %.1f s", shown(export_path), placed["model_path"], took)
                         return placed
                     existing = self._read(self.path(VERSIONS, version, name, SUCCESS))  # another publisher's
-                if existing and _holds(existing, digest, record):
+                if existing and holds(existing, digest, record):
                     log.info("version %s already holds this export at %s", version, existing["model_path"])
                     return existing
         finally:
             shutil.rmtree(scratch, ignore_errors=True)
         raise RegistryError(
             f"version {version} already holds copies of other exports of spec {key} at "
-            f"{' and '.join(_shown(self.path(VERSIONS, version, n)) for n in names)}: publish this export under "
+            f"{' and '.join(shown(self.path(VERSIONS, version, n)) for n in names)}: publish this export under "
             "another version"
         )
 
@@ -304,7 +265,7 @@ class ModelRegistry:
             doubts = self._doubts(added, judged)
             if doubts:
                 raise RegistryError(
-                    f"the copy {_shown(added.get('model_path', '?'))} is not the export judged: {'; '.join(doubts)}: "
+                    f"the copy {shown(added.get('model_path', '?'))} is not the export judged: {'; '.join(doubts)}: "
                     "publish the export again"
                 )
             self.record_decision(
@@ -346,17 +307,15 @@ class ModelRegistry:
         if judged is None:  # written before current.json kept what was judged: the decision that published it
             decisions = [d for d in self.decisions() if d.get("published") and self._names_copy(d, current)]
             if not decisions:
-                log.warning(
-                    "no decision records how %s was judged: it cannot be checked", _shown(current["model_path"])
-                )
+                log.warning("no decision records how %s was judged: it cannot be checked", shown(current["model_path"]))
                 return current
-            judged = _judged_by(decisions[-1])
+            judged = judged_by(decisions[-1])
         doubts = self._doubts(current, judged, higher_is_better, tolerance, verify_content)
         if doubts:
             raise RegistryError(
-                f"the model in service is not the one judged: current.json puts {_shown(current['model_path'])} "
+                f"the model in service is not the one judged: current.json puts {shown(current['model_path'])} "
                 f"(version {current.get('version')}) in service, but {'; '.join(doubts)}. Put the last copy "
-                f"that was judged back in service with ModelRegistry({_shown(self.uri)!r}).roll_back() "
+                f"that was judged back in service with ModelRegistry({shown(self.uri)!r}).roll_back() "
                 "(airflow_tfos.shared.registry; in Airflow, ModelRegistryHook(<registry>).registry.roll_back()), "
                 "then publish again"
             )
@@ -376,7 +335,7 @@ class ModelRegistry:
                 copy = self._copy_of(decision)
                 if not copy or copy["model_path"] == current.get("model_path"):
                     continue
-                judged = _judged_by(decision)
+                judged = judged_by(decision)
                 if self._doubts(copy, judged, verify_content=True):
                     continue
                 record = {**copy, "judged": {**judged, "reason": decision.get("reason"), "time": decision.get("time")}}
@@ -384,7 +343,7 @@ class ModelRegistry:
                     record["metric"] = judged["metric"]
                 if judged.get("candidate") is not None:
                     record["score"] = judged["candidate"]
-                reason = f"rolled back from {_shown(current.get('model_path', 'none'))} to {_shown(copy['model_path'])}"
+                reason = f"rolled back from {shown(current.get('model_path', 'none'))} to {shown(copy['model_path'])}"
                 self.record_decision(
                     copy["version"],
                     Decision(True, reason, judged.get("candidate"), judged.get("baseline")),
@@ -432,7 +391,7 @@ class ModelRegistry:
         if digest and copy.get("content_digest") != digest:
             doubts.append(f"its copy's content digest is {copy.get('content_digest')}, not the {digest} judged")
         metric, candidate, baseline = judged.get("metric"), judged.get("candidate"), judged.get("baseline")
-        score = _score(copy, metric)
+        score = copy_score(copy, metric)
         name = metric or "score"
         if score is not None and candidate is not None and not math.isclose(score, float(candidate), rel_tol=1e-9):
             doubts.append(f"that copy's {name} is {score:.4f} where the publish decision judged {float(candidate):.4f}")
@@ -472,85 +431,3 @@ class ModelRegistry:
         """Every decision recorded, oldest first."""
         names = [n for n in self.storage.listdir(self.path(DECISIONS)) if n.endswith(".json")]
         return [r for r in (self._read(self.path(DECISIONS, n)) for n in sorted(names)) if r]
-
-
-def content_digest(local_dir: str) -> str:
-    """The SHA-256 of an export's files under ``local_dir`` (their paths and bytes), without its ``_SUCCESS``
-    record (which holds the time it was written): what names a copy's content."""
-    digest = hashlib.sha256()
-    for root, dirs, files in os.walk(local_dir):
-        dirs.sort()
-        for name in sorted(files):
-            path = os.path.join(root, name)
-            relative = os.path.relpath(path, local_dir).replace(os.sep, "/")
-            if relative == SUCCESS:
-                continue
-            file_digest = hashlib.sha256()
-            with open(path, "rb") as f:
-                for block in iter(lambda: f.read(1 << 20), b""):
-                    file_digest.update(block)
-            digest.update(f"{relative}\0{file_digest.hexdigest()}\n".encode())
-    return digest.hexdigest()
-
-
-def _check_export_record(local_dir: str, export_path: str, record: dict[str, Any]) -> None:
-    """Refuse a copied export whose own ``_SUCCESS`` has other metrics or spec than ``record`` says."""
-    path = os.path.join(local_dir, SUCCESS)
-    if "metrics" not in record or not os.path.isfile(path):
-        return
-    with open(path, "rb") as f:
-        try:
-            own = json.loads(f.read())
-        except ValueError:
-            own = {}
-    if own.get("metrics") != record["metrics"] or own.get("spec_hash") != record.get("spec_hash"):
-        raise RegistryError(
-            f"the export at {_shown(export_path)} was replaced while it was published: its metrics "
-            f"{own.get('metrics')} (spec {own.get('spec_hash')}) differ from the metrics judged {record['metrics']} "
-            f"(spec {record.get('spec_hash')}): publish again"
-        )
-
-
-def _holds(copy: dict[str, Any], digest: str, record: dict[str, Any]) -> bool:
-    """Whether a copy is of the export with ``digest`` and the metrics in ``record``."""
-    return copy.get("content_digest") == digest and copy.get("metrics") == record.get("metrics")
-
-
-def _names(record: dict[str, Any], spec_hash: str | None, fingerprint: str | None) -> bool:
-    return (record.get("spec_hash"), record.get("fingerprint") or None) == (spec_hash, fingerprint or None)
-
-
-def _judged_by(decision: dict[str, Any]) -> dict[str, Any]:
-    return {k: decision.get(k) for k in ("metric", "candidate", "baseline")}
-
-
-def _score(copy: dict[str, Any], metric: str | None) -> float | None:
-    """A copy's score for ``metric`` (its recorded ``score`` when its metrics do not have it)."""
-    metrics = copy.get("metrics") or {}
-    value = metrics.get(metric) if metric and metric in metrics else copy.get("score")
-    return float(value) if isinstance(value, int | float) else None
-
-
-def _shown(uri: str) -> str:
-    """``uri`` without any user or password it carries, for messages and logs."""
-    parsed = urlsplit(uri)
-    if "@" not in parsed.netloc:
-        return uri
-    return urlunsplit(parsed._replace(netloc=parsed.netloc.rsplit("@", 1)[1]))
-
-
-def _spec_key(spec_hash: str | None, fingerprint: str | None = None) -> str:
-    """The directory of a copy within its version: its spec hash (``unknown-spec`` when it has none), and the
-    fingerprint of its input and code when the export records one."""
-    key = str(spec_hash or "unknown-spec") + (f"-{fingerprint}" if fingerprint else "")
-    if key.startswith(".") or any(c in key for c in "/\\ \t\n"):
-        raise RegistryError(f"spec hash {key!r} cannot name a directory: it should be the export's hex spec hash")
-    return key
-
-
-def _check_version(version: str) -> None:
-    if not version or version.startswith(".") or any(c in version for c in "/\\ \t\n"):
-        raise RegistryError(
-            f"model version {version!r} cannot name a directory: use letters, digits, '-', '_', '.' or 'T' "
-            "(e.g. the logical date as {{ ts_nodash }})"
-        )

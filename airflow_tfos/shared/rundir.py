@@ -23,8 +23,10 @@ atomically, so a sensor never sees half of anything::
 
 A checkpoint or export is written under a temporary name inside the run directory, then renamed into
 place; only then does the manifest (or ``_SUCCESS``) name it. An export that replaces another is swapped
-in by renames (:func:`replace_dir`): the old one is moved aside, never deleted before the new one is in
-place, and staging directories left by a crash are removed by the next publication.
+in by renames (:func:`~airflow_tfos.shared.staging.replace_dir`): the old one is moved aside, never deleted
+before the new one is in place, and staging directories left by a crash are removed by the next publication.
+The rules of ``checkpoints/manifest.json`` are in :mod:`airflow_tfos.shared.checkpoint_manifest`, those of
+``feeds/`` and ``control/stop.json`` in :mod:`airflow_tfos.shared.driver_requests`.
 """
 
 from __future__ import annotations
@@ -32,17 +34,18 @@ from __future__ import annotations
 import itertools
 import json
 import logging
-import re
 import time
 import uuid
-from dataclasses import dataclass
 from typing import Any
 
 from airflow_tfos.shared import event_log
+from airflow_tfos.shared.checkpoint_manifest import Checkpoint, manifest_records
+from airflow_tfos.shared.driver_requests import check_feed_id, pending_feeds, stop_applies
 from airflow_tfos.shared.errors import RunDirError, StaleAttemptError
 from airflow_tfos.shared.events import APPLICATION
 from airflow_tfos.shared.fingerprint import FINGERPRINT
 from airflow_tfos.shared.spec import spec_hash
+from airflow_tfos.shared.staging import STAGING_PREFIX, discard_stale, replace_dir
 from airflow_tfos.shared.storage import Storage, is_plain_name, join, storage_for
 
 log = logging.getLogger(__name__)
@@ -70,116 +73,9 @@ ATTEMPT = "attempt.json"
 RUN_STATES = ("SUBMITTED", "STARTING", "RUNNING", "STOPPING", "SUCCEEDED", "FAILED", "STOPPED")
 RUN_TERMINAL_STATES = frozenset({"SUCCEEDED", "FAILED", "STOPPED"})
 
-#: Name prefixes of directories being written (staging) or being replaced (aside) in a run directory.
-STAGING_PREFIX = ".staging-"
-ASIDE_PREFIX = ".replaced-"
-
-_FEED_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
-_CHECKPOINT_NAME = re.compile(r"^ckpt-[0-9]{1,19}$")
-
-
-def check_feed_id(feed_id: Any) -> str:
-    """Return ``feed_id`` if it can name a feed's files, else raise ValueError saying what a feed id may hold."""
-    if not isinstance(feed_id, str) or not _FEED_ID.match(feed_id):
-        raise ValueError(
-            f"feed id {feed_id!r} must be 1-128 letters, digits, '_', '-' or '.', starting with a letter or digit"
-        )
-    return feed_id
-
-
-def _bad_checkpoint(record: Any) -> str | None:
-    """Why a manifest record cannot name a checkpoint of this run directory, or None if it can."""
-    if not isinstance(record, dict):
-        return f"the entry {record!r} is not a JSON object"
-    name, step = record.get("name"), record.get("step")
-    if not isinstance(name, str) or not _CHECKPOINT_NAME.match(name):
-        return f"the entry names {name!r}, not a checkpoint directory ckpt-<step>"
-    if not isinstance(step, int) or isinstance(step, bool) or step < 0:
-        return f"the entry {name!r} has the step {step!r}, not a whole number"
-    return None
-
-
-def replace_dir(storage: Storage, staging: str, final: str) -> None:
-    """Put the complete directory ``staging`` in the place of ``final`` by renames, never deleting first.
-
-    ``final``, if it exists, is renamed aside (``.replaced-<name>-<id>`` beside it), ``staging`` is renamed
-    to ``final``, then the old one is deleted. A reader sees the old directory or the new one, complete,
-    except between the two renames; if the second rename fails, the old one is put back. Staging and
-    aside directories are named so that :func:`discard_stale` finds them.
-    """
-    parent, name = final.rstrip("/").rsplit("/", 1)
-    aside = None
-    if storage.exists(final):
-        aside = join(parent, f"{ASIDE_PREFIX}{name}-{uuid.uuid4().hex[:8]}")
-        storage.rename(final, aside)
-    try:
-        storage.rename(staging, final)
-    except Exception:
-        if aside is not None and not storage.exists(final):
-            storage.rename(aside, final)
-        raise
-    if aside is not None:
-        storage.delete(aside)
-
-
-def discard_stale(storage: Storage, parent: str, name: str, keep: str | None = None) -> list[str]:
-    """Delete what writes of ``name`` in ``parent`` left behind (staging and aside directories); return them.
-
-    Call it once a new ``name`` is in place: the writer of ``keep`` (a staging path) is not disturbed.
-    """
-    prefixes = (f"{STAGING_PREFIX}{name}-", f"{ASIDE_PREFIX}{name}-")
-    stale = [join(parent, n) for n in storage.listdir(parent) if n.startswith(prefixes)]
-    stale = [path for path in stale if keep is None or path.rstrip("/") != keep.rstrip("/")]
-    for path in stale:
-        storage.delete(path)
-    return stale
-
-
-def stop_applies(request: dict[str, Any], application_ids: set[str] | frozenset[str], started: float) -> bool:
-    """Whether a stop request is meant for an application known by ``application_ids`` that started at ``started``.
-
-    A request naming an application applies to that application only; one that names none (written by
-    hand) applies to applications started before it was written. A stop request left by an earlier
-    application (a lifecycle DAG's shutdown, then a clear and rerun) never stops the next one.
-    """
-    target = request.get("application_id")
-    if target:
-        return str(target) in application_ids
-    requested = request.get("requested")
-    return isinstance(requested, int | float) and requested >= started
-
 
 def _dumps(value: Any) -> bytes:
     return json.dumps(value, indent=1, sort_keys=True).encode()
-
-
-def _feed_request(feed_id: str, raw: bytes) -> dict[str, Any] | None:
-    """A feed request file's content, with its id; marked ``invalid`` (and why) when it is unusable; None
-    when it names another feed than its file does."""
-    try:
-        request = json.loads(raw)
-    except ValueError as exc:
-        return {"feed_id": feed_id, "requested": 0.0, "invalid": f"it is not valid JSON ({exc})"}
-    if not isinstance(request, dict):
-        return {"feed_id": feed_id, "requested": 0.0, "invalid": f"it holds a {type(request).__name__}, not an object"}
-    if request.get("feed_id", feed_id) != feed_id:
-        return None
-    requested = request.get("requested")
-    if isinstance(requested, bool) or not isinstance(requested, int | float):
-        return {"feed_id": feed_id, "requested": 0.0, "invalid": "it has no time of request ('requested')"}
-    return {**request, "feed_id": feed_id}
-
-
-@dataclass(frozen=True)
-class Checkpoint:
-    """A published, complete checkpoint."""
-
-    path: str
-    step: int
-    epoch: int | None = None
-    time: float | None = None
-    #: batches of epoch ``epoch`` trained when it was saved (None: not recorded; then ``step`` tells)
-    in_epoch: int | None = None
 
 
 class RunDir:
@@ -354,7 +250,7 @@ class RunDir:
         name = f"ckpt-{int(step)}"
         final = self.path(CHECKPOINTS, name)
         manifest = self._read_json(CHECKPOINTS, MANIFEST) or {"history": []}
-        kept = self._manifest_records(manifest, strict=True)
+        kept = manifest_records(manifest, self.path(CHECKPOINTS, MANIFEST), strict=True)
         if self.storage.exists(final):
             self.storage.delete(staging)  # the same step was published already (a retried save)
         else:
@@ -370,33 +266,10 @@ class RunDir:
             self.storage.delete(self.path(CHECKPOINTS, old["name"]))
         return Checkpoint(final, int(step), epoch, record["time"], record.get("in_epoch"))
 
-    def _manifest_records(self, manifest: Any, *, strict: bool) -> list[dict[str, Any]]:
-        """The manifest's history; a bad entry raises RunDirError (``strict``, before deleting) or is skipped."""
-        history = manifest.get("history", []) if isinstance(manifest, dict) else None
-        where = self.path(CHECKPOINTS, MANIFEST)
-        if not isinstance(history, list):
-            if strict:
-                raise RunDirError(f"{where} has no list 'history': it was not written by airflow-tfos; remove it")
-            log.warning("ignoring %s: it has no list 'history'", where)
-            return []
-        records = []
-        for record in history:
-            problem = _bad_checkpoint(record)
-            if problem is None:
-                records.append(record)
-            elif strict:
-                raise RunDirError(
-                    f"refusing to publish a checkpoint: {where} is not as airflow-tfos writes it ({problem}); "
-                    "remove that entry (or the manifest) and check who else writes this run directory"
-                )
-            else:
-                log.warning("skipping an entry of %s: %s", where, problem)
-        return records
-
     def latest_checkpoint(self) -> Checkpoint | None:
         """The newest complete checkpoint the manifest names (a half-written one is never named)."""
         manifest = self._read_json(CHECKPOINTS, MANIFEST)
-        for record in reversed(self._manifest_records(manifest or {}, strict=False)):
+        for record in reversed(manifest_records(manifest or {}, self.path(CHECKPOINTS, MANIFEST), strict=False)):
             path = self.path(CHECKPOINTS, record["name"])
             if self.storage.exists(path):
                 return Checkpoint(path, record["step"], record.get("epoch"), record.get("time"), record.get("in_epoch"))
@@ -405,7 +278,7 @@ class RunDir:
     def checkpoint_history(self) -> list[dict[str, Any]]:
         """The manifest's records (``name``, ``step``, ``epoch``, ``time``) of the kept checkpoints, oldest first."""
         manifest = self._read_json(CHECKPOINTS, MANIFEST)
-        return self._manifest_records(manifest or {}, strict=False)
+        return manifest_records(manifest or {}, self.path(CHECKPOINTS, MANIFEST), strict=False)
 
     def discard_staging(self) -> int:
         """Remove checkpoints left half-written by a crash; return how many there were."""
@@ -431,29 +304,7 @@ class RunDir:
         ``{"feed_id": ..., "requested": 0, "invalid": <why>}``, so that it can be answered with that error.
         A file whose name is not a feed id, or whose content names another feed, is skipped.
         """
-        names = [n for n in self.storage.listdir(self.path(FEEDS)) if is_plain_name(n)]
-        done = {n[: -len(".done.json")] for n in names if n.endswith(".done.json")}
-        requests = []
-        for name in names:
-            feed_id = name[: -len(".json")]
-            if not name.endswith(".json") or name.endswith(".done.json") or feed_id in done:
-                continue
-            if not _FEED_ID.match(feed_id):
-                log.warning("skipping the feed request %s: its name is not a feed id", name)
-                continue
-            path = self.path(FEEDS, name)
-            try:
-                raw = self.storage.read_bytes(path)
-            except FileNotFoundError:
-                continue  # withdrawn meanwhile
-            except OSError as exc:
-                raise RunDirError.from_storage(exc, f"cannot read {path}") from exc
-            request = _feed_request(feed_id, raw)
-            if request is None:
-                log.warning("skipping the feed request %s: it does not hold the feed id its name gives", name)
-                continue
-            requests.append(request)
-        return sorted(requests, key=lambda r: (r["requested"], r["feed_id"]))
+        return pending_feeds(self.storage, self.path(FEEDS))
 
     def withdraw_feed(self, feed_id: str) -> None:
         """Remove a feed's request and done record (to request it anew after it failed)."""
@@ -483,7 +334,7 @@ class RunDir:
         self, *, application_ids: set[str] | frozenset[str] | None = None, started: float | None = None
     ) -> dict[str, Any] | None:
         """The stop request, or None; with ``application_ids`` and ``started``, only one meant for that
-        application (see :func:`stop_applies`)."""
+        application (see :func:`~airflow_tfos.shared.driver_requests.stop_applies`)."""
         request = self._read_json(STOP)
         if request is None or application_ids is None or started is None:
             return request
@@ -502,8 +353,9 @@ class RunDir:
         return path
 
     def publish_export(self, staging: str, *, spec_hash: str, step: int, metrics: dict[str, Any]) -> str:
-        """Write ``_SUCCESS`` into a complete export, then swap it in as ``export/`` (:func:`replace_dir`);
-        remove the staging and aside directories that earlier, interrupted publications left."""
+        """Write ``_SUCCESS`` into a complete export, then swap it in as ``export/``
+        (:func:`~airflow_tfos.shared.staging.replace_dir`); remove the staging and aside directories that earlier,
+        interrupted publications left."""
         success = {"spec_hash": spec_hash, "step": int(step), "metrics": metrics, "time": time.time()}
         fingerprint = (self.read_fingerprint() or {}).get("hash")
         if fingerprint:  # the input and code this model learned from (written at submission)

@@ -21,7 +21,8 @@ are kept and reported in ``FileStatus.permission``; a directory created by MKDIR
 its new parents that permission plus ``u+wx``, as HDFS does. Only permissions set that way are enforced:
 a user who does not own such a path (and is not the superuser) needs its ``other`` bits (``x`` on the
 directories above, ``r``/``w`` on the path itself), else ``AccessControlException``. Groups are not
-emulated (nobody but the owner is in a path's group).
+emulated (nobody but the owner is in a path's group). Owners, permissions and these rules are kept by
+:mod:`airflow_tfos.testing.webhdfs_namespace`.
 
 HA and faults, for tests of clients: ``namenodes=2`` starts an active and a standby namenode (the
 standby answers every request with ``StandbyException``, HTTP 403, as Hadoop does) and
@@ -62,12 +63,10 @@ from airflow_tfos.testing.webhdfs_http import (
     normalize,
     shut,
 )
+from airflow_tfos.testing.webhdfs_namespace import Namespace, requested_mode
 from airflow_tfos.testing.webhdfs_tokens import DelegationTokens, KerberosGate
 
 __all__ = ["HOST", "PREFIX", "RemoteError", "RequestRecord", "WebHDFSEmulator"]
-
-SUPERGROUP = "supergroup"
-BLOCK_SIZE = 134217728
 
 
 @dataclass
@@ -136,9 +135,7 @@ class WebHDFSEmulator:
         self.requests: collections.deque[RequestRecord] = collections.deque(maxlen=10000)
         self._lock = threading.RLock()
         self._faults: list[_Fault] = []
-        self._owners: dict[str, str] = {}
-        self._modes: dict[str, int] = {}  # permissions given by clients (MKDIRS, CREATE, SETPERMISSION)
-        self._read_only: list[tuple[str, str | None, bool]] = []
+        self._namespace = Namespace(self)  # owners, permissions and the rules of paths
         self._stopping = threading.Event()
         self._servers: list[Server] = []
         self._threads: list[threading.Thread] = []
@@ -262,7 +259,7 @@ class WebHDFSEmulator:
     def make_read_only(self, path: str, user: str | None = None, *, unreadable: bool = False) -> None:
         """Refuse writes (and reads too when ``unreadable``) under ``path`` to ``user`` (None: everyone)."""
         with self._lock:
-            self._read_only.append((normalize(path), user, unreadable))
+            self._namespace.read_only.append((normalize(path), user, unreadable))
 
     def _add(self, fault: _Fault) -> None:
         if fault.count < 1:
@@ -282,150 +279,12 @@ class WebHDFSEmulator:
                     return taken
         return None
 
-    # --- the file system -------------------------------------------------------------------------------
+    # --- the file system (owners, permissions and the rules of paths: webhdfs_namespace) ----------------
 
     def permission(self, path: str) -> str:
         """The octal permission that GETFILESTATUS reports for ``path`` (for tests)."""
         with self._lock:
-            return self._status(normalize(path))["permission"]
-
-    def _check_access(self, path: str, user: str, *, write: bool) -> None:
-        if user != self.superuser:
-            parts = [p for p in path.split("/") if p]
-            for i in range(len(parts) + 1):
-                inode = "/" + "/".join(parts[:i])
-                mode = self._modes.get(inode)
-                if mode is None or self._owners.get(inode, self.superuser) == user:
-                    continue
-                access, bit = ("EXECUTE", 0o001) if i < len(parts) else ("WRITE", 0o002) if write else ("READ", 0o004)
-                if not mode & bit:
-                    kind = "d" if os.path.isdir(self.local_path(inode)) else "-"
-                    rwx = "".join(c if mode & (1 << (8 - j)) else "-" for j, c in enumerate("rwxrwxrwx"))
-                    raise RemoteError(
-                        "AccessControlException",
-                        f'Permission denied: user={user}, access={access}, inode="{inode}":'
-                        f"{self._owners.get(inode, self.superuser)}:{SUPERGROUP}:{kind}{rwx}",
-                    )
-        for prefix, who, unreadable in self._read_only:
-            inside = path == prefix or path.startswith(prefix.rstrip("/") + "/")
-            if inside and who in (None, user) and (write or unreadable):
-                access = "WRITE" if write else "READ"
-                raise RemoteError(
-                    "AccessControlException",
-                    f'Permission denied: user={user}, access={access}, inode="{prefix}":'
-                    f"{self.superuser}:{SUPERGROUP}:drwxr-xr-x",
-                )
-
-    def _status(self, path: str, suffix: str = "") -> dict[str, Any]:
-        local = self.local_path(path)
-        st = os.stat(local)
-        is_dir = os.path.isdir(local)
-        return {
-            "accessTime": 0 if is_dir else int(st.st_atime * 1000),
-            "blockSize": 0 if is_dir else BLOCK_SIZE,
-            "childrenNum": len(os.listdir(local)) if is_dir else 0,
-            "fileId": st.st_ino,
-            "group": SUPERGROUP,
-            "length": 0 if is_dir else st.st_size,
-            "modificationTime": int(st.st_mtime * 1000),
-            "owner": self._owners.get(path, self.superuser),
-            "pathSuffix": suffix,
-            "permission": format(self._modes[path], "o") if path in self._modes else "755" if is_dir else "644",
-            "replication": 0 if is_dir else 1,
-            "storagePolicy": 0,
-            "type": "DIRECTORY" if is_dir else "FILE",
-        }
-
-    def _require(self, path: str, message: str) -> str:
-        local = self.local_path(path)
-        if not os.path.exists(local):
-            raise RemoteError("FileNotFoundException", message)
-        return local
-
-    def _parent_dirs(self, path: str, user: str, mode: int | None = None) -> None:
-        """Create the parents of ``path`` as HDFS does on CREATE and MKDIRS; a file on the way is an error.
-
-        With ``mode`` (MKDIRS with a permission), the last one created gets it, the others ``mode | u+wx``.
-        """
-        parts = [p for p in path.split("/") if p]
-        current = ""
-        for i, part in enumerate(parts[:-1]):
-            current = f"{current}/{part}"
-            local = self.local_path(current)
-            if os.path.isfile(local):
-                raise RemoteError("ParentNotDirectoryException", f"{current} (is not a directory)")
-            if not os.path.isdir(local):
-                os.mkdir(local)
-                self._owners.setdefault(current, user)
-                if mode is not None:
-                    self._modes[current] = mode if i == len(parts) - 2 else mode | 0o300
-
-    @staticmethod
-    def _mode(query: dict[str, str]) -> int | None:
-        """The ``permission`` parameter (octal, 0-1777), or None when absent."""
-        value = query.get("permission")
-        if value is None or value == "":
-            return None
-        try:
-            mode = int(value, 8)
-        except ValueError:
-            mode = -1
-        if not 0 <= mode <= 0o1777:
-            raise RemoteError(
-                "IllegalArgumentException", f'Invalid value for webhdfs parameter "permission": "{value}" is not octal'
-            )
-        return mode
-
-    def _move_owners(self, src: str, dst: str) -> None:
-        for table in (self._owners, self._modes):
-            for key in [k for k in table if k == src or k.startswith(src + "/")]:
-                table[dst + key[len(src) :]] = table.pop(key)
-
-    def _rename(self, src: str, dst: str, options: set[str]) -> dict[str, Any] | None:
-        src_local, dst_local = self.local_path(src), self.local_path(dst)
-        dst_parent = self.local_path(posixpath.dirname(dst))
-        if not options or not self.rename_options:  # the plain (deprecated) rename: a boolean
-            if not os.path.exists(src_local) or not os.path.isdir(dst_parent) or src == "/":
-                return {"boolean": False}
-            if os.path.isdir(dst_local):  # into the directory
-                dst = posixpath.join(dst, posixpath.basename(src))
-                dst_local = self.local_path(dst)
-            if os.path.exists(dst_local) or dst == src or dst.startswith(src + "/"):
-                return {"boolean": False}
-            os.rename(src_local, dst_local)
-            self._move_owners(src, dst)
-            return {"boolean": True}
-        if not os.path.exists(src_local):
-            raise RemoteError("FileNotFoundException", f"rename source {src} is not found.")
-        if not os.path.isdir(dst_parent):
-            raise RemoteError("FileNotFoundException", f"rename destination parent {posixpath.dirname(dst)} not found.")
-        if dst == src or dst.startswith(src + "/"):
-            raise RemoteError("IOException", f"rename destination {dst} is a directory or file under source {src}")
-        if os.path.exists(dst_local):
-            if "OVERWRITE" not in options:
-                raise RemoteError("FileAlreadyExistsException", f"rename destination {dst} already exists.")
-            if os.path.isdir(src_local) != os.path.isdir(dst_local):
-                raise RemoteError("IOException", f"Source {src} and destination {dst} must both be directories")
-            if os.path.isdir(dst_local) and os.listdir(dst_local):
-                raise RemoteError("IOException", f"rename destination directory is not empty: {dst}")
-        if os.path.isdir(dst_local):
-            os.rmdir(dst_local)  # empty, checked above
-        os.replace(src_local, dst_local)
-        self._move_owners(src, dst)
-        return None
-
-    def _summary(self, path: str) -> dict[str, Any]:
-        local = self._require(path, f"File does not exist: {path}")
-        if os.path.isfile(local):
-            dirs, files, length = 0, 1, os.path.getsize(local)
-        else:
-            dirs, files, length = 0, 0, 0
-            for folder, _, names in os.walk(local):
-                dirs += 1
-                files += len(names)
-                length += sum(os.path.getsize(os.path.join(folder, n)) for n in names)
-        summary = {"directoryCount": dirs, "fileCount": files, "length": length, "quota": -1}
-        return {"ContentSummary": {**summary, "spaceConsumed": length, "spaceQuota": -1, "typeQuota": {}}}
+            return self._namespace.status(normalize(path))["permission"]
 
     def namenode_op(self, method: str, op: str, path: str, user: str, query: dict[str, str], server: Server):
         """Answer one namenode request: ``(status, body_or_None, headers)``; raises :class:`RemoteError`."""
@@ -437,37 +296,37 @@ class WebHDFSEmulator:
             )
         with self._lock:
             if op not in ("CREATE", "APPEND"):  # as in Hadoop, the datanode's step finds out about those
-                self._check_access(path, user, write=op not in READ_OPS)
+                self._namespace.check_access(path, user, write=op not in READ_OPS)
             if op == "GETFILESTATUS":
-                self._require(path, f"File does not exist: {path}")
-                return 200, {"FileStatus": self._status(path)}, {}
+                self._namespace.require(path, f"File does not exist: {path}")
+                return 200, {"FileStatus": self._namespace.status(path)}, {}
             if op == "LISTSTATUS":
-                local = self._require(path, f"File {path} does not exist.")
+                local = self._namespace.require(path, f"File {path} does not exist.")
                 if not os.path.isdir(local):
-                    return 200, {"FileStatuses": {"FileStatus": [self._status(path)]}}, {}
+                    return 200, {"FileStatuses": {"FileStatus": [self._namespace.status(path)]}}, {}
                 names = sorted(os.listdir(local))
-                statuses = [self._status(posixpath.join(path, n), n) for n in names]
+                statuses = [self._namespace.status(posixpath.join(path, n), n) for n in names]
                 return 200, {"FileStatuses": {"FileStatus": statuses}}, {}
             if op == "GETCONTENTSUMMARY":
-                return 200, self._summary(path), {}
+                return 200, self._namespace.summary(path), {}
             if op == "GETHOMEDIRECTORY":
                 return 200, {"Path": f"/user/{user}"}, {}
             if op == "MKDIRS":
                 local = self.local_path(path)
                 if os.path.isfile(local):
                     raise RemoteError("FileAlreadyExistsException", f"Path is not a directory: {path}")
-                self._parent_dirs(path + "/x", user, self._mode(query))
+                self._namespace.parent_dirs(path + "/x", user, requested_mode(query))
                 return 200, {"boolean": True}, {}
             if op == "SETPERMISSION":
-                self._require(path, f"File does not exist: {path}")
-                mode = self._mode(query)
-                owner = self._owners.get(path, self.superuser)
+                self._namespace.require(path, f"File does not exist: {path}")
+                mode = requested_mode(query)
+                owner = self._namespace.owners.get(path, self.superuser)
                 if user not in (owner, self.superuser):
                     raise RemoteError(
                         "AccessControlException", f"Permission denied. user={user} is not the owner of inode={path}"
                     )
                 if mode is not None:
-                    self._modes[path] = mode
+                    self._namespace.modes[path] = mode
                 return 200, None, {}
             if op == "DELETE":
                 local = self.local_path(path)
@@ -481,23 +340,21 @@ class WebHDFSEmulator:
                     shutil.rmtree(local)
                 else:
                     os.remove(local)
-                for table in (self._owners, self._modes):
-                    for key in [k for k in table if k == path or k.startswith(path + "/")]:
-                        del table[key]
+                self._namespace.forget(path)
                 return 200, {"boolean": True}, {}
             if op == "RENAME":
                 if "destination" not in query:
                     raise RemoteError("IllegalArgumentException", 'Required param "destination" for op: RENAME is null')
                 dst = normalize(query["destination"])
-                self._check_access(dst, user, write=True)
+                self._namespace.check_access(dst, user, write=True)
                 options = {o.strip().upper() for o in query.get("renameoptions", "").split(",") if o.strip()}
-                return 200, self._rename(path, dst, options), {}
+                return 200, self._namespace.rename(path, dst, options), {}
             if op == "OPEN":
-                local = self._require(path, f"File does not exist: {path}")
+                local = self._namespace.require(path, f"File does not exist: {path}")
                 if os.path.isdir(local):
                     raise RemoteError("FileNotFoundException", f"Path is not a file: {path}")
             if op == "APPEND":
-                self._require(path, f"File does not exist: {path}")
+                self._namespace.require(path, f"File does not exist: {path}")
         # CREATE, APPEND, OPEN: the data goes through the datanode.
         forwarded = {k: v for k, v in query.items() if k not in ("op",)}
         forwarded.update({"op": op, "user.name": user, "namenoderpcaddress": server.url.split("://", 1)[1]})
@@ -511,20 +368,20 @@ class WebHDFSEmulator:
     ) -> None:
         """Store an upload (CREATE or APPEND); raises :class:`RemoteError`."""
         with self._lock:
-            self._check_access(path, user, write=True)
+            self._namespace.check_access(path, user, write=True)
             local = self.local_path(path)
             if op == "CREATE":
                 if os.path.isdir(local):
                     raise RemoteError("FileAlreadyExistsException", f"{path} already exists as a directory")
                 if os.path.exists(local) and query.get("overwrite", "false").lower() != "true":
                     raise RemoteError("FileAlreadyExistsException", f"{path} for client 127.0.0.1 already exists")
-                self._parent_dirs(path, user)
-                self._owners[path] = user
-                mode = self._mode(query)
+                self._namespace.parent_dirs(path, user)
+                self._namespace.owners[path] = user
+                mode = requested_mode(query)
                 if mode is not None:
-                    self._modes[path] = mode
+                    self._namespace.modes[path] = mode
                 else:
-                    self._modes.pop(path, None)
+                    self._namespace.modes.pop(path, None)
             elif not os.path.isfile(local):
                 raise RemoteError("FileNotFoundException", f"File does not exist: {path}")
             stream = open(local, "wb" if op == "CREATE" else "ab")  # noqa: SIM115 - closed below
@@ -534,7 +391,7 @@ class WebHDFSEmulator:
     def datanode_read(self, path: str, user: str, query: dict[str, str]) -> bytes:
         """The bytes an OPEN asks for (``offset``, ``length``); raises :class:`RemoteError`."""
         with self._lock:
-            self._check_access(path, user, write=False)
+            self._namespace.check_access(path, user, write=False)
             local = self.local_path(path)
             if not os.path.isfile(local):
                 raise RemoteError("FileNotFoundException", f"File does not exist: {path}")

@@ -10,7 +10,9 @@ the RM's ``/conf`` servlet (``yarn.scheduler.maximum-allocation-*``) and ``new-a
 Applications are either plain records whose state a test sets, or backed by a real local process
 (``add_process_application``): RUNNING while it lives, FINISHED/SUCCEEDED on exit 0, FAILED/FAILED on
 any other exit, KILLED/KILLED when killed through the API, which signals the process group
-(SIGTERM, then SIGKILL after ``kill_grace`` seconds), as a NodeManager kills a container.
+(SIGTERM, then SIGKILL after ``kill_grace`` seconds), as a NodeManager kills a container. An application's
+record, YARN's state machine and the process helpers are in :mod:`airflow_tfos.testing.yarn_apps`; the REST
+side (routes, JSON shapes, errors) in :mod:`airflow_tfos.testing.yarn_http`.
 
 Fault switches, each for the next N requests: ``fail_next`` (5xx), ``drop_next`` (connection closed
 without an answer), ``slow_next`` (answer after a delay), ``malformed_next`` (a broken proxy's JSON).
@@ -32,12 +34,12 @@ import subprocess
 import threading
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
 from typing import Any
 
-from airflow_tfos.hooks.backends.state import FINAL_STATUSES, TERMINAL_STATES, YARN_STATES
+from airflow_tfos.hooks.backends.state import YARN_STATES
 from airflow_tfos.testing.spnego import SpnegoAcceptor
-from airflow_tfos.testing.yarn_http import RecordedRequest, RestApiMixin, _Server
+from airflow_tfos.testing.yarn_apps import UNKNOWN_EXIT, App, exit_code, signal_group
+from airflow_tfos.testing.yarn_http import Fault, RecordedRequest, RestApiMixin, _Server, app_json
 
 __all__ = ["RecordedRequest", "ResourceManagerEmulator"]
 
@@ -45,45 +47,6 @@ log = logging.getLogger(__name__)
 
 KILLED_DIAGNOSTICS = "Application killed by user."
 STANDBY_MODES = ("redirect", "error")
-
-_FINAL_FOR_STATE = {"FINISHED": ("SUCCEEDED", "FAILED", "KILLED"), "FAILED": ("FAILED",), "KILLED": ("KILLED",)}
-_DEFAULT_FINAL = {"FINISHED": "SUCCEEDED", "FAILED": "FAILED", "KILLED": "KILLED"}
-
-
-@dataclass
-class _Fault:
-    kind: str
-    remaining: int
-    rm: int | None
-    status: int = 500
-    seconds: float = 0.0
-    body: str = "truncated"
-
-
-@dataclass
-class _App:
-    app_id: str
-    name: str
-    user: str
-    queue: str
-    app_type: str
-    tags: tuple[str, ...]
-    state: str
-    final_status: str
-    diagnostics: str
-    started_ms: int
-    finished_ms: int = 0
-    progress: float = 0.0
-    process: subprocess.Popen | None = None
-    pid: int | None = None
-    pgid: int | None = None
-    kill_requested_at: float | None = None
-    sigkill_sent: bool = False
-    extra: dict[str, Any] = field(default_factory=dict)
-
-    @property
-    def terminal(self) -> bool:
-        return self.state in TERMINAL_STATES
 
 
 class ResourceManagerEmulator(RestApiMixin):
@@ -147,9 +110,9 @@ class ResourceManagerEmulator(RestApiMixin):
         self.host, self._bind = host, bind
         self.requests: list[RecordedRequest] = []
         self._lock = threading.RLock()
-        self._apps: dict[str, _App] = {}
+        self._apps: dict[str, App] = {}
         self._next_app = 1
-        self._faults: list[_Fault] = []
+        self._faults: list[Fault] = []
         self._active = 0
         self._ports: list[int] = [0] * self.num_rms
         self._servers: list[_Server | None] = [None] * self.num_rms
@@ -248,7 +211,7 @@ class ResourceManagerEmulator(RestApiMixin):
 
     # ----------------------------------------------------------------- faults
 
-    def _add_fault(self, fault: _Fault) -> None:
+    def _add_fault(self, fault: Fault) -> None:
         if fault.remaining < 1:
             raise ValueError("a fault needs a count of at least 1")
         with self._lock:
@@ -261,7 +224,7 @@ class ResourceManagerEmulator(RestApiMixin):
         :param status: the status to answer.
         :param rm: only requests to this RM; None: any.
         """
-        self._add_fault(_Fault("fail", count, rm, status=status))
+        self._add_fault(Fault("fail", count, rm, status=status))
 
     def drop_next(self, count: int = 1, *, rm: int | None = None) -> None:
         """Close the connection of the next ``count`` requests without answering (a reset).
@@ -269,7 +232,7 @@ class ResourceManagerEmulator(RestApiMixin):
         :param count: how many requests.
         :param rm: only requests to this RM; None: any.
         """
-        self._add_fault(_Fault("drop", count, rm))
+        self._add_fault(Fault("drop", count, rm))
 
     def slow_next(self, count: int = 1, *, seconds: float = 1.0, rm: int | None = None) -> None:
         """Answer the next ``count`` requests only after ``seconds``.
@@ -278,7 +241,7 @@ class ResourceManagerEmulator(RestApiMixin):
         :param seconds: the delay (at most 30 s).
         :param rm: only requests to this RM; None: any.
         """
-        self._add_fault(_Fault("slow", count, rm, seconds=min(seconds, 30.0)))
+        self._add_fault(Fault("slow", count, rm, seconds=min(seconds, 30.0)))
 
     def malformed_next(self, count: int = 1, *, body: str = "truncated", rm: int | None = None) -> None:
         """Answer the next ``count`` requests with 200 and a body that is not the RM's JSON.
@@ -287,13 +250,13 @@ class ResourceManagerEmulator(RestApiMixin):
         :param body: ``"truncated"`` (cut-off JSON) or ``"html"`` (a proxy's error page).
         :param rm: only requests to this RM; None: any.
         """
-        self._add_fault(_Fault("malformed", count, rm, body=body))
+        self._add_fault(Fault("malformed", count, rm, body=body))
 
     def clear_faults(self) -> None:
         with self._lock:
             self._faults.clear()
 
-    def _take_fault(self, rm: int) -> _Fault | None:
+    def _take_fault(self, rm: int) -> Fault | None:
         with self._lock:
             for fault in self._faults:
                 if fault.remaining > 0 and fault.rm in (None, rm):
@@ -335,7 +298,7 @@ class ResourceManagerEmulator(RestApiMixin):
         :param progress: 0-100; defaults from the state.
         """
         app_id = self._new_app_id()
-        app = _App(
+        app = App(
             app_id=app_id,
             name=name,
             user=user,
@@ -404,26 +367,7 @@ class ResourceManagerEmulator(RestApiMixin):
         if state not in YARN_STATES:
             raise ValueError(f"unknown application state {state!r}; one of {', '.join(YARN_STATES)}")
         with self._lock:
-            app = self._app(app_id)
-            if app.terminal and state != app.state:
-                raise ValueError(f"{app_id} has ended as {app.state}; YARN never moves it to {state}")
-            if state in TERMINAL_STATES:
-                final_status = final_status or _DEFAULT_FINAL[state]
-                if final_status not in _FINAL_FOR_STATE[state]:
-                    raise ValueError(f"final status of a {state} application is one of {_FINAL_FOR_STATE[state]}")
-                if not app.terminal:
-                    app.finished_ms = int(time.time() * 1000)
-                app.progress = 100.0
-            else:
-                if final_status not in (None, "UNDEFINED"):
-                    raise ValueError(f"final status stays UNDEFINED while the application is {state}")
-                final_status = "UNDEFINED"
-                app.progress = {"RUNNING": 10.0}.get(state, 0.0)
-            if final_status not in FINAL_STATUSES:
-                raise ValueError(f"unknown final status {final_status!r}")
-            app.state, app.final_status = state, final_status
-            if diagnostics is not None:
-                app.diagnostics = diagnostics
+            self._app(app_id).move(state, final_status, diagnostics)
 
     def application(self, app_id: str) -> dict[str, Any]:
         """The application as ``GET /ws/v1/cluster/apps/{id}`` shows it (the inner ``app`` object).
@@ -433,9 +377,9 @@ class ResourceManagerEmulator(RestApiMixin):
         with self._lock:
             app = self._app(app_id)
             self._refresh(app)
-            return self._app_json(app, self.url())
+            return app_json(app, self.url(), self.cluster_timestamp)
 
-    def _app(self, app_id: str) -> _App:
+    def _app(self, app_id: str) -> App:
         try:
             return self._apps[app_id]
         except KeyError:
@@ -443,15 +387,15 @@ class ResourceManagerEmulator(RestApiMixin):
 
     # ----------------------------------------------------------------- kills and processes
 
-    def _request_kill(self, app: _App) -> None:
+    def _request_kill(self, app: App) -> None:
         if app.kill_requested_at is not None:
             return
         app.kill_requested_at = time.monotonic()
         if app.pid is not None:
-            _signal_group(app.pid, app.pgid, 15)
+            signal_group(app.pid, app.pgid, 15)
         self._refresh(app)
 
-    def _refresh(self, app: _App) -> None:
+    def _refresh(self, app: App) -> None:
         """Bring an application's state up to date (kill delays, process exits)."""
         if app.terminal:
             return
@@ -460,11 +404,11 @@ class ResourceManagerEmulator(RestApiMixin):
         elif app.kill_requested_at is not None and time.monotonic() - app.kill_requested_at >= self.kill_delay:
             self.set_state(app.app_id, "KILLED", "KILLED", KILLED_DIAGNOSTICS)
 
-    def _poll_process(self, app: _App) -> None:
+    def _poll_process(self, app: App) -> None:
         with self._lock:
             if app.terminal or app.pid is None:
                 return
-            code = _exit_code(app.process, app.pid)
+            code = exit_code(app.process, app.pid)
             if code is None:
                 if (
                     app.kill_requested_at is not None
@@ -472,14 +416,14 @@ class ResourceManagerEmulator(RestApiMixin):
                     and time.monotonic() - app.kill_requested_at >= self.kill_grace
                 ):
                     app.sigkill_sent = True
-                    _signal_group(app.pid, app.pgid, 9)
+                    signal_group(app.pid, app.pgid, 9)
                 return
             if app.kill_requested_at is not None:
-                _signal_group(app.pid, app.pgid, 9)  # leftovers of the group go with it, as with a container
+                signal_group(app.pid, app.pgid, 9)  # leftovers of the group go with it, as with a container
                 self.set_state(app.app_id, "KILLED", "KILLED", KILLED_DIAGNOSTICS)
             elif code == 0:
                 self.set_state(app.app_id, "FINISHED", "SUCCEEDED", "")
-            elif code == _UNKNOWN_EXIT:
+            elif code == UNKNOWN_EXIT:
                 self.set_state(
                     app.app_id, "FAILED", "FAILED", f"process {app.pid} exited; its exit code could not be read"
                 )
@@ -495,118 +439,3 @@ class ResourceManagerEmulator(RestApiMixin):
                     self._refresh(app)
                 except Exception:
                     log.exception("could not look at application %s", app.app_id)
-
-    # ----------------------------------------------------------------- JSON shapes
-
-    def _app_json(self, app: _App, base_url: str) -> dict[str, Any]:
-        now_ms = int(time.time() * 1000)
-        launched = app.state in ("RUNNING", *TERMINAL_STATES)
-        container = f"container_{self.cluster_timestamp}_{app.app_id.rsplit('_', 1)[1]}_01_000001"
-        return {
-            "id": app.app_id,
-            "user": app.user,
-            "name": app.name,
-            "queue": app.queue,
-            "state": app.state,
-            "finalStatus": app.final_status,
-            "progress": app.progress,
-            "trackingUI": "History" if app.terminal else ("ApplicationMaster" if launched else "UNASSIGNED"),
-            "trackingUrl": (
-                f"{base_url}/cluster/app/{app.app_id}" if app.terminal else f"{base_url}/proxy/{app.app_id}/"
-            ),
-            "diagnostics": app.diagnostics,
-            "clusterId": self.cluster_timestamp,
-            "applicationType": app.app_type,
-            "applicationTags": ",".join(app.tags),
-            "priority": 0,
-            "startedTime": app.started_ms,
-            "launchTime": app.started_ms if launched else 0,
-            "finishedTime": app.finished_ms,
-            "elapsedTime": (app.finished_ms or now_ms) - app.started_ms,
-            "amContainerLogs": f"http://127.0.0.1:8042/node/containerlogs/{container}/{app.user}" if launched else "",
-            "amHostHttpAddress": "127.0.0.1:8042" if launched else "",
-            "allocatedMB": -1 if app.terminal else 1024,
-            "allocatedVCores": -1 if app.terminal else 1,
-            "runningContainers": -1 if app.terminal else 1,
-            "memorySeconds": 0,
-            "vcoreSeconds": 0,
-            "queueUsagePercentage": 0.0,
-            "clusterUsagePercentage": 0.0,
-            "preemptedResourceMB": 0,
-            "preemptedResourceVCores": 0,
-            "numNonAMContainerPreempted": 0,
-            "numAMContainerPreempted": 0,
-            "logAggregationStatus": "DISABLED",
-            "unmanagedApplication": False,
-            "amNodeLabelExpression": "",
-        }
-
-    def _cluster_info(self, index: int) -> dict[str, Any]:
-        return {
-            "clusterInfo": {
-                "id": self.cluster_timestamp,
-                "startedOn": self.cluster_timestamp,
-                "state": "STARTED",
-                "haState": self.ha_state(index),
-                "rmStateStoreName": "org.apache.hadoop.yarn.server.resourcemanager.recovery.NullRMStateStore",
-                "resourceManagerVersion": "3.4.1-emulated",
-                "resourceManagerBuildVersion": "3.4.1-emulated from airflow-tfos",
-                "resourceManagerVersionBuiltOn": "emulated",
-                "hadoopVersion": "3.4.1-emulated",
-                "hadoopBuildVersion": "3.4.1-emulated from airflow-tfos",
-                "hadoopVersionBuiltOn": "emulated",
-                "haZooKeeperConnectionState": "CONNECTED" if self.num_rms > 1 else "Could not find leader elector",
-            }
-        }
-
-    def _cluster_metrics(self) -> dict[str, Any]:
-        with self._lock:
-            states = [app.state for app in self._apps.values()]
-        return {
-            "clusterMetrics": {
-                "appsSubmitted": len(states),
-                "appsCompleted": states.count("FINISHED"),
-                "appsPending": sum(s in ("NEW", "NEW_SAVING", "SUBMITTED", "ACCEPTED") for s in states),
-                "appsRunning": states.count("RUNNING"),
-                "appsFailed": states.count("FAILED"),
-                "appsKilled": states.count("KILLED"),
-                "totalMB": self.max_allocation_mb * 2,
-                "totalVirtualCores": self.max_allocation_vcores * 2,
-                "totalNodes": 2,
-                "activeNodes": 2,
-            }
-        }
-
-
-_UNKNOWN_EXIT = -(2**31)
-
-
-def _signal_group(pid: int, pgid: int | None, signum: int) -> None:
-    """Signal the process group of ``pid`` (only ``pid`` when it shares the emulator's own group)."""
-    try:
-        if pgid is None or pgid == os.getpgrp():
-            os.kill(pid, signum)
-        else:
-            os.killpg(pgid, signum)
-    except (ProcessLookupError, PermissionError):
-        pass
-
-
-def _exit_code(process: subprocess.Popen | None, pid: int) -> int | None:
-    """The exit code of a process, None while it runs, ``_UNKNOWN_EXIT`` when it cannot be read."""
-    if process is not None:
-        return process.poll()
-    try:
-        done, status = os.waitpid(pid, os.WNOHANG)
-    except ChildProcessError:
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return _UNKNOWN_EXIT
-        try:
-            with open(f"/proc/{pid}/stat") as stat:
-                zombie = stat.read().rsplit(")", 1)[1].split()[0] == "Z"
-        except (OSError, IndexError):
-            zombie = False
-        return _UNKNOWN_EXIT if zombie else None
-    return None if done == 0 else os.waitstatus_to_exitcode(status)

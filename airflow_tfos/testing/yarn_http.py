@@ -1,6 +1,9 @@
 """The HTTP side of :class:`~airflow_tfos.testing.yarn.ResourceManagerEmulator`: routes, shapes, errors, HA, faults.
 
-Kept apart from the emulator's state (applications, processes, switches) so that each module stays short.
+The JSON shapes (an application, the cluster's info and metrics) are functions of the state they show, and a
+:class:`Fault` is what the handler does instead of answering. Kept apart from the emulator's state
+(applications, processes, switches; an application's record is :class:`~airflow_tfos.testing.yarn_apps.App`)
+so that each module stays short.
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
-from airflow_tfos.hooks.backends.state import YARN_STATES
+from airflow_tfos.hooks.backends.state import TERMINAL_STATES, YARN_STATES
 from airflow_tfos.hooks.yarn_rest import (
     APP_ID_RE,
     APPS_PATH,
@@ -25,6 +28,7 @@ from airflow_tfos.hooks.yarn_rest import (
     MAX_ALLOCATION_VCORES_KEY,
     NEW_APPLICATION_PATH,
 )
+from airflow_tfos.testing.yarn_apps import App
 
 log = logging.getLogger(__name__)
 
@@ -72,6 +76,102 @@ def _drop(handler: _Handler) -> None:
         handler.connection.close()
     except OSError:
         pass
+
+
+def app_json(app: App, base_url: str, cluster_timestamp: int) -> dict[str, Any]:
+    """An application as ``GET /ws/v1/cluster/apps/{id}`` shows it (the inner ``app`` object), its URLs on
+    ``base_url``."""
+    now_ms = int(time.time() * 1000)
+    launched = app.state in ("RUNNING", *TERMINAL_STATES)
+    container = f"container_{cluster_timestamp}_{app.app_id.rsplit('_', 1)[1]}_01_000001"
+    return {
+        "id": app.app_id,
+        "user": app.user,
+        "name": app.name,
+        "queue": app.queue,
+        "state": app.state,
+        "finalStatus": app.final_status,
+        "progress": app.progress,
+        "trackingUI": "History" if app.terminal else ("ApplicationMaster" if launched else "UNASSIGNED"),
+        "trackingUrl": (f"{base_url}/cluster/app/{app.app_id}" if app.terminal else f"{base_url}/proxy/{app.app_id}/"),
+        "diagnostics": app.diagnostics,
+        "clusterId": cluster_timestamp,
+        "applicationType": app.app_type,
+        "applicationTags": ",".join(app.tags),
+        "priority": 0,
+        "startedTime": app.started_ms,
+        "launchTime": app.started_ms if launched else 0,
+        "finishedTime": app.finished_ms,
+        "elapsedTime": (app.finished_ms or now_ms) - app.started_ms,
+        "amContainerLogs": f"http://127.0.0.1:8042/node/containerlogs/{container}/{app.user}" if launched else "",
+        "amHostHttpAddress": "127.0.0.1:8042" if launched else "",
+        "allocatedMB": -1 if app.terminal else 1024,
+        "allocatedVCores": -1 if app.terminal else 1,
+        "runningContainers": -1 if app.terminal else 1,
+        "memorySeconds": 0,
+        "vcoreSeconds": 0,
+        "queueUsagePercentage": 0.0,
+        "clusterUsagePercentage": 0.0,
+        "preemptedResourceMB": 0,
+        "preemptedResourceVCores": 0,
+        "numNonAMContainerPreempted": 0,
+        "numAMContainerPreempted": 0,
+        "logAggregationStatus": "DISABLED",
+        "unmanagedApplication": False,
+        "amNodeLabelExpression": "",
+    }
+
+
+def cluster_info(cluster_timestamp: int, ha_state: str, ha: bool) -> dict[str, Any]:
+    """``GET /ws/v1/cluster/info`` of an RM in ``ha_state`` (``ACTIVE`` or ``STANDBY``); ``ha``: two RMs."""
+    return {
+        "clusterInfo": {
+            "id": cluster_timestamp,
+            "startedOn": cluster_timestamp,
+            "state": "STARTED",
+            "haState": ha_state,
+            "rmStateStoreName": "org.apache.hadoop.yarn.server.resourcemanager.recovery.NullRMStateStore",
+            "resourceManagerVersion": "3.4.1-emulated",
+            "resourceManagerBuildVersion": "3.4.1-emulated from airflow-tfos",
+            "resourceManagerVersionBuiltOn": "emulated",
+            "hadoopVersion": "3.4.1-emulated",
+            "hadoopBuildVersion": "3.4.1-emulated from airflow-tfos",
+            "hadoopVersionBuiltOn": "emulated",
+            "haZooKeeperConnectionState": "CONNECTED" if ha else "Could not find leader elector",
+        }
+    }
+
+
+def cluster_metrics(states: list[str], max_allocation_mb: int, max_allocation_vcores: int) -> dict[str, Any]:
+    """``GET /ws/v1/cluster/metrics`` of a cluster whose applications are in ``states``, of two nodes each as
+    large as the largest container."""
+    return {
+        "clusterMetrics": {
+            "appsSubmitted": len(states),
+            "appsCompleted": states.count("FINISHED"),
+            "appsPending": sum(s in ("NEW", "NEW_SAVING", "SUBMITTED", "ACCEPTED") for s in states),
+            "appsRunning": states.count("RUNNING"),
+            "appsFailed": states.count("FAILED"),
+            "appsKilled": states.count("KILLED"),
+            "totalMB": max_allocation_mb * 2,
+            "totalVirtualCores": max_allocation_vcores * 2,
+            "totalNodes": 2,
+            "activeNodes": 2,
+        }
+    }
+
+
+@dataclass
+class Fault:
+    """A fault switch of the emulator (``fail_next``, ``drop_next``, ``slow_next``, ``malformed_next``): what the
+    handler does instead of answering, for the next ``remaining`` requests (to RM ``rm``; None: any)."""
+
+    kind: str
+    remaining: int
+    rm: int | None
+    status: int = 500
+    seconds: float = 0.0
+    body: str = "truncated"
 
 
 @dataclass
@@ -200,9 +300,11 @@ class RestApiMixin:
     ) -> None:
         base = self.url(index)
         if method == "GET" and path in (CLUSTER_PATH, CLUSTER_INFO_PATH):
-            _send(handler, 200, self._cluster_info(index))
+            _send(handler, 200, cluster_info(self.cluster_timestamp, self.ha_state(index), self.num_rms > 1))
         elif method == "GET" and path == CLUSTER_METRICS_PATH:
-            _send(handler, 200, self._cluster_metrics())
+            with self._lock:
+                states = [app.state for app in self._apps.values()]
+            _send(handler, 200, cluster_metrics(states, self.max_allocation_mb, self.max_allocation_vcores))
         elif method == "GET" and path == CONF_PATH:
             self._answer_conf(handler, query)
         elif method == "GET" and path == APPS_PATH:
@@ -272,7 +374,7 @@ class RestApiMixin:
             for app in self._apps.values():
                 self._refresh(app)
             apps = [
-                self._app_json(app, base)
+                app_json(app, base, self.cluster_timestamp)
                 for app in sorted(self._apps.values(), key=lambda a: a.app_id)
                 if (not states or app.state.lower() in states)
                 and (not tags or tags & set(app.tags))
@@ -299,7 +401,8 @@ class RestApiMixin:
                 return
             self._refresh(app)
             if method == "GET":
-                _send(handler, 200, {"state": app.state} if state_only else {"app": self._app_json(app, base)})
+                shown = {"state": app.state} if state_only else {"app": app_json(app, base, self.cluster_timestamp)}
+                _send(handler, 200, shown)
                 return
             if user == "dr.who":
                 _send(handler, 403, {"RemoteException": _remote("AuthorizationException", _NO_USER)})

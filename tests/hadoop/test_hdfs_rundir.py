@@ -12,7 +12,8 @@ import uuid
 
 import pytest
 
-from airflow_tfos.shared.registry import ModelRegistry, decide
+from airflow_tfos.shared.registry import ModelRegistry
+from airflow_tfos.shared.registry_gate import decide
 from airflow_tfos.shared.rundir import RunDir
 from airflow_tfos.shared.storage import LocalStorage, join
 

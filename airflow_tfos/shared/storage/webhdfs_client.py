@@ -1,6 +1,7 @@
 """WebHDFSStorage: the :class:`airflow_tfos.shared.storage.Storage` protocol over WebHDFS (settings, errors and
 URIs: :mod:`airflow_tfos.shared.storage.webhdfs_config`; how a failed call is judged and told:
-:mod:`airflow_tfos.shared.storage.webhdfs_errors`).
+:mod:`airflow_tfos.shared.storage.webhdfs_errors`; the session and client classes, the RENAME call and the
+file that uploads on close: :mod:`airflow_tfos.shared.storage.webhdfs_calls`).
 
 Built on the ``hdfs`` package (HdfsCLI), one client per namenode, each with its own ``requests``
 session; retries, failover and error mapping are ours, so that every failure is bounded and says
@@ -11,7 +12,6 @@ from __future__ import annotations
 
 import errno
 import fnmatch
-import io
 import logging
 import os
 import posixpath
@@ -24,6 +24,13 @@ from typing import Any, BinaryIO, TypeVar
 
 from airflow_tfos.shared.errors import WebHDFSConfigError, WebHDFSError
 from airflow_tfos.shared.storage.base import PRIVATE_DIR_MODE, FileInfo, is_plain_name
+from airflow_tfos.shared.storage.webhdfs_calls import (
+    UploadOnClose,
+    kerberos_client_class,
+    modified,
+    renamer,
+    session_class,
+)
 from airflow_tfos.shared.storage.webhdfs_config import WebHDFSConfig, config_for_uri, split_uri
 from airflow_tfos.shared.storage.webhdfs_errors import (
     TRANSIENT_REMOTE,
@@ -71,7 +78,7 @@ class WebHDFSStorage:
 
         clients = []
         for url in self.config.namenodes:
-            session = _session_class()()
+            session = session_class()()
             session.verify = self.config.verify
             session.hooks["response"].append(raise_for_server_error)
             if self.config.auth == "kerberos":
@@ -79,7 +86,7 @@ class WebHDFSStorage:
 
                 install_log_redaction()  # request URLs now carry delegation tokens (the namenode's redirects)
                 session.auth = SpnegoAuth(self.login)
-                client = _kerberos_client_class()(
+                client = kerberos_client_class()(
                     url, proxy=self.config.user, timeout=self.config.timeout, session=session
                 )
             else:
@@ -220,7 +227,7 @@ class WebHDFSStorage:
                 found.append((hpath, status))
         else:
             found = [(p, s) for p, s in self._glob(hpath) if s["type"] == "FILE"]
-        infos = (FileInfo(prefix + p, int(s["length"]), _modified(s)) for p, s in found)
+        infos = (FileInfo(prefix + p, int(s["length"]), modified(s)) for p, s in found)
         return sorted(infos, key=lambda f: f.path)
 
     def _glob(self, hpath: str) -> list[tuple[str, dict[str, Any]]]:
@@ -274,7 +281,7 @@ class WebHDFSStorage:
             local.seek(0)
             return local
         if mode == "wb":
-            return _UploadOnClose(self, path)
+            return UploadOnClose(self._publish, path)
         raise ValueError(f"mode must be 'rb' or 'wb', got {mode!r}")
 
     def download(self, path: str, local: BinaryIO) -> None:
@@ -327,7 +334,7 @@ class WebHDFSStorage:
             log.debug("could not remove the temporary file %s: %s", hpath, exc)
 
     def _replace(self, tmp: str, hpath: str) -> None:
-        if self._call("RENAME", tmp, _renamer(tmp, hpath, "OVERWRITE")):
+        if self._call("RENAME", tmp, renamer(tmp, hpath, "OVERWRITE")):
             return
         # The server ignored renameoptions and its plain rename refuses an existing target: delete it
         # first (the one window in which readers see no file), then rename.
@@ -358,7 +365,7 @@ class WebHDFSStorage:
             raise FileExistsError(errno.EEXIST, f"cannot rename {src} to {dst}: the target exists", dst)
         self.makedirs(posixpath.dirname(hdst))
         try:
-            done = self._call("RENAME", hsrc, _renamer(hsrc, hdst, "NONE"))
+            done = self._call("RENAME", hsrc, renamer(hsrc, hdst, "NONE"))
         except FileExistsError:
             raise FileExistsError(errno.EEXIST, f"cannot rename {src} to {dst}: the target exists", dst) from None
         if not done:  # a plain rename's false: say why
@@ -411,73 +418,8 @@ class WebHDFSStorage:
                 yield child, entry
 
 
-class _UploadOnClose(io.FileIO):
-    """A local temporary file, published to HDFS (atomically) when closed without an error."""
-
-    def __init__(self, storage: WebHDFSStorage, path: str):
-        fd, self._local = tempfile.mkstemp(prefix="airflow-tfos-hdfs-")
-        super().__init__(fd, "wb")
-        self._storage, self._path, self._failed = storage, path, False
-
-    def __exit__(self, exc_type, *rest):
-        self._failed = exc_type is not None
-        return super().__exit__(exc_type, *rest)
-
-    def close(self) -> None:
-        if self.closed:
-            return
-        super().close()
-        try:
-            if not self._failed:
-                _, _, hpath = split_uri(self._path)
-                self._storage._publish(hpath, local_file=self._local)
-        finally:
-            os.remove(self._local)
-
-
-def _modified(status: dict[str, Any]) -> float | None:
-    """A FileStatus's ``modificationTime`` (milliseconds) in seconds, or None when it has none."""
-    millis = status.get("modificationTime")
-    return millis / 1000.0 if isinstance(millis, int | float) else None
-
-
-def _renamer(src: str, dst: str, options: str):
-    """One RENAME call for ``_call``'s retries; True if done (also when a lost answer hid an earlier success)."""
-    tries = [0]
-
-    def rename(client) -> bool:
-        tries[0] += 1
-        try:
-            answer = client._rename(src, destination=dst, renameoptions=options)
-        except Exception as exc:
-            if tries[0] > 1 and getattr(exc, "exception", None) == "FileNotFoundException":
-                return True  # an earlier try renamed it, and its answer was lost
-            raise
-        return not answer.content.strip() or bool(answer.json()["boolean"])
-
-    return rename
-
-
 _STORAGES: dict[str, WebHDFSStorage] = {}
 _STORAGES_LOCK = threading.Lock()
-
-
-_KERBEROS_CLIENT: Any = None
-
-
-def _kerberos_client_class() -> Any:
-    """An ``hdfs.Client`` that also speaks WebHDFS's delegation-token operations (made on first use)."""
-    global _KERBEROS_CLIENT
-    if _KERBEROS_CLIENT is None:
-        from hdfs.client import Client, _Request
-
-        class KerberosWebHDFSClient(Client):
-            _get_delegation_token = _Request("GET")
-            _renew_delegation_token = _Request("PUT")
-            _cancel_delegation_token = _Request("PUT")
-
-        _KERBEROS_CLIENT = KerberosWebHDFSClient
-    return _KERBEROS_CLIENT
 
 
 def storage_for_uri(uri: str) -> WebHDFSStorage:
@@ -494,25 +436,3 @@ def clear_cached_storages() -> None:
     """Forget the storages made so far (tests that change ``AIRFLOW_TFOS_WEBHDFS`` call it)."""
     with _STORAGES_LOCK:
         _STORAGES.clear()
-
-
-_SESSION_CLASS: type | None = None
-
-
-def _session_class() -> type:
-    """A ``requests.Session`` whose own ``verify`` (the configured CA bundle, or False) wins over
-    ``REQUESTS_CA_BUNDLE`` / ``CURL_CA_BUNDLE``: plain requests lets those variables replace a session's
-    bundle, so a cluster's own CA would be ignored wherever the machine sets them."""
-    global _SESSION_CLASS
-    if _SESSION_CLASS is None:
-        import requests
-
-        class ConfiguredVerifySession(requests.Session):
-            def merge_environment_settings(self, url, proxies, stream, verify, cert):
-                settings = super().merge_environment_settings(url, proxies, stream, verify, cert)
-                if verify is None and self.verify is not True:
-                    settings["verify"] = self.verify
-                return settings
-
-        _SESSION_CLASS = ConfiguredVerifySession
-    return _SESSION_CLASS
