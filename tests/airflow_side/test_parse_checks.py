@@ -343,15 +343,12 @@ def test_the_feed_operator_checks_its_rendered_data_before_requesting_the_feed(t
 
 
 def test_the_spec_choices_are_the_runtimes():
-    """What the Airflow side checks at parse time is what the cluster accepts (the runtime's own lists; importing
-    them starts no Spark and no TF)."""
-    from airflow_tfos.runtime.node.cluster import CHIEF, MASTER
-    from airflow_tfos.shared import spec
-    from airflow_tfos.shared.feed import BALANCE_MODES, READ_MODES, Feed
-    from airflow_tfos.shared.spec import KERAS_MODES
+    """What the Airflow side checks at parse time is what the cluster accepts: the runtime has no lists of its own,
+    it reads the spec's (importing them starts no Spark and no TF)."""
+    from airflow_tfos.runtime.feed import plan
+    from airflow_tfos.runtime.node import cluster
+    from airflow_tfos.shared import feed, spec
 
-    assert spec.KERAS_MODES == KERAS_MODES
-    assert set(spec.MASTER_NODES) == {CHIEF, MASTER, None}
-    assert spec.BALANCE_MODES == BALANCE_MODES
-    assert spec.READ_MODES == READ_MODES
-    assert FEED_KEYS.split(", ") == sorted(Feed.__dataclass_fields__)
+    assert cluster.KERAS_MODES is spec.KERAS_MODES and plan.BALANCE_MODES is feed.BALANCE_MODES
+    assert set(spec.MASTER_NODES) == {cluster.CHIEF, cluster.MASTER, None}
+    assert FEED_KEYS.split(", ") == sorted(feed.Feed.__dataclass_fields__)

@@ -278,7 +278,8 @@ def test_the_runtime_zip_is_cached_by_content(tmp_path):
     built = first.stat().st_mtime_ns
     time.sleep(0.01)
     assert runtime_zip(tmp_path / "cache", package) == first and first.stat().st_mtime_ns == built
-    (package / "runtime" / "driver.py").write_text((package / "runtime" / "driver.py").read_text() + "\n# changed\n")
+    entry = package / "runtime" / "driver" / "entry.py"
+    entry.write_text(entry.read_text() + "\n# changed\n")
     assert runtime_zip(tmp_path / "cache", package) != first
     unused = package / "operators" / "unused.py"
     unused.parent.mkdir(exist_ok=True)

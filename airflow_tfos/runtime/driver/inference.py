@@ -247,7 +247,7 @@ def predict(
 
 
 class _HadoopFiles:
-    """What :func:`~airflow_tfos.shared.rundir.replace_dir` needs, through the Hadoop file system Spark writes with."""
+    """What :func:`~airflow_tfos.shared.staging.replace_dir` needs, through the Hadoop file system Spark writes with."""
 
     def __init__(self, spark, path: str):
         self._path = spark._jvm.org.apache.hadoop.fs.Path
@@ -275,7 +275,7 @@ def write_predictions(scored, output_path: str) -> int:
     """Write ``scored`` as Parquet at ``output_path``, replacing what is there only once it is complete.
 
     The rows are written to a staging directory beside it (``.staging-<name>-<id>``), then swapped in by
-    renames (:func:`~airflow_tfos.shared.rundir.replace_dir`): a failed run leaves the previous predictions
+    renames (:func:`~airflow_tfos.shared.staging.replace_dir`): a failed run leaves the previous predictions
     whole, and a reader sees the old ones or the new ones. Staging directories that failed runs left are
     removed once a run succeeds. Return the number of rows written.
     """
