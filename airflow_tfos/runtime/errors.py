@@ -23,7 +23,6 @@ __all__ = [
     "ClusterConfigError",
     "NodeFailedError",
     "NodeFailure",
-    "NodeReleased",
     "ReportError",
     "RunCancelledError",
     "RunTimeoutError",
