@@ -10,7 +10,7 @@ from functools import partial
 
 import pytest
 
-from airflow_tfos.runtime import TFClusterRun, launch_times
+from airflow_tfos.runtime import TFClusterRun
 from airflow_tfos.runtime.compat.TFSparkNode import TFoSMain
 from airflow_tfos.runtime.errors import decode_node_failure
 from airflow_tfos.runtime.feed.rows import RowFeed
@@ -19,6 +19,7 @@ from airflow_tfos.runtime.node.job import NodeJob
 from airflow_tfos.runtime.node.launch import hand_over, node_env, prestart_node_process
 from airflow_tfos.runtime.node.task import run_node
 from airflow_tfos.runtime.program import child as child_files
+from airflow_tfos.runtime.program import launch_times
 from tests.runtime import programs
 from tests.runtime.helpers import assert_no_node_processes, node_processes
 
