@@ -18,8 +18,10 @@ BALANCE_MODES = ("pad", "drop")
 #: How the nodes get the rows of a DataFrame: ``auto`` (read its Parquet files directly when it is a plain
 #: scan of them, else through Spark), ``direct`` (fail unless it is) or ``spark`` (always through Spark).
 READ_MODES = ("auto", "direct", "spark")
-#: The floating-point types fed floats may be cast to (:attr:`Feed.cast_floats`).
+#: The floating-point types fed floats may be cast to (:attr:`Feed.cast_floats`), and the other names NumPy gives
+#: them (``"float"`` is NumPy's float64).
 FLOAT_TYPES = ("float16", "float32", "float64")
+FLOAT_ALIASES = frozenset({"half", "single", "double", "float", "f2", "f4", "f8"})
 
 
 @dataclass(frozen=True)
@@ -92,7 +94,7 @@ class Feed:
             raise FeedConfigError(f"Feed.read must be one of {', '.join(map(repr, READ_MODES))}, got {self.read!r}")
         if self.shuffle_window < 1:
             raise FeedConfigError(f"Feed.shuffle_window must be positive, got {self.shuffle_window}")
-        if self.cast_floats is not None and self.cast_floats not in FLOAT_TYPES:
+        if self.cast_floats is not None and self.cast_floats not in (*FLOAT_TYPES, *FLOAT_ALIASES):
             raise FeedConfigError(
                 f"Feed.cast_floats must name a floating-point type ({', '.join(map(repr, FLOAT_TYPES))}) or be "
                 f"None, got {self.cast_floats!r}"

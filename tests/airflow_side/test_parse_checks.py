@@ -345,10 +345,16 @@ def test_the_feed_operator_checks_its_rendered_data_before_requesting_the_feed(t
 def test_the_spec_choices_are_the_runtimes():
     """What the Airflow side checks at parse time is what the cluster accepts: the runtime has no lists of its own,
     it reads the spec's (importing them starts no Spark and no TF)."""
+    import re
+    from pathlib import Path
+
+    import airflow_tfos
     from airflow_tfos.runtime.feed import plan
     from airflow_tfos.runtime.node import cluster
     from airflow_tfos.shared import feed, spec
 
-    assert cluster.KERAS_MODES is spec.KERAS_MODES and plan.BALANCE_MODES is feed.BALANCE_MODES
+    runtime = Path(airflow_tfos.__file__).parent / "runtime"
+    own = [p.name for p in runtime.rglob("*.py") if re.search(r"^\w+_MODES\s*=", p.read_text(), re.MULTILINE)]
+    assert own == [] and plan.BALANCE_MODES is feed.BALANCE_MODES
     assert set(spec.MASTER_NODES) == {cluster.CHIEF, cluster.MASTER, None}
     assert FEED_KEYS.split(", ") == sorted(feed.Feed.__dataclass_fields__)
