@@ -355,10 +355,10 @@ def recoverable_training(args, ctx):
     if slow_at and ctx.is_chief and ctx.attempt == 0:  # one save made slower than stall_timeout
         save = checkpointer._save
 
-        def slow_save(step, epoch):
+        def slow_save(step, epoch, in_epoch=None):
             if step == slow_at:
                 time.sleep(slow_secs)
-            save(step, epoch)
+            save(step, epoch, in_epoch)
 
         checkpointer._save = slow_save
     histories = fit_resumable(

@@ -356,12 +356,13 @@ def ps_checkpointed(args, ctx):
         return [w.ravel().tolist() for w in model.get_weights()]
 
     class RecordingCheckpointer(RunCheckpointer):
-        def save(self, epoch=None, in_epoch=None):
-            before = self.last_saved
-            super().save(epoch, in_epoch)
-            if self.last_saved != before:  # no step runs between the save and this read
-                record = {"attempt": ctx.attempt, "step": self.step, "weights": weights()}
-                _write(ctx, f"saved-a{ctx.attempt}-s{self.last_saved}", record)
+        def _save(self, step, epoch, in_epoch=None):
+            # Read before the checkpoint is published: the test kills the parameter server as soon as it sees the
+            # checkpoint, and reading the variables after that would find no parameter server. save() has joined
+            # the steps in flight, so no step runs between this read and the save.
+            record = {"attempt": ctx.attempt, "step": step, "weights": weights()}
+            super()._save(step, epoch, in_epoch)
+            _write(ctx, f"saved-a{ctx.attempt}-s{step}", record)
 
     class Throttle(tf.keras.callbacks.Callback):
         def __init__(self):
