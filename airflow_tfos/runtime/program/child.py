@@ -138,34 +138,28 @@ def _record_feed(ctx) -> None:
             balance = {"train": ctx.mgr.balance_record()}
             RunDir(ctx.run_dir).add_event(events.FEED, **_node_fields(ctx), rows=ctx.mgr.rows, balance=balance)
             return
-        shares = list(ctx.feed_shares.values())
-        rows = sum(int(share.rows) for share in shares)
-        # Per split: the rows an epoch feeds, and how many of them balance repeated or left out on this node.
-        balance = {name: share.balance_record() for name, share in sorted(ctx.feed_shares.items()) if share.rows}
-        if any(share.streamed for share in shares):
+        shares = dict(sorted(ctx.feed_shares.items()))
+        rows = sum(int(share.rows) for share in shares.values())
+        fields = {
+            **_node_fields(ctx),
+            "rows": rows,
+            "splits": {name: int(share.rows) for name, share in shares.items()},
+            # Per split: the rows an epoch feeds, and how many of them balance repeated or left out on this node.
+            "balance": {name: share.balance_record() for name, share in shares.items() if share.rows},
+            "orders": {name: share.order for name, share in shares.items() if share.order},
+        }
+        if any(share.streamed for share in shares.values()):
             # Direct reads: the TF process reads its Parquet slices while it trains, nothing was read before.
-            RunDir(ctx.run_dir).add_event(
-                events.FEED,
-                **_node_fields(ctx),
-                rows=rows,
-                splits={name: int(share.rows) for name, share in sorted(ctx.feed_shares.items())},
-                balance=balance,
-                orders={name: share.order for name, share in sorted(ctx.feed_shares.items()) if share.order},
-                source="parquet",
-            )
+            RunDir(ctx.run_dir).add_event(events.FEED, **fields, source="parquet")
             return
-        seconds = max(float(share.spill_seconds) for share in shares)
+        seconds = max(float(share.spill_seconds) for share in shares.values())
         RunDir(ctx.run_dir).add_event(
             events.FEED,
-            **_node_fields(ctx),
-            rows=rows,
-            splits={name: int(share.rows) for name, share in sorted(ctx.feed_shares.items())},
-            balance=balance,
-            orders={name: share.order for name, share in sorted(ctx.feed_shares.items()) if share.order},
-            bytes=sum(os.path.getsize(share.path) for share in shares if os.path.exists(share.path)),
+            **fields,
+            bytes=sum(os.path.getsize(share.path) for share in shares.values() if os.path.exists(share.path)),
             seconds=round(seconds, 3),
             rows_per_sec=round(rows / seconds, 1) if seconds > 0 else None,
-            peak_rss_mb=round(max(float(share.spill_peak_rss_mb) for share in shares), 1),
+            peak_rss_mb=round(max(float(share.spill_peak_rss_mb) for share in shares.values()), 1),
         )
     except Exception as exc:  # statistics only: never fail a node for them
         log.warning("cannot record the feed statistics in %s: %s", ctx.run_dir, exc)
