@@ -410,6 +410,20 @@ def status(conf_dir: Path) -> dict:
     return result
 
 
+def spark_setup(conf_dir: Path, *, env_mode: str | None = "link") -> dict:
+    """Spark on the lab's YARN as an administrator sets it up (``hadoop_spark.py``): jars and a packed
+    environment on HDFS, ``DIR/spark-defaults.conf``."""
+    import importlib.util
+
+    conf_dir = conf_dir.resolve()
+    if _running_lab(conf_dir) is None:
+        raise LabError(f"no lab is running from {conf_dir}: run 'hadoop.py up {conf_dir}' first")
+    spec = importlib.util.spec_from_file_location("hadoop_lab_spark", Path(__file__).with_name("hadoop_spark.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.setup(conf_dir, read_description(conf_dir), env_mode=env_mode)
+
+
 # ---------------------------------------------------------------------------------------------- command line
 
 
@@ -431,6 +445,9 @@ def main(argv: list[str] | None = None) -> int:
     p_inspect = sub.add_parser("inspect", help="describe HDFS paths with Hadoop's own client, as JSON")
     p_inspect.add_argument("dir", type=Path)
     p_inspect.add_argument("paths", nargs="+")
+    p_spark = sub.add_parser("spark", help="Spark's jars and a packed environment on HDFS; DIR/spark-defaults.conf")
+    p_spark.add_argument("dir", type=Path)
+    p_spark.add_argument("--packed-env", choices=["link", "copy", "none"], default="link")
     p_build = sub.add_parser("build", help="fetch the jars and compile the launcher")
     p_build.add_argument("--maven-arg", action="append", default=[], help="passed to mvn, e.g. -o")
     args = parser.parse_args(argv)
@@ -460,6 +477,12 @@ def main(argv: list[str] | None = None) -> int:
             print(json.dumps(status(args.dir), indent=2))
         elif args.command == "inspect":
             print(json.dumps(inspect_hdfs(args.dir, args.paths), indent=2))
+        elif args.command == "spark":
+            done = spark_setup(args.dir, env_mode=None if args.packed_env == "none" else args.packed_env)
+            took = ", ".join(f"{k} {v}" for k, v in done["timings"].items())
+            print(f"  SPARK_CONF_DIR={args.dir.resolve()}  ({took})")
+            for key, value in done["settings"].items():
+                print(f"  {key} {value}")
         elif args.command == "control":
             print(control(args.dir, args.line))
     except LabError as e:

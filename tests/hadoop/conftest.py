@@ -10,7 +10,6 @@ import importlib.util
 import os
 import sys
 import time
-import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -95,31 +94,32 @@ def hadoop_lab(tmp_path_factory, pytestconfig):
                 reporter.write_line(line)
 
 
-def spark_jars_zip() -> Path:
-    """pip's pyspark jars as one stored (not compressed) zip, built once per pyspark version in the lab's build
-    folder: what ``spark.yarn.archive`` points at."""
-    import pyspark
+@dataclass
+class SparkOnLab:
+    """Spark on the lab's YARN as ``hadoop.py spark`` sets it up: ``SPARK_CONF_DIR`` (its spark-defaults.conf
+    names Spark's jars and the packed environment on HDFS) and what it wrote there."""
 
-    target = hadoop.LAB_TARGET / f"spark-jars-{pyspark.__version__}.zip"
-    if not target.exists():
-        jars = Path(pyspark.__file__).parent / "jars"
-        partial = target.with_name(f".{target.name}.{os.getpid()}")
-        with zipfile.ZipFile(partial, "w", zipfile.ZIP_STORED) as archive:
-            for jar in sorted(jars.glob("*.jar")):
-                archive.write(jar, jar.name)
-        partial.rename(target)
-    return target
+    conf_dir: Path
+    settings: dict[str, str]
+
+    def env(self, **more: str) -> dict[str, str]:
+        """This process's environment with ``HADOOP_CONF_DIR`` and ``SPARK_CONF_DIR`` at the lab, and ``more``."""
+        drop = ("AIRFLOW_TFOS_WEBHDFS", "PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON")
+        return {
+            **{k: v for k, v in os.environ.items() if k not in drop},
+            "HADOOP_CONF_DIR": str(self.conf_dir),
+            "SPARK_CONF_DIR": str(self.conf_dir),
+            "SPARK_LOCAL_IP": "127.0.0.1",
+            **more,
+        }
 
 
 @pytest.fixture(scope="package")
-def spark_archive(hadoop_lab) -> str:
-    """Spark's jars on the lab's HDFS, uploaded once: ``spark.yarn.archive`` for every application."""
-    from hdfs import InsecureClient
-
+def spark_on_lab(hadoop_lab) -> SparkOnLab:
+    """Spark's jars (``spark.yarn.archive``) and the packed environment (the containers' Python: the runtime's
+    packages without airflow_tfos and pyspark, linked, see :mod:`airflow_tfos.testing.packed_env`) on the lab's
+    HDFS, uploaded once; ``spark-defaults.conf`` in the lab's folder."""
     started = time.monotonic()
-    local = spark_jars_zip()
-    client = InsecureClient(f"http://{hadoop_lab.description['namenode_http']}")
-    client.makedirs(os.path.dirname(SPARK_ARCHIVE_PATH))
-    client.upload(SPARK_ARCHIVE_PATH, str(local), overwrite=True)
-    hadoop_lab.timings["spark_archive_s"] = round(time.monotonic() - started, 1)
-    return f"{hadoop_lab.fs_default}{SPARK_ARCHIVE_PATH}"
+    done = hadoop.spark_setup(hadoop_lab.conf_dir, env_mode="link")
+    hadoop_lab.timings.update(done["timings"], spark_setup_s=round(time.monotonic() - started, 1))
+    return SparkOnLab(hadoop_lab.conf_dir, done["settings"])

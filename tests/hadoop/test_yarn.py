@@ -6,7 +6,6 @@ API by :class:`~airflow_tfos.hooks.yarn.YarnHook`."""
 from __future__ import annotations
 
 import json
-import sys
 import time
 import uuid
 from pathlib import Path
@@ -27,14 +26,15 @@ SPARK_CONN = "spark_hadoop_lab"
 
 
 @pytest.fixture
-def backend(hadoop_lab, monkeypatch, tmp_path) -> YarnBackend:
+def backend(spark_on_lab, monkeypatch, tmp_path) -> YarnBackend:
     """The YARN backend with no ``yarn`` connection: the RM comes from the lab's yarn-site.xml."""
-    monkeypatch.setenv("HADOOP_CONF_DIR", str(hadoop_lab.conf_dir))
+    monkeypatch.setenv("HADOOP_CONF_DIR", str(spark_on_lab.conf_dir))
+    monkeypatch.setenv("SPARK_CONF_DIR", str(spark_on_lab.conf_dir))
     monkeypatch.setenv(f"AIRFLOW_CONN_{SPARK_CONN.upper()}", json.dumps({"conn_type": "spark", "host": "yarn"}))
     return YarnBackend(YarnHook(yarn_conn_id="yarn_hadoop_lab"), tracker_dir=str(tmp_path / "tracker"))
 
 
-def submission(tmp_path: Path, spark_archive: str, tag: str, *args: str) -> Submission:
+def submission(tmp_path: Path, tag: str, *args: str) -> Submission:
     """The tiny application, with the Spark settings a training run gets on YARN (one executor of 512 MB)."""
     import pyspark
 
@@ -43,18 +43,9 @@ def submission(tmp_path: Path, spark_archive: str, tag: str, *args: str) -> Subm
         tag=tag,
         num_nodes=1,
         executor_memory="512m",
-        user_conf={
-            "spark.driver.memory": "512m",
-            "spark.yarn.archive": spark_archive,
-            # the containers run the venv's Python (else the NodeManager's python3, without the packages)
-            "spark.pyspark.python": sys.executable,
-            # else the driver and the executor listen on the machine's outside address
-            "spark.yarn.appMasterEnv.SPARK_LOCAL_IP": "127.0.0.1",
-            "spark.executorEnv.SPARK_LOCAL_IP": "127.0.0.1",
-            # short-lived JVMs: the JIT's first tier only, as for every JVM of the tests
-            "spark.yarn.appMasterEnv.JAVA_TOOL_OPTIONS": "-XX:TieredStopAtLevel=1",
-            "spark.executorEnv.JAVA_TOOL_OPTIONS": "-XX:TieredStopAtLevel=1",
-        },
+        # the rest (Spark's jars on HDFS, the containers' packed Python, 127.0.0.1) is the lab's spark-defaults.conf
+        # and its NodeManagers' environment, as on a cluster
+        user_conf={"spark.driver.memory": "512m"},
     )
     return Submission(
         application=str(APP),
@@ -82,10 +73,10 @@ def wait_for(backend: YarnBackend, app_id: str, done, timeout: float = 300) -> A
 
 
 def test_the_yarn_backend_submits_an_application_the_hook_finds_by_tag_and_follows_to_finished(
-    backend, spark_archive, tmp_path
+    backend, tmp_path
 ):
     tag = f"tfos-lab-{uuid.uuid4().hex[:8]}"
-    app_id = backend.submit(submission(tmp_path, spark_archive, tag))
+    app_id = backend.submit(submission(tmp_path, tag))
 
     assert [app.app_id for app in backend.find_by_tag(tag)] == [app_id]
     final = wait_for(backend, app_id, lambda s: s.is_terminal)
@@ -94,14 +85,14 @@ def test_the_yarn_backend_submits_an_application_the_hook_finds_by_tag_and_follo
     assert backend.find_by_tag(tag.upper())[0].app_id == app_id  # YARN keeps tags lower-cased
 
 
-def test_a_running_application_is_refused_a_second_submit_and_killed_through_the_hook(backend, spark_archive, tmp_path):
+def test_a_running_application_is_refused_a_second_submit_and_killed_through_the_hook(backend, tmp_path):
     tag = f"tfos-lab-{uuid.uuid4().hex[:8]}"
-    app_id = backend.submit(submission(tmp_path, spark_archive, tag, "600"))
+    app_id = backend.submit(submission(tmp_path, tag, "600"))
     running = wait_for(backend, app_id, lambda s: s.state == "RUNNING" or s.is_terminal, timeout=180)
     assert running.state == "RUNNING", running
 
     with pytest.raises(ApplicationAlreadyRunningError):
-        backend.submit(submission(tmp_path, spark_archive, tag, "600"))
+        backend.submit(submission(tmp_path, tag, "600"))
     killed = backend.kill(app_id, grace_secs=60)
     assert killed.state == "KILLED", killed
     assert backend.find_live(tag) == []

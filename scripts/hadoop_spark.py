@@ -1,0 +1,105 @@
+"""Spark on the Hadoop lab's YARN, set up as a cluster's administrator sets it up (``scripts/hadoop.py spark DIR``).
+
+- Spark's jars (pip's pyspark ``jars/``, as one stored zip) on HDFS, named by ``spark.yarn.archive``, so that a
+  submit does not upload 397 MB: the NodeManagers keep it between applications (it is world-readable).
+- Optionally a packed Python environment on HDFS (:mod:`airflow_tfos.testing.packed_env`: the runtime's
+  packages without ``airflow_tfos`` and ``pyspark``), named by ``spark.yarn.dist.archives`` and run as the
+  containers' Python, the cluster's default environment.
+- ``DIR/spark-defaults.conf`` with those settings: ``SPARK_CONF_DIR=DIR`` beside ``HADOOP_CONF_DIR=DIR``.
+
+Both files are built once in ``hadoop-lab/target/`` (ignored by git) and uploaded to each new lab.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import sys
+import time
+import zipfile
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+LAB_TARGET = REPO / "hadoop-lab" / "target"
+SPARK_DEFAULTS = "spark-defaults.conf"
+JARS_DIR, ENVS_DIR = "/spark", "/envs"
+#: The Python the containers run from the packed environment (``--archives ...#environment``).
+ENV_PYTHON = "./environment/bin/python"
+
+
+def spark_jars_zip() -> Path:
+    """pip's pyspark jars as one stored (not compressed) zip, built once per pyspark version."""
+    import pyspark
+
+    target = LAB_TARGET / f"spark-jars-{pyspark.__version__}.zip"
+    if not target.exists():
+        target.parent.mkdir(parents=True, exist_ok=True)
+        partial = target.with_name(f".{target.name}.{os.getpid()}")
+        with zipfile.ZipFile(partial, "w", zipfile.ZIP_STORED) as archive:
+            for jar in sorted((Path(pyspark.__file__).parent / "jars").glob("*.jar")):
+                archive.write(jar, jar.name)
+        partial.rename(target)
+    return target
+
+
+def packed_env(mode: str, extras: tuple[str, ...] = ("runtime", "demo")) -> Path:
+    """The packed environment for ``extras`` in ``mode``, built again when the installed packages change."""
+    sys.path.insert(0, str(REPO))
+    from airflow_tfos.testing import packed_env as packing
+
+    distributions = [d for extra in extras for d in packing.runtime_distributions(extra)]
+    names = sorted({f"{d.metadata['Name']}=={d.version}" for d in distributions})
+    key = hashlib.sha256("\n".join([*names, mode, sys.version]).encode()).hexdigest()[:12]
+    target = LAB_TARGET / f"packed-env-{mode}-{key}.tar"
+    if not target.exists():
+        target.parent.mkdir(parents=True, exist_ok=True)
+        packing.build(target, mode=mode, extras=extras)
+    return target
+
+
+def upload(namenode_http: str, local: Path, hdfs_path: str) -> None:
+    """Put ``local`` on HDFS at ``hdfs_path``, readable by everyone (so YARN localizes it once per NodeManager)."""
+    from hdfs import InsecureClient
+
+    client = InsecureClient(f"http://{namenode_http}", user=os.environ.get("USER") or "root")
+    folder = os.path.dirname(hdfs_path)
+    client.makedirs(folder, permission="755")
+    client.set_permission(folder, "755")
+    client.upload(hdfs_path, str(local), overwrite=True, permission="644")
+
+
+def setup(conf_dir: Path, description: dict, *, env_mode: str | None = "link") -> dict:
+    """Upload Spark's jars (and a packed environment unless ``env_mode`` is None) to the lab's HDFS and write
+    ``conf_dir/spark-defaults.conf``; return the settings written and the seconds each step took."""
+    import pyspark
+
+    timings: dict[str, float] = {}
+    started = time.monotonic()
+    jars = spark_jars_zip()
+    jars_path = f"{JARS_DIR}/{jars.name}"
+    upload(description["namenode_http"], jars, jars_path)
+    timings["spark_jars_s"] = round(time.monotonic() - started, 1)
+    settings = {"spark.yarn.archive": f"{description['fs_default']}{jars_path}"}
+    # the lab listens on 127.0.0.1 only: so do the driver and the executors (else the machine's outside address);
+    # and their JVMs are short-lived (the JIT's first tier only)
+    for role in ("spark.yarn.appMasterEnv", "spark.executorEnv"):
+        settings[f"{role}.SPARK_LOCAL_IP"] = "127.0.0.1"
+        settings[f"{role}.JAVA_TOOL_OPTIONS"] = "-XX:TieredStopAtLevel=1"
+    if env_mode:
+        started = time.monotonic()
+        env = packed_env(env_mode)
+        env_path = f"{ENVS_DIR}/{env.name}"
+        upload(description["namenode_http"], env, env_path)
+        timings["packed_env_s"] = round(time.monotonic() - started, 1)
+        settings.update(
+            {
+                "spark.yarn.dist.archives": f"{description['fs_default']}{env_path}#environment",
+                "spark.pyspark.python": ENV_PYTHON,
+                "spark.yarn.appMasterEnv.PYSPARK_PYTHON": ENV_PYTHON,
+                "spark.executorEnv.PYSPARK_PYTHON": ENV_PYTHON,
+            }
+        )
+    lines = [f"# Spark on the Hadoop lab's YARN (pyspark {pyspark.__version__}); SPARK_CONF_DIR={conf_dir}"]
+    lines += [f"{key} {value}" for key, value in settings.items()]
+    (conf_dir / SPARK_DEFAULTS).write_text("\n".join(lines) + "\n")
+    return {"settings": settings, "timings": timings}
