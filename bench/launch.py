@@ -1,6 +1,6 @@
 """Launch time: from the start of a run until every node is inside main_fun with its strategy built.
 
-Runs the same TFoS-style program (tests/runtime/tfos_programs/keras_tf_mode.py, two nodes, chief +
+Runs the same TFoS-style program (tests/integration/spark/tfos_programs/keras_tf_mode.py, two nodes, chief +
 worker, MultiWorkerMirroredStrategy, no training steps) on one local Spark cluster, alternating
 between ``tensorflowonspark==2.2.5``'s ``TFCluster.run`` and airflow-tfos's compatibility API (the
 same program with only its import changed), and prints each run, the medians and their ratio.

@@ -3,10 +3,10 @@
     python bench/recovery.py [--target process|executor|tf-freeze]
     python bench/recovery.py --target host|partition|freeze-executor|freeze-tf|slow   (multi-host, as root)
 
-Runs the checkpointed MWMS training of tests/runtime (2 workers, 60 steps, a checkpoint every 5) as
-its own Spark driver on a local cluster, kills worker 0's TF process (or its whole executor JVM) at
-step 22 or later, and prints the seconds from the kill until the new TF cluster's first step, the
-steps trained again, and the final step.
+Runs the checkpointed MWMS training of tests/integration/spark/driver_script.py (2 workers, 60 steps, a
+checkpoint every 5) as its own Spark driver on a local cluster, kills worker 0's TF process (or its whole
+executor JVM) at step 22 or later, and prints the seconds from the kill until the new TF cluster's first
+step, the steps trained again, and the final step.
 
 ``--target tf-freeze`` freezes worker 0's TF process with SIGSTOP instead, in the ``stall`` scenario (stall
 watchdog of 4 s; one checkpoint save of 6 s before the freeze), and also prints when the watchdog fired.
@@ -39,8 +39,8 @@ from common import REPO
 
 sys.path.insert(0, str(REPO))
 from airflow_tfos.shared.rundir import RunDir
-from tests.runtime.test_driver_process import start_driver
-from tests.runtime.test_recovery import wait_for_progress
+from tests.integration.spark.test_driver_process import start_driver
+from tests.integration.spark.test_recovery import wait_for_progress
 
 MULTIHOST = ("host", "partition", "freeze-executor", "freeze-tf", "slow")
 
@@ -117,7 +117,7 @@ def main() -> int:
         elif options.target == "tf-freeze":
             os.kill(record["pid"], signal.SIGSTOP)
         else:
-            from tests.runtime.test_recovery import executor_jvm_of
+            from tests.integration.spark.test_recovery import executor_jvm_of
 
             executor_jvm_of(record["pid"]).kill()
         step_at_kill = json.loads((run_dir / "progress-worker-0.json").read_text())["step"]

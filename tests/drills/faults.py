@@ -54,7 +54,7 @@ class Action:
 
 
 def progress_step(run_dir: str) -> int | None:
-    """The chief's last trained step, as ``tests.runtime.programs:spec_training`` records it after each batch."""
+    """The chief's last trained step, as ``tests.support.programs:spec_training`` records it after each batch."""
     try:
         with open(os.path.join(run_dir, "progress-chief-0.json")) as handle:
             return int(json.load(handle)["step"])

@@ -26,10 +26,10 @@ import pytest
 from airflow_tfos.plugins.report_urls import report_link
 from airflow_tfos.plugins.reports import NOT_FOUND, RUN_TAB_ROUTE, TASK_TAB_ROUTE
 from airflow_tfos.shared.rundir import OWNER
-from tests.api_server import dag_readers_env, running_api_server, sign_in
 from tests.conftest import REPO
 from tests.drills import browser
 from tests.drills.stack import AirflowStack, StackError
+from tests.support.api_server import dag_readers_env, running_api_server, sign_in
 
 pytestmark = [pytest.mark.integration, pytest.mark.drills]
 
@@ -153,7 +153,7 @@ def test_the_report_tab_inside_the_airflow_ui(stack, trained, tmp_path):
 @contextlib.contextmanager
 def secure_api_server(stack: AirflowStack, tmp_path: Path):
     """A second api-server on the stack's metadata database, whose users may each read one Dag only
-    (``tests.airflow_side.dag_readers``); its own signing key, so the stack's admin tokens mean nothing there."""
+    (``tests.support.dag_readers``); its own signing key, so the stack's admin tokens mean nothing there."""
     env = {
         **stack.env,
         **dag_readers_env(tmp_path, PASSWORDS, ROLES, f"alice={OTHER_DAG_ID};bob={DAG_ID}"),

@@ -12,8 +12,8 @@ import sys
 import pytest
 
 from tests.conftest import REPO
-from tests.runtime.helpers import read_records
-from tests.runtime.ps_visitation import check_cell
+from tests.support.helpers import read_records
+from tests.support.ps_visitation import check_cell
 
 pytestmark = pytest.mark.integration
 
@@ -23,7 +23,7 @@ CELL = "cell-frame-pad-shuffle"
 def test_visitation_under_parameter_servers_every_row_once_across_hosts_however_slow_a_worker(lab, tmp_path):
     run_dir = tmp_path / "runs"  # one file system under every host: the nodes' records land here
     env = lab.env("driver", PYTHONPATH=os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]))
-    argv = [sys.executable, "-m", "tests.runtime.ps_visitation", "--master", lab.master, str(run_dir), CELL]
+    argv = [sys.executable, "-m", "tests.support.ps_visitation", "--master", lab.master, str(run_dir), CELL]
     out, err = lab.hosts.log_dir / "ps-visitation.out", lab.hosts.log_dir / "ps-visitation.err"
     with open(out, "w") as stdout, open(err, "w") as stderr:
         driver = lab.hosts.spawn("driver", argv, env=env, stdout=stdout, stderr=stderr, cwd=str(REPO))

@@ -30,7 +30,7 @@ SPARK_CONF = {
     "spark.executorEnv.TF_CPP_MIN_LOG_LEVEL": "2",
 }
 COMMON = {
-    "train_fn": "tests.runtime.programs:spec_training",
+    "train_fn": "tests.support.programs:spec_training",
     "num_nodes": 2,
     "data": DATA,
     "feed": FEED,

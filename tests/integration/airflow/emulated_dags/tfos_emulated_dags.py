@@ -1,0 +1,96 @@
+"""The DAGs run by tests/integration/airflow/test_dag_runs_emulated.py: training submitted to YARN (the ResourceManager
+emulator and a stand-in spark-submit that starts the real driver) with its run directory on HDFS (the
+WebHDFS emulator); a lifecycle whose launch fails; training whose cluster is known only from Hadoop's
+configuration files.
+
+The run directory is the default one (``[tfos] run_dir_base`` comes from ``AIRFLOW_TFOS_RUN_DIR_BASE``, an
+``hdfs://`` URI), so a rerun of the same DAG run finds the same directory. The connections come from
+``AIRFLOW_CONN_*`` variables the test sets.
+"""
+
+from __future__ import annotations
+
+import os
+from datetime import datetime
+
+from airflow.sdk import DAG
+
+from airflow_tfos.operators import (
+    TFoSFeedOperator,
+    TFoSLaunchClusterOperator,
+    TFoSShutdownClusterOperator,
+    TFoSTrainOperator,
+)
+from airflow_tfos.sensors import TFoSCheckpointSensor
+
+WEBHDFS_CONN = "webhdfs_tfos_em"
+CONNS = {"spark_conn_id": "spark_tfos_em", "yarn_conn_id": "yarn_tfos_em", "webhdfs_conn_id": WEBHDFS_CONN}
+CONF = {
+    "spark.driver.host": "127.0.0.1",
+    "spark.ui.enabled": "false",
+    "spark.ui.showConsoleProgress": "false",
+    "spark.executorEnv.PYTHONPATH": os.environ.get("PYTHONPATH", ""),
+}
+if os.environ.get("TFOS_EM_EXECUTOR_KRB5CCNAME"):  # a Kerberized run: executors get no ticket cache
+    CONF["spark.executorEnv.KRB5CCNAME"] = os.environ["TFOS_EM_EXECUTOR_KRB5CCNAME"]
+
+with DAG("tfos_em_train", schedule=None, start_date=datetime(2026, 11, 1), catchup=False):
+    train = TFoSTrainOperator(
+        task_id="train",
+        train_fn="tests.support.programs:recoverable_training",
+        # 10 steps per epoch, a checkpoint every 5; progress files are local-only, so off on HDFS
+        args={"steps_per_epoch": 10, "epochs": 1, "every": 5, "progress": False},
+        num_nodes=2,
+        conf=CONF,
+        **CONNS,
+        executor_memory="768m",
+        poll_interval=1.0,
+        deferrable=os.environ.get("TFOS_EM_DEFERRABLE") == "1",
+    )
+    exported = TFoSCheckpointSensor(
+        task_id="exported",
+        run_dir="{{ ti.xcom_pull(task_ids='train', key='run_dir') }}",
+        export=True,
+        webhdfs_conn_id=WEBHDFS_CONN,
+        poke_interval=1,
+        timeout=60,
+    )
+    train >> exported
+
+with DAG("tfos_em_launch_fails", schedule=None, start_date=datetime(2026, 11, 1), catchup=False):
+    # the application on YARN cannot serve within ready_timeout: its TF nodes first train on ``data`` (here they
+    # sleep), so the launch kills it and fails; the feed never runs, and the shutdown (all_done) finds the
+    # launch's run by launch_task_id, with no XCom to render
+    launch = TFoSLaunchClusterOperator(
+        task_id="launch",
+        train_fn="tests.support.programs:fail_on",
+        args={"job": "none", "index": -1, "others_sleep": 600},
+        num_nodes=2,
+        input_mode="TENSORFLOW",
+        data={"format": "parquet", "path": "hdfs://emuns/tfos-data/never-read"},
+        ready_timeout=float(os.environ.get("TFOS_EM_READY_TIMEOUT", "20")),
+        conf=CONF,
+        executor_memory="768m",
+        poll_interval=1.0,
+        **CONNS,
+    )
+    feed = TFoSFeedOperator(task_id="feed", launch_task_id="launch", poll_interval=1.0, **CONNS)
+    shutdown = TFoSShutdownClusterOperator(
+        task_id="shutdown", launch_task_id="launch", grace_secs=30, poll_interval=1.0, trigger_rule="all_done", **CONNS
+    )
+    launch >> feed >> shutdown
+
+with DAG("tfos_em_conf_dir", schedule=None, start_date=datetime(2026, 11, 1), catchup=False):
+    # neither a yarn nor a webhdfs connection: the ResourceManagers and the namenodes come from the cluster's
+    # configuration folder (HADOOP_CONF_DIR, which the test sets); only the spark connection says "yarn"
+    TFoSTrainOperator(
+        task_id="train",
+        train_fn="tests.support.programs:recoverable_training",
+        args={"steps_per_epoch": 4, "epochs": 1, "every": 2, "progress": False},
+        num_nodes=2,
+        conf=CONF,
+        spark_conn_id="spark_tfos_em",
+        yarn_conn_id="yarn_not_defined",
+        executor_memory="768m",
+        poll_interval=1.0,
+    )

@@ -1,0 +1,397 @@
+"""Real DAG runs (``airflow dags test`` on SQLite) on the YARN path, with run directories on HDFS: both reached
+through their protocol emulators, which run here, in the test's process. TFoSTrainOperator trains, exports and
+is run again; a lifecycle's launch that is not serving within ready_timeout leaves nothing running.
+
+- HDFS: :class:`~airflow_tfos.testing.webhdfs.WebHDFSEmulator` (an active and a standby namenode), reached
+  through a ``webhdfs`` connection (Airflow side) and the settings TFoSHook hands the driver in its private
+  properties file (Spark side); in the last test through Hadoop's configuration files alone.
+- YARN: :class:`~airflow_tfos.testing.yarn.ResourceManagerEmulator` (an active and a standby RM) and a
+  stand-in ``spark-submit``
+  (tests/integration/airflow/yarn_driver_fakes.py) that starts the REAL driver on ``local-cluster[2,1,1024]``
+  and registers it with the emulator, which reports its state from the real process.
+
+Spark, TensorFlow and Airflow are real. The DAGs are in tests/integration/airflow/emulated_dags/. Not emulated: a
+graceful stop. A stop request names the YARN application id, which a driver on local-cluster does not know
+itself by, so a shutdown here ends in a kill after its grace.
+"""
+
+from __future__ import annotations
+
+import getpass
+import json
+import os
+import sqlite3
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+
+import psutil
+import pytest
+
+from airflow_tfos.hooks.run_dir import default_run_dir, run_tag
+from airflow_tfos.shared.rundir import RunDir
+from airflow_tfos.shared.storage.webhdfs_client import WebHDFSStorage
+from airflow_tfos.shared.storage.webhdfs_config import WEBHDFS_ENV
+from airflow_tfos.testing.webhdfs import WebHDFSEmulator
+from airflow_tfos.testing.yarn import ResourceManagerEmulator
+from tests.conftest import REPO
+from tests.integration.airflow.yarn_driver_fakes import CONTAINER_ENV, YarnDriverBroker, read_calls, write_spark_submit
+from tests.support.fakes import history_server_stand_in
+from tests.support.hadoop_site import ha_cluster_conf
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(420)]
+
+DAGS = Path(__file__).parent / "emulated_dags"
+DAG_ID, LOGICAL_DATE = "tfos_em_train", "2026-11-21"
+NAMESERVICE = "emuns"
+
+
+def dags_test(
+    env: dict[str, str], timeout: float = 300, dag_id: str = DAG_ID, date: str = LOGICAL_DATE
+) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "airflow", "dags", "test", dag_id, date],
+        env=env,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def succeeded(done: subprocess.CompletedProcess) -> bool:
+    return done.returncode == 0 and "state=failed" not in done.stdout + done.stderr
+
+
+def tail(done: subprocess.CompletedProcess, broker: YarnDriverBroker | None = None) -> str:
+    text = (done.stdout + done.stderr)[-6000:]
+    for submission in broker.submissions if broker else []:
+        text += f"\n--- driver of {submission['app_id']} ---\n" + submission["log"].read_text()[-3000:]
+    return text
+
+
+def lineage_events(path: Path, job: str) -> list[dict]:
+    """The OpenLineage events the file transport wrote for ``job`` (one JSON event per line)."""
+    if not path.exists():
+        return []
+    events = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return [e for e in events if e.get("job", {}).get("name") == job]
+
+
+@dataclass
+class Emulated:
+    """The emulators, the broker that starts the real drivers, and the environment of ``airflow dags test``."""
+
+    hdfs: WebHDFSEmulator
+    rm: ResourceManagerEmulator
+    broker: YarnDriverBroker
+    env: dict[str, str]
+
+    def submissions(self, dag_id: str) -> list[dict]:
+        """The broker's submissions of ``dag_id``'s tasks (their application name says whose they are)."""
+        return [s for s in self.broker.submissions if f" {dag_id}." in s["name"]]
+
+
+@pytest.fixture(scope="module")
+def emulated(tmp_path_factory) -> Iterator[Emulated]:
+    """WebHDFS and ResourceManager emulators, the driver broker and one migrated Airflow home, for the module."""
+    tmp_path = tmp_path_factory.mktemp("emulated")
+    home = tmp_path / "airflow"
+    bin_dir = write_spark_submit(tmp_path / "bin").parent
+    python_path = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
+    # the drivers get HDFS settings only as YARN would give them: from the submission, not from this process
+    driver_env = {k: v for k, v in os.environ.items() if k != WEBHDFS_ENV}
+    driver_env.update({"PYTHONPATH": python_path, "SPARK_LOCAL_IP": "127.0.0.1"})
+
+    with (
+        WebHDFSEmulator(namenodes=2) as hdfs,  # the first active, the second standby
+        ResourceManagerEmulator(ha=True) as rm,  # the first active, the second standby
+        YarnDriverBroker(rm, log_dir=tmp_path / "drivers", env=driver_env) as broker,
+    ):
+        port = int(hdfs.url.rsplit(":", 1)[1])
+        env = {
+            **{k: v for k, v in os.environ.items() if k != WEBHDFS_ENV},
+            "AIRFLOW_HOME": str(home),
+            "AIRFLOW__CORE__DAGS_FOLDER": str(DAGS),
+            "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+            "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{home}/airflow.db",
+            "AIRFLOW_CONN_SPARK_TFOS_EM": json.dumps({"conn_type": "spark", "host": "yarn"}),
+            "AIRFLOW_CONN_YARN_TFOS_EM": json.dumps(
+                {"conn_type": "yarn", "host": ",".join(rm.addresses), "login": "airflow"}
+            ),
+            "AIRFLOW_CONN_WEBHDFS_TFOS_EM": json.dumps(
+                {
+                    "conn_type": "webhdfs",
+                    "host": "127.0.0.1",
+                    "port": port,
+                    "login": "airflow",
+                    "extra": {"nameservice": NAMESERVICE},
+                }
+            ),
+            "AIRFLOW_TFOS_RUN_DIR_BASE": f"hdfs://{NAMESERVICE}/tfos-runs",
+            "AIRFLOW_TFOS_LOCAL_DIR": str(tmp_path / "tfos-local"),
+            "FAKE_SPARK_SUBMIT_CALLS": str(tmp_path / "spark-submit-calls.jsonl"),
+            "FAKE_YARN_DRIVER_BROKER": broker.url,
+            "PATH": os.pathsep.join([str(bin_dir), os.environ.get("PATH", "")]),
+            "PYTHONPATH": python_path,
+            "SPARK_LOCAL_IP": "127.0.0.1",
+        }
+        migrated = subprocess.run(
+            [sys.executable, "-m", "airflow", "db", "migrate"], env=env, capture_output=True, text=True, timeout=300
+        )
+        assert migrated.returncode == 0, migrated.stderr[-3000:]
+        yield Emulated(hdfs, rm, broker, env)
+
+
+@pytest.fixture
+def history_server() -> Iterator[str]:
+    with history_server_stand_in() as address:
+        yield address
+
+
+def test_train_dag_submits_to_yarn_exports_to_hdfs_and_a_rerun_submits_nothing(emulated, tmp_path, history_server):
+    hdfs, rm, broker = emulated.hdfs, emulated.rm, emulated.broker
+    calls = tmp_path / "spark-submit-calls.jsonl"
+    lineage = tmp_path / "openlineage.jsonl"
+    spark = {"conn_type": "spark", "host": "yarn", "extra": {"spark.yarn.historyServer.address": history_server}}
+    env = {
+        **emulated.env,
+        "AIRFLOW_CONN_SPARK_TFOS_EM": json.dumps(spark),
+        "AIRFLOW__OPENLINEAGE__TRANSPORT": json.dumps({"type": "file", "log_file_path": str(lineage), "append": True}),
+        "FAKE_SPARK_SUBMIT_CALLS": str(calls),
+    }
+    first = dags_test({**env, "TFOS_EM_DEFERRABLE": "1"})
+    assert succeeded(first), tail(first, broker)
+
+    # one submission, through spark-submit to YARN in cluster mode, carrying the run's tag
+    run_dir = default_run_dir(
+        f"hdfs://{NAMESERVICE}/tfos-runs", DAG_ID, "train", datetime(2026, 11, 21, tzinfo=UTC), ""
+    )
+    (argv,) = read_calls(calls)
+    # the training function's package (tests, importable here but not installed) went with --py-files,
+    # beside the runtime zip: its content hash is in the spec
+    py_files = argv[argv.index("--py-files") + 1].split(",")
+    (user_zip,) = [p for p in py_files if Path(p).name.startswith("user-code-")]
+    assert any(Path(p).name.startswith("airflow_tfos-runtime-") for p in py_files)
+    (submission,) = emulated.submissions(DAG_ID)
+    assert submission["tags"] == [run_tag(run_dir)]
+    assert WEBHDFS_ENV in submission["env"]  # the WebHDFS settings came through the properties file
+    assert submission["command"][submission["command"].index("--run-dir") + 1] == run_dir
+
+    # the ResourceManager tracked it to its end, and the operator and the trigger asked it
+    app = rm.application(submission["app_id"])
+    assert (app["state"], app["finalStatus"]) == ("FINISHED", "SUCCEEDED")
+    assert run_tag(run_dir) in app["applicationTags"]
+    assert [r for r in rm.requests if submission["app_id"] in r.path], "nobody asked the RM about the application"
+
+    # the export is on (emulated) HDFS, complete, for this spec
+    rundir = RunDir(run_dir, storage=WebHDFSStorage(hdfs.config(user="airflow", nameservice=NAMESERVICE)))
+    export = rundir.export_success()
+    assert export is not None and export["step"] == 10
+    assert export["spec_hash"] == rundir.read_spec()["spec_hash"]
+    assert rundir.read_spec()["code"] == {"packages": ["tests"], "hash": Path(user_zip).stem.split("-")[-1]}
+    local_run = Path(hdfs.local_path(run_dir.split(NAMESERVICE, 1)[1]))
+    assert (local_run / "export" / "_SUCCESS").is_file()
+    assert (local_run / "export" / "saved_model.pb").is_file()
+    assert {r.user for r in hdfs.requests if r.op == "CREATE"} == {"airflow"}
+
+    # OpenLineage (file transport): the training task's COMPLETE event names the export on HDFS
+    complete = [e for e in lineage_events(lineage, f"{DAG_ID}.train") if e["eventType"] == "COMPLETE"]
+    assert complete, "no OpenLineage COMPLETE event for the training task"
+    (output,) = complete[-1]["outputs"]
+    assert (output["namespace"], output["name"]) == (
+        f"hdfs://{NAMESERVICE}",
+        run_dir.split(NAMESERVICE, 1)[1] + "/export",
+    )
+    assert output["facets"]["tfosModel"]["specHash"] == export["spec_hash"]
+    assert output["facets"]["tfosModel"]["step"] == 10
+
+    # the ended application's link leads to the history server the connection names (a stand-in here)
+    link = _link(emulated.env["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"], "SparkApplicationLink")
+    assert link == f"http://{history_server}/history/{submission['app_id']}"
+    with urllib.request.urlopen(link, timeout=10) as reply:
+        assert reply.status == 200 and submission["app_id"] in reply.read().decode()
+
+    # the same DAG run again: done already, nothing submitted
+    again = dags_test(env)
+    assert succeeded(again), tail(again, broker)
+    assert "nothing to do" in again.stdout + again.stderr
+    assert len(read_calls(calls)) == 1 and len(emulated.submissions(DAG_ID)) == 1
+    assert rundir.export_success() == export
+
+
+def _link(database: str, link_class: str) -> str:
+    """The target an extra link of tfos_em_train's ``train`` task was given when the task ended."""
+    with sqlite3.connect(database.removeprefix("sqlite:///")) as db:
+        (value,) = db.execute(
+            "SELECT value FROM xcom WHERE dag_id = ? AND task_id = 'train' AND key = ?", (DAG_ID, f"_link_{link_class}")
+        ).fetchone()
+    return json.loads(value)
+
+
+def _application_processes(submission: dict) -> dict[int, tuple[float, str]]:
+    """The live processes of a driver the broker started: its process tree, and every process carrying its
+    container's marker in its environment (pid -> start time, command)."""
+    found: list[psutil.Process] = []
+    try:
+        root = psutil.Process(submission["pid"])
+        found += [root, *root.children(recursive=True)]
+    except psutil.NoSuchProcess:
+        pass
+    for process in psutil.process_iter():
+        try:
+            if process.uids().real == os.getuid() and process.environ().get(CONTAINER_ENV) == submission["container"]:
+                found.append(process)
+        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+            continue
+    live = {}
+    for process in found:
+        try:
+            if process.status() != psutil.STATUS_ZOMBIE:
+                live[process.pid] = (process.create_time(), _kind(process.cmdline()))
+        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+            continue
+    return live
+
+
+def _kind(argv: list[str]) -> str:
+    """What a process of the application is: the module a Python runs, the main class a JVM runs."""
+    if "-m" in argv[:-1]:
+        return argv[argv.index("-m") + 1]
+    classes = [a for a in argv if a.startswith("org.apache.")]
+    return classes[0].rsplit(".", 1)[-1] if classes else " ".join(argv)[:60]
+
+
+def _still_alive(pid: int, started: float) -> bool:
+    try:
+        process = psutil.Process(pid)
+        return abs(process.create_time() - started) < 0.01 and process.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def test_a_failed_launch_on_yarn_leaves_nothing_running_and_the_shutdown_still_runs(emulated):
+    """Issue 24 on the YARN backend: the application the launch submitted is not serving within ready_timeout;
+    the launch kills it through the ResourceManager and fails, and the shutdown (all_done, no XCom) still runs.
+    The emulator reports the application KILLED, and no process of it (the driver, executors, Python workers,
+    TF nodes) is left."""
+    dag_id, date = "tfos_em_launch_fails", "2026-11-22"
+    seen: dict[int, tuple[float, str]] = {}
+    last_alive = [0.0]  # when a process of the application was last seen alive
+    done = threading.Event()
+
+    def watch() -> None:  # every process of the application, as it appears
+        while not done.wait(0.2):
+            for submission in emulated.submissions(dag_id):
+                live = _application_processes(submission)
+                seen.update(live)
+                if live:
+                    last_alive[0] = time.monotonic()
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    started = time.monotonic()
+    try:
+        run = dags_test(emulated.env, dag_id=dag_id, date=date)
+    finally:
+        done.set()
+        watcher.join(timeout=30)
+    ended = time.monotonic()
+    out = run.stdout + run.stderr
+    assert not succeeded(run)
+    assert "(ready_timeout): it was stopped" in out, tail(run, emulated.broker)
+    assert "UndefinedError" not in out  # the shutdown needs no XCom of the launch to render
+    assert "nothing to stop" in out  # it ran (all_done) and found the application already gone
+
+    (submission,) = emulated.submissions(dag_id)
+    app = emulated.rm.application(submission["app_id"])
+    assert (app["state"], app["finalStatus"]) == ("KILLED", "KILLED"), app
+    assert submission["pid"] in seen
+    seen.update(_application_processes(submission))
+    deadline = time.monotonic() + 30
+    while any(_still_alive(pid, at) for pid, (at, _) in seen.items()) and time.monotonic() < deadline:
+        last_alive[0] = time.monotonic()
+        time.sleep(0.2)
+    left = {pid: command for pid, (at, command) in seen.items() if _still_alive(pid, at)}
+    assert left == {}, f"processes of the killed application are left: {left}"
+
+    run_dir = default_run_dir(
+        f"hdfs://{NAMESERVICE}/tfos-runs", dag_id, "launch", datetime(2026, 11, 22, tzinfo=UTC), ""
+    )
+    rundir = RunDir(run_dir, storage=WebHDFSStorage(emulated.hdfs.config(user="airflow", nameservice=NAMESERVICE)))
+    (failed,) = rundir.events("launch_failed")
+    assert failed["application_id"] == submission["app_id"]
+    kinds = sorted(kind for _, kind in seen.values())
+    sys.stdout.write(
+        f"failed launch on YARN: {len(seen)} processes of the application seen ({', '.join(kinds)}); the last "
+        f"seen alive {last_alive[0] - started:.1f} s after the run began; the DAG run took {ended - started:.0f} s\n"
+    )
+
+
+def test_a_training_run_knows_the_cluster_from_its_configuration_folder_alone(emulated, tmp_path):
+    """Issue 21: no yarn and no webhdfs connection; HADOOP_CONF_DIR as a cluster ships it (HA namenodes and
+    ResourceManagers, each listed standby first) takes the run to YARN and its run directory to HDFS. The task's
+    OpenLineage parent job reaches the application's Spark settings."""
+    hdfs, rm, dag_id = emulated.hdfs, emulated.rm, "tfos_em_conf_dir"
+    standby_nn, active_nn = hdfs.urls[1 - hdfs.active], hdfs.urls[hdfs.active]
+    standby_rm, active_rm = rm.addresses[1 - rm.active_index], rm.addresses[rm.active_index]
+    conf_dir = ha_cluster_conf(
+        tmp_path / "hadoop-conf",
+        nameservice=NAMESERVICE,
+        namenodes=[standby_nn.split("://")[1], active_nn.split("://")[1]],
+        rms=[standby_rm, active_rm],
+    )
+    calls, lineage = tmp_path / "spark-submit-calls.jsonl", tmp_path / "openlineage.jsonl"
+    env = {
+        k: v for k, v in emulated.env.items() if k not in ("AIRFLOW_CONN_YARN_TFOS_EM", "AIRFLOW_CONN_WEBHDFS_TFOS_EM")
+    }
+    env.update(
+        {
+            "HADOOP_CONF_DIR": str(conf_dir),
+            "AIRFLOW_TFOS_RUN_DIR_BASE": f"hdfs://{NAMESERVICE}/tfos-conf-runs",
+            "FAKE_SPARK_SUBMIT_CALLS": str(calls),
+            "AIRFLOW__OPENLINEAGE__TRANSPORT": json.dumps(
+                {"type": "file", "log_file_path": str(lineage), "append": True}
+            ),
+        }
+    )
+    first_rm_request, first_nn_request = len(rm.requests), len(hdfs.requests)
+    started = time.monotonic()
+    done = dags_test(env, dag_id=dag_id, date="2026-11-23")
+    took = time.monotonic() - started
+    assert succeeded(done), tail(done, emulated.broker)
+
+    (submission,) = emulated.submissions(dag_id)
+    assert WEBHDFS_ENV in submission["env"]  # the driver got the files' HDFS settings through the submission
+    app = rm.application(submission["app_id"])
+    assert (app["state"], app["finalStatus"]) == ("FINISHED", "SUCCEEDED")
+    asked = rm.requests[first_rm_request:]
+    standby_index, active_index = 1 - rm.active_index, rm.active_index
+    assert any(r.rm == standby_index for r in asked), "the standby RM listed first was never asked"
+    assert any(r.rm == active_index and submission["app_id"] in r.path for r in asked)
+
+    run_dir = default_run_dir(
+        f"hdfs://{NAMESERVICE}/tfos-conf-runs", dag_id, "train", datetime(2026, 11, 23, tzinfo=UTC), ""
+    )
+    user = os.environ.get("HADOOP_USER_NAME") or getpass.getuser()  # no connection names one: as spark-submit
+    rundir = RunDir(run_dir, storage=WebHDFSStorage(hdfs.config(user=user, nameservice=NAMESERVICE)))
+    export = rundir.export_success()
+    assert export is not None and export["step"] == 4
+    assert (Path(hdfs.local_path(run_dir.split(NAMESERVICE, 1)[1])) / "export" / "saved_model.pb").is_file()
+    servers = {r.server for r in list(hdfs.requests)[first_nn_request:]}
+    assert {f"namenode{1 - hdfs.active}", f"namenode{hdfs.active}"} <= servers  # the standby first, then the active
+
+    # the OpenLineage parent job: the run id of the task's own OpenLineage events is on the command line
+    (argv,) = read_calls(calls)
+    conf = dict(argv[i + 1].split("=", 1) for i, a in enumerate(argv) if a == "--conf")
+    events = lineage_events(lineage, f"{dag_id}.train")
+    assert events, "no OpenLineage event for the training task"
+    assert {e["run"]["runId"] for e in events} == {conf["spark.openlineage.parentRunId"]}
+    assert conf["spark.openlineage.parentJobName"] == f"{dag_id}.train"
+    sys.stdout.write(f"training from HADOOP_CONF_DIR alone: the DAG run took {took:.0f} s\n")

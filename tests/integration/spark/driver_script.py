@@ -1,0 +1,77 @@
+"""A Spark driver run as its own process by tests that need a fresh SparkContext or a signal.
+
+    python -m tests.integration.spark.driver_script <scenario> <run_dir>
+
+Scenarios: ``sleep`` (runs until interrupted), ``gpu`` (a local cluster whose workers discover a
+stub GPU through a discovery script), ``recover`` (checkpointed training that a test disturbs), ``stall``
+(the same, with a stall watchdog of 4 s and one checkpoint save of 6 s).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import sys
+from pathlib import Path
+
+from tests.conftest import local_cluster_conf
+from tests.support import programs
+
+
+def gpu_conf(run_dir: Path):
+    script = run_dir / "discover_gpu.sh"
+    script.write_text('#!/bin/sh\necho \'{"name": "gpu", "addresses": ["7"]}\'\n')
+    script.chmod(script.stat().st_mode | stat.S_IXUSR)
+    conf = local_cluster_conf(2, app_name="airflow-tfos-gpu-stub")
+    for key, value in {
+        "spark.worker.resource.gpu.amount": "1",
+        "spark.worker.resource.gpu.discoveryScript": str(script),
+        "spark.executor.resource.gpu.amount": "1",
+        "spark.task.resource.gpu.amount": "1",
+    }.items():
+        conf.set(key, value)
+    return conf
+
+
+def main(scenario: str, run_dir: str) -> int:
+    from pyspark import SparkContext
+
+    from airflow_tfos.runtime import TFClusterRun
+
+    conf = gpu_conf(Path(run_dir)) if scenario == "gpu" else local_cluster_conf(2, app_name="airflow-tfos-driver")
+    sc = SparkContext(conf=conf)
+    sc.setLogLevel("ERROR")
+    try:
+        if scenario == "sleep":
+            tf_run = TFClusterRun(sc, programs.sleep_forever, num_nodes=2, run_dir=run_dir).start()
+            print(f"RUN_ID {tf_run.cluster_id}", flush=True)
+            tf_run.wait()
+        elif scenario == "recover":
+            args = {"steps_per_epoch": 20, "epochs": 3, "every": 5, "sleep": 0.25}
+            tf_run = TFClusterRun(sc, programs.recoverable_training, args, num_nodes=2, run_dir=run_dir, max_attempts=3)
+            print("RESULT " + json.dumps(tf_run.start().wait(600)), flush=True)
+        elif scenario == "stall":
+            # a checkpoint save of 6 s at step 10 must not fire a watchdog of 4 s; a frozen node must
+            args = {"steps_per_epoch": 20, "epochs": 3, "every": 5, "sleep": 0.25}
+            args.update(slow_save_at=10, slow_save_secs=6)
+            tf_run = TFClusterRun(
+                sc, programs.recoverable_training, args, num_nodes=2, run_dir=run_dir, max_attempts=3, stall_timeout=4
+            )
+            print("RESULT " + json.dumps(tf_run.start().wait(600)), flush=True)
+        elif scenario == "gpu":
+            result = TFClusterRun(sc, programs.report_context, num_nodes=2, gpus_per_node=1, run_dir=run_dir)
+            print("RESULT " + json.dumps(result.start().wait()), flush=True)
+        else:
+            raise SystemExit(f"unknown scenario {scenario}")
+    except KeyboardInterrupt:
+        print("INTERRUPTED", flush=True)
+        return 130
+    finally:
+        sc.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    sys.exit(main(sys.argv[1], sys.argv[2]))

@@ -1,0 +1,197 @@
+"""TFoSHook: its backend, and submission against emulators. The Spark settings it builds and what it ships:
+tests/unit/airflow_tfos/hooks/test_spark_conf.py.
+
+The YARN submissions run a stand-in spark-submit (tests/support/tfos_hook_fakes.py, an emulation
+that prints a real YARN client's log lines) against the ResourceManager emulator; no Spark runs here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sys
+import time
+import types
+from pathlib import Path
+
+import pytest
+
+from airflow_tfos.hooks import tfos
+from airflow_tfos.hooks.backends.local_tracker import ApplicationAlreadyRunningError
+from airflow_tfos.hooks.errors import TFoSConfigError, TFoSSubmitError
+from airflow_tfos.hooks.tfos import TFoSHook
+from tests.support.tfos_hook_fakes import SubmissionBroker, read_records, write_fake_spark_submit
+
+SECRET = "s3cr3t-Pa55"
+
+# --- the hook ---------------------------------------------------------------------------------------------
+
+
+def test_the_constructor_does_no_io(tmp_path, monkeypatch):
+    def no_connection(*args, **kwargs):
+        raise AssertionError("the constructor looked up a connection")
+
+    monkeypatch.setattr(tfos.BaseHook, "get_connection", no_connection)
+    TFoSHook(spark_conn_id="nope", yarn_conn_id="nope", webhdfs_conn_id="nope", tracker_dir=str(tmp_path / "t"))
+    assert not (tmp_path / "t").exists()
+
+
+@pytest.mark.parametrize(
+    ("host", "backend"),
+    [("yarn", "yarn"), ("local-cluster[2,1,1024]", "local"), ("local[*]", "local"), ("spark://m:7077", "local")],
+)
+def test_the_backend_follows_the_connection(monkeypatch, host, backend):
+    monkeypatch.setenv("AIRFLOW_CONN_SPARK_PICK", json.dumps({"conn_type": "spark", "host": host}))
+    hook = TFoSHook(spark_conn_id="spark_pick")
+    assert (hook.backend, hook.master) == (backend, host)
+
+
+@pytest.fixture
+def webhdfs(monkeypatch):
+    """A WebHDFS connection whose settings hold a password."""
+    config = types.SimpleNamespace(to_json=lambda: {"url": "http://nn:9870", "user": "alice", "password": SECRET})
+    try:
+        import airflow_tfos.hooks.webhdfs_connection as module
+    except ImportError:
+        module = types.ModuleType("airflow_tfos.hooks.webhdfs_connection")
+        monkeypatch.setitem(sys.modules, "airflow_tfos.hooks.webhdfs_connection", module)
+    monkeypatch.setattr(module, "webhdfs_config_from_connection", lambda conn_id: config, raising=False)
+    return config
+
+
+@pytest.fixture
+def yarn(monkeypatch, tmp_path):
+    """The RM emulator, its broker, and a stand-in spark-submit; connections spark_yarn_test / yarn_test."""
+    emulator = pytest.importorskip("airflow_tfos.testing.yarn", reason="the YARN emulator is not there yet")
+    with (
+        emulator.ResourceManagerEmulator(max_allocation_mb=8192, max_allocation_vcores=4) as rm,
+        SubmissionBroker(rm) as broker,
+    ):
+        monkeypatch.setenv("AIRFLOW_CONN_SPARK_YARN_TEST", json.dumps({"conn_type": "spark", "host": "yarn"}))
+        monkeypatch.setenv(
+            "AIRFLOW_CONN_YARN_TEST",
+            json.dumps({"conn_type": "yarn", "host": ",".join(rm.addresses), "login": "airflow"}),
+        )
+        monkeypatch.setenv("FAKE_YARN_BROKER", broker.url)
+        monkeypatch.setenv("FAKE_SPARK_SUBMIT_RECORDS", str(tmp_path / "records"))
+        yield types.SimpleNamespace(
+            rm=rm, binary=str(write_fake_spark_submit(tmp_path / "bin")), records=tmp_path / "records"
+        )
+
+
+def yarn_hook(yarn, tmp_path, **kwargs) -> TFoSHook:
+    return TFoSHook(spark_conn_id="spark_yarn_test", yarn_conn_id="yarn_test", spark_binary=yarn.binary,
+                    tracker_dir=str(tmp_path / "tracker"), **kwargs)  # fmt: skip
+
+
+def test_an_application_of_another_user_or_type_with_the_run_s_tag_is_never_adopted(yarn, tmp_path):
+    hook = yarn_hook(yarn, tmp_path)
+    foreign = yarn.rm.add_application("not ours", tags=["tfos-r1"], user="mallory")
+    other_type = yarn.rm.add_application("not spark", tags=["tfos-r1"], user="airflow", application_type="MAPREDUCE")
+    assert hook.find_live("tfos-R1") == [] and hook.find_by_tag("tfos-r1") == []
+    app_id = hook.submit("hdfs:///runs/r1", tag="tfos-R1", name="train r1", num_nodes=2)  # not refused
+    assert [a.app_id for a in hook.find_live("tfos-r1")] == [app_id]
+    assert yarn.rm.application(foreign)["state"] == yarn.rm.application(other_type)["state"] == "RUNNING"
+
+
+def test_a_yarn_submission(yarn, tmp_path, webhdfs):
+    hook = yarn_hook(yarn, tmp_path, webhdfs_conn_id="webhdfs_test", py_files="/jobs/model.py")
+    app_id = hook.submit("hdfs:///runs/r1", tag="tfos-R1", name="train r1", num_nodes=2, tf_memory_mb=1024)
+    assert app_id.startswith("application_")
+    app = yarn.rm.application(app_id)
+    assert app["applicationTags"] == "tfos-r1" and app["name"] == "train r1"
+    (record,) = read_records(yarn.records)
+    options, conf = record["options"], record["conf"]
+    assert (options["--master"], options["--deploy-mode"]) == ("yarn", "cluster")
+    assert conf["spark.yarn.submit.waitAppCompletion"] == "false" and conf["spark.executor.instances"] == "2"
+    assert conf["spark.executor.memoryOverhead"] == f"{384 + 1024 + 512}m"
+    py_files = options["--py-files"].split(",")
+    assert Path(py_files[0]).name.startswith("airflow_tfos-runtime-") and py_files[1] == "/jobs/model.py"
+    assert Path(options["application"]).name == "tfos_driver.py"
+    assert options["args"][:2] == ["--run-dir", "hdfs:///runs/r1"]
+    # the secret is in a private properties file, never on the command line
+    assert SECRET not in " ".join(record["argv"]) and not record["env_has_webhdfs"]
+    assert record["properties_mode"] == 0o600 and SECRET in record["properties"]
+    assert "spark.yarn.appMasterEnv.AIRFLOW_TFOS_WEBHDFS=" in record["properties"]
+    assert "spark.executorEnv.AIRFLOW_TFOS_WEBHDFS=" in record["properties"]
+    assert options["--load-spark-defaults"] is True
+    assert not list((tmp_path / "tracker" / "secrets").iterdir())  # deleted after submission
+
+    state = hook.get_state(app_id)
+    assert (state.state, state.tags) == ("ACCEPTED", ("tfos-r1",))
+    assert [a.app_id for a in hook.find_live("tfos-r1")] == [app_id]
+    with pytest.raises(ApplicationAlreadyRunningError, match=app_id):
+        hook.submit("hdfs:///runs/r1", tag="tfos-r1", name="again", num_nodes=2)
+    assert len(read_records(yarn.records)) == 1
+    assert asyncio.run(hook.aget_state(app_id)).state == "ACCEPTED"
+    killed = hook.kill(app_id)
+    assert (killed.state, killed.final_status) == ("KILLED", "KILLED")
+    assert hook.kill(app_id) == killed
+    assert asyncio.run(hook.akill(app_id)).state == "KILLED"
+    assert hook.find_live("tfos-r1") == [] and [a.app_id for a in hook.find_by_tag("tfos-r1")] == [app_id]
+    assert hook.kill("application_1_999").diagnostics.startswith("not killed")
+
+
+def test_a_yarn_submission_that_does_not_fit_is_refused_before_spark_submit(yarn, tmp_path):
+    hook = yarn_hook(yarn, tmp_path)
+    with pytest.raises(TFoSConfigError, match=r"= 9114 MB, but the cluster's largest container is 8192 MB"):
+        hook.submit("hdfs:///runs/r2", tag="tfos-r2", name="n", num_nodes=2, executor_memory="4g", tf_memory_mb=4096)
+    with pytest.raises(TFoSConfigError, match=r"needs 6 vcores"):
+        hook.submit("hdfs:///runs/r2", tag="tfos-r2", name="n", num_nodes=2, executor_cores=6)
+    assert read_records(yarn.records) == []
+
+
+def test_gpus_on_yarn_ship_the_discovery_script(yarn, tmp_path):
+    yarn_hook(yarn, tmp_path).submit("hdfs:///runs/g", tag="tfos-g", name="n", num_nodes=2, gpus_per_node=1)
+    (record,) = read_records(yarn.records)
+    assert record["conf"]["spark.executor.resource.gpu.discoveryScript"] == "./tfos_gpu_discovery.sh"
+    script = Path(record["options"]["--files"])
+    assert script.name == "tfos_gpu_discovery.sh" and os.access(script, os.X_OK)
+
+
+@pytest.mark.parametrize(("mode", "message"), [("fail", "AccessControlException"), ("silent", "without naming")])
+def test_a_failed_yarn_submission_says_why(yarn, tmp_path, monkeypatch, mode, message):
+    monkeypatch.setenv("FAKE_SPARK_SUBMIT_MODE", mode)
+    with pytest.raises(TFoSSubmitError, match=message):
+        yarn_hook(yarn, tmp_path).submit("hdfs:///runs/f", tag="tfos-f", name="n", num_nodes=2)
+
+
+def test_a_local_submission_keeps_secrets_off_the_command_line(tmp_path, monkeypatch, webhdfs):
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_SPARK_LOCAL_TEST", json.dumps({"conn_type": "spark", "host": "local-cluster[2,1,1024]"})
+    )
+    monkeypatch.setenv("FAKE_SPARK_SUBMIT_RECORDS", str(tmp_path / "records"))
+    hook = TFoSHook(spark_conn_id="spark_local_test", webhdfs_conn_id="w", tracker_dir=str(tmp_path / "tracker"),
+                    spark_binary=str(write_fake_spark_submit(tmp_path / "bin")), env_vars={"MY_FLAG": "1"})  # fmt: skip
+    app_id = hook.submit(str(tmp_path / "run"), tag="tfos-l", name="n", num_nodes=2, executor_memory="768m")
+    deadline = time.monotonic() + 60
+    while not hook.get_state(app_id).is_terminal and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert hook.get_state(app_id).is_successful
+    (record,) = read_records(tmp_path / "records")
+    assert (record["options"]["--master"], record["options"]["--deploy-mode"]) == ("local-cluster[2,1,1024]", "client")
+    assert "--py-files" not in record["options"] and record["conf"]["spark.executorEnv.MY_FLAG"] == "1"
+    assert SECRET not in " ".join(record["argv"]) and SECRET in record["env_webhdfs"]
+    assert record["properties_mode"] == 0o600 and "spark.executorEnv.AIRFLOW_TFOS_WEBHDFS" in record["properties"]
+    assert not list((tmp_path / "tracker" / "secrets").iterdir())  # removed by the wrapper once it ended
+    with pytest.raises(TFoSConfigError, match="does not fit the 1024 MB"):
+        hook.submit(str(tmp_path / "run"), tag="tfos-l2", name="n", num_nodes=2)
+
+
+def test_a_yarn_submission_passes_the_spark_connections_principal_and_keytab(yarn, tmp_path, monkeypatch):
+    import base64
+
+    keytab = b"\x05\x02 a keytab's bytes"
+    conn = {
+        "conn_type": "spark",
+        "host": "yarn",
+        "extra": {"principal": "etl@REALM", "keytab": base64.b64encode(keytab).decode()},
+    }
+    monkeypatch.setenv("AIRFLOW_CONN_SPARK_YARN_TEST", json.dumps(conn))
+    yarn_hook(yarn, tmp_path).submit("hdfs:///runs/k", tag="tfos-k", name="n", num_nodes=2)
+    (record,) = read_records(yarn.records)
+    assert record["options"]["--principal"] == "etl@REALM"
+    written = Path(record["options"]["--keytab"])  # by the Spark provider's hook, from the extra's base64
+    assert written.read_bytes() == keytab
+    written.unlink()
