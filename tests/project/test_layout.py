@@ -7,11 +7,15 @@ The halves are folders, so a module added to one is checked with no list to upda
 - ``shared/``: what both halves use (run directory, spec, registry, storage); imports only itself.
 - the Airflow side (``hooks/``, ``operators/``, ``sensors/``, ``triggers/``, ``links/``, ``plugins/``):
   imports ``shared/`` and itself, never the runtime, never TensorFlow.
+
+The test tree, read from its files: every test file sits in a tier folder (docs/testing.md), and a unit test
+file names the module or subpackage it tests by its path.
 """
 
 from __future__ import annotations
 
 import ast
+import importlib
 from pathlib import Path
 
 import pytest
@@ -215,3 +219,124 @@ def test_the_runtime_api_is_one_import_path_and_every_name_resolves():
     assert sorted(runtime.__all__) == sorted(runtime._API)
     for name in runtime.__all__:
         assert getattr(runtime, name).__module__.startswith(("airflow_tfos.runtime", "airflow_tfos.shared")), name
+
+
+# --- the test tree ------------------------------------------------------------------------------------------
+
+TESTS = Path(__file__).resolve().parent.parent
+#: The folders test files may sit in: ``unit/`` mirrors the package, an integration folder is named for what
+#: its tests start, then the drills, the multi-host cluster and the checks of the whole project.
+TIERS = (
+    "unit",
+    "integration/spark",
+    "integration/airflow",
+    "integration/kerberos",
+    "integration/hadoop",
+    "drills",
+    "multihost",
+    "project",
+)
+#: Allowed until the Hadoop lab's tests move to integration/hadoop.
+TEMPORARY_TIERS = ("hadoop",)
+#: Folders of DAG files, which Airflow reads by path: no package.
+DAG_FOLDERS = ("dags", "emulated_dags")
+
+
+def _test_files(root: Path) -> list[Path]:
+    return sorted(
+        p
+        for p in root.rglob("*.py")
+        if "__pycache__" not in p.parts and (p.name.startswith("test_") or p.name.endswith("_test.py"))
+    )
+
+
+def _modules_of(package: Path) -> set[str]:
+    """The modules and subpackages of the package folder ``package`` (none when it is no package)."""
+    if not (package / "__init__.py").is_file():
+        return set()
+    modules = {p.stem for p in package.glob("*.py") if p.stem != "__init__"}
+    return modules | {p.name for p in package.iterdir() if (p / "__init__.py").is_file()}
+
+
+def _misplaced(root: Path, package: Path) -> list[str]:
+    """The test files under ``root`` (a tests folder) outside the tiers, and the unit test files that name no
+    module or subpackage of ``package`` at the path they mirror: ``unit/<package>/<path>/test_<module>.py``,
+    or ``test_<module>_<aspect>.py`` for another file of the same module."""
+    bad = []
+    for path in _test_files(root):
+        relative = path.relative_to(root)
+        folder = relative.parent.as_posix()
+        tier = next((t for t in (*TIERS, *TEMPORARY_TIERS) if folder == t or folder.startswith(f"{t}/")), None)
+        if tier is None:
+            bad.append(f"{relative}: not in a tier folder")
+        elif tier == "unit":
+            mirrored = relative.parent.relative_to("unit")
+            modules = _modules_of(package.parent / mirrored) if mirrored.parts[:1] == (package.name,) else set()
+            name = path.stem.removeprefix("test_")
+            if not any(name == module or name.startswith(f"{module}_") for module in modules):
+                bad.append(f"{relative}: names no module or subpackage of {mirrored.as_posix()}")
+    return bad
+
+
+def _folders_without_init(root: Path) -> list[str]:
+    """Folders under ``root`` that are not packages (tests are imported as ``tests.<path>``), DAG folders aside."""
+    return sorted(
+        str(folder.relative_to(root))
+        for folder in [root, *root.rglob("*")]
+        if folder.is_dir()
+        and not {"__pycache__", *DAG_FOLDERS} & set(folder.relative_to(root).parts)
+        and not (folder / "__init__.py").is_file()
+    )
+
+
+def test_every_test_file_sits_in_its_tier_and_a_unit_test_file_names_its_module():
+    assert len(_test_files(TESTS / "unit")) > 50  # the walk found them
+    assert _misplaced(TESTS, PACKAGE) == []
+
+
+def test_every_folder_of_tests_is_a_package_and_none_shadows_the_package():
+    assert _folders_without_init(TESTS) == []
+    # tests/unit/airflow_tfos is the package tests.unit.airflow_tfos: the package imported is the project's
+    assert PACKAGE.parent == TESTS.parent and PACKAGE.name == "airflow_tfos"
+    assert importlib.import_module("tests.unit.airflow_tfos").__name__ == "tests.unit.airflow_tfos"
+
+
+def test_the_tree_check_finds_misplaced_files(tmp_path):
+    package = tmp_path / "pkg"
+    for name in ("__init__.py", "mod.py", "sub/__init__.py", "sub/inner.py", "plain/other.py"):
+        (package / name).parent.mkdir(parents=True, exist_ok=True)
+        (package / name).touch()
+    tests = tmp_path / "tests"
+    for name in (
+        "unit/pkg/test_mod.py",
+        "unit/pkg/test_mod_aspect.py",
+        "unit/pkg/test_sub.py",
+        "unit/pkg/sub/test_inner.py",
+        "unit/pkg/test_module.py",
+        "unit/pkg/plain/test_other.py",
+        "unit/test_pkg.py",
+        "integration/spark/test_cluster.py",
+        "integration/anything/test_else.py",
+        "test_loose.py",
+        "drills/helpers.py",
+    ):
+        (tests / name).parent.mkdir(parents=True, exist_ok=True)
+        (tests / name).touch()
+    assert _misplaced(tests, package) == [
+        "integration/anything/test_else.py: not in a tier folder",
+        "test_loose.py: not in a tier folder",
+        "unit/pkg/plain/test_other.py: names no module or subpackage of pkg/plain",
+        "unit/pkg/test_module.py: names no module or subpackage of pkg",
+        "unit/test_pkg.py: names no module or subpackage of .",
+    ]
+    (tests / "unit" / "pkg" / "__init__.py").touch()
+    assert _folders_without_init(tests) == [
+        ".",
+        "drills",
+        "integration",
+        "integration/anything",
+        "integration/spark",
+        "unit",
+        "unit/pkg/plain",
+        "unit/pkg/sub",
+    ]
