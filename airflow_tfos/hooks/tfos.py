@@ -36,7 +36,7 @@ from airflow_tfos.hooks.spark_conf import (
 from airflow_tfos.hooks.user_code import CodePackage, ShippedCode, code_zip
 from airflow_tfos.links.tfos import HISTORY_SERVER_CONF, history_server_url
 from airflow_tfos.shared.storage.kerberos import SUBMITTED_TOKEN_ENV
-from airflow_tfos.shared.storage.webhdfs_config import WEBHDFS_ENV
+from airflow_tfos.shared.storage.webhdfs_config import WEBHDFS_ENV, env_value
 
 
 class TFoSHook(BaseHook):
@@ -217,8 +217,10 @@ class TFoSHook(BaseHook):
         else:
             return {}
         text = config if isinstance(config, str) else json.dumps(config, sort_keys=True)
+        encoded = env_value(text)  # YARN's launch script would drop the JSON's quotes
         mask_secret(text)
-        return {WEBHDFS_ENV: text}
+        mask_secret(encoded)
+        return {WEBHDFS_ENV: encoded}
 
     # --- submit --------------------------------------------------------------------------------------
 

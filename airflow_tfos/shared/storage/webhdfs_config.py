@@ -27,6 +27,7 @@ namenode, and namenodes that cannot be reached :class:`WebHDFSUnavailableError` 
 
 from __future__ import annotations
 
+import base64
 import getpass
 import json
 import os
@@ -38,6 +39,10 @@ from airflow_tfos.shared.errors import WebHDFSConfigError
 
 #: The environment variable that carries the WebHDFS settings (JSON) to the driver and executors.
 WEBHDFS_ENV = "AIRFLOW_TFOS_WEBHDFS"
+#: How the settings travel in a YARN container's environment: YARN writes each variable into the container's
+#: launch script between double quotes without escaping it, so the quotes of a JSON value are lost on the way
+#: (``{namenodes: ...}``, seen on Hadoop 3.5). Base64 has no character the shell would take.
+ENV_BASE64_PREFIX = "base64:"
 ENV_VAR = WEBHDFS_ENV  # its former name
 #: The URI schemes that go over WebHDFS.
 HDFS_SCHEMES = ("hdfs", "webhdfs", "swebhdfs")
@@ -118,6 +123,11 @@ class WebHDFSConfig:
         text = (os.environ if environ is None else environ).get(WEBHDFS_ENV, "").strip()
         if not text:
             return None
+        if text.startswith(ENV_BASE64_PREFIX):
+            try:
+                text = base64.b64decode(text[len(ENV_BASE64_PREFIX) :], validate=True).decode()
+            except (ValueError, UnicodeDecodeError) as exc:
+                raise WebHDFSConfigError(f"{WEBHDFS_ENV}: {ENV_BASE64_PREFIX} is followed by no valid base64") from exc
         try:
             return cls.from_json(text)
         except WebHDFSConfigError as exc:
@@ -127,6 +137,12 @@ class WebHDFSConfig:
         if self.auth == "kerberos":
             return self.user
         return self.user or os.environ.get("HADOOP_USER_NAME") or getpass.getuser()
+
+
+def env_value(config_json: str) -> str:
+    """``config_json`` as the value of ``AIRFLOW_TFOS_WEBHDFS`` in an environment that a shell script sets (a
+    YARN container's); :meth:`WebHDFSConfig.from_env` reads both forms."""
+    return ENV_BASE64_PREFIX + base64.b64encode(config_json.encode()).decode()
 
 
 def split_uri(uri: str) -> tuple[str, str, str]:

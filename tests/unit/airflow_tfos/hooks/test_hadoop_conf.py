@@ -309,6 +309,6 @@ def test_a_yarn_submission_from_the_files_alone(tmp_path, monkeypatch):
     assert (tmp_path / "conf-dir-seen").read_text() == str(conf_dir)
     (record,) = read_records(tmp_path / "records")
     lines = dict(line.split("=", 1) for line in record["properties"].splitlines() if line)
-    handed = WebHDFSConfig.from_json(lines["spark.yarn.appMasterEnv.AIRFLOW_TFOS_WEBHDFS"].replace("\\\\", "\\"))
+    handed = WebHDFSConfig.from_env({WEBHDFS_ENV: lines["spark.yarn.appMasterEnv.AIRFLOW_TFOS_WEBHDFS"]})
     assert handed == HadoopConf.load(conf_dir).webhdfs_config()
     assert (handed.namenodes, handed.nameservice) == (("http://nn-a:9870", "http://nn-b:9870"), "prod")
