@@ -41,7 +41,7 @@ from airflow_tfos.operators.checks import check_at_parse_time, check_rendered
 from airflow_tfos.operators.run import ApplicationRun, AppResources
 from airflow_tfos.shared.rundir import REPORT_HTML
 from airflow_tfos.shared.spec import spec_hash
-from airflow_tfos.triggers.tfos import DONE, TFoSApplicationTrigger, watch_arguments
+from airflow_tfos.triggers.tfos import DONE, RESUMED_WITHOUT_EVENT, TFoSApplicationTrigger, watch_arguments
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -430,7 +430,10 @@ class _TFoSApplicationOperator(ResumableJobMixin, BaseOperator):
             timeout=self.defer_timeout(),
         )
 
-    def execute_complete(self, context: Context, event: dict[str, Any]) -> Any:
+    def execute_complete(self, context: Context, event: dict[str, Any] | None = None) -> Any:
+        if event is None:  # resumed without the trigger's event: start over, which finds the application again
+            self.log.info(RESUMED_WITHOUT_EVENT)
+            return self.execute(context)
         self.run_dir = self.resolve_run_dir(context)
         if event.get("status") != DONE:
             raise AirflowException(f"lost track of the application: {event.get('message')}")

@@ -36,7 +36,7 @@ from airflow_tfos.operators.checks import rendered
 from airflow_tfos.operators.errors import RenderedArgumentError
 from airflow_tfos.sensors.tfos import application_failure
 from airflow_tfos.shared.spec import SpecError, allowed_feed_functions, check_data, check_feed_data
-from airflow_tfos.triggers.tfos import APP_ENDED, DONE, TFoSRunDirTrigger, watch_arguments
+from airflow_tfos.triggers.tfos import APP_ENDED, DONE, RESUMED_WITHOUT_EVENT, TFoSRunDirTrigger, watch_arguments
 
 if TYPE_CHECKING:
     from airflow.providers.openlineage.extractors import OperatorLineage
@@ -260,7 +260,10 @@ class TFoSFeedOperator(_RunTaskOperator):
                 raise AirflowException(f"feed {feed_id} was not done within {self.feed_timeout:.0f} s (feed_timeout)")
             time.sleep(pacer.next_secs(watch.status, time.time()))
 
-    def execute_complete(self, context: Context, event: dict[str, Any]) -> Any:
+    def execute_complete(self, context: Context, event: dict[str, Any] | None = None) -> Any:
+        if event is None:  # resumed without the trigger's event: start over (the feed's request is kept)
+            self.log.info(RESUMED_WITHOUT_EVENT)
+            return self.execute(context)
         if event.get("status") == DONE:
             self._feed_result = feed_outcome(event["result"].get("feed_id", "?"), event["result"])
             return self._feed_result

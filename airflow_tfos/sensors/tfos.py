@@ -14,7 +14,7 @@ from airflow.sdk.exceptions import AirflowException
 from airflow_tfos.hooks.backends.apps import ApplicationClient, latest
 from airflow_tfos.hooks.backends.state import YARN_STATES, AppState
 from airflow_tfos.hooks.run_dir import RunDirHook, check_run_dir, templated
-from airflow_tfos.triggers.tfos import DONE, TFoSApplicationTrigger, TFoSRunDirTrigger
+from airflow_tfos.triggers.tfos import DONE, RESUMED_WITHOUT_EVENT, TFoSApplicationTrigger, TFoSRunDirTrigger
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -127,7 +127,10 @@ class YarnApplicationSensor(_DeferrableSensor):
             poll_interval=self.poke_interval,
         )
 
-    def execute_complete(self, context: Context, event: dict[str, Any]) -> Any:
+    def execute_complete(self, context: Context, event: dict[str, Any] | None = None) -> Any:
+        if event is None:  # resumed without the trigger's event: look again
+            self.log.info(RESUMED_WITHOUT_EVENT)
+            return self.execute(context)
         if event.get("status") != DONE:
             raise AirflowException(f"cannot watch the application: {event.get('message')}")
         result = self._check(AppState.from_json(event["app"]))
@@ -205,7 +208,10 @@ class TFoSCheckpointSensor(_DeferrableSensor):
             timeout=self.timeout,
         )
 
-    def execute_complete(self, context: Context, event: dict[str, Any]) -> Any:
+    def execute_complete(self, context: Context, event: dict[str, Any] | None = None) -> Any:
+        if event is None:  # resumed without the trigger's event: look again
+            self.log.info(RESUMED_WITHOUT_EVENT)
+            return self.execute(context)
         if event.get("status") != DONE:
             raise AirflowException(f"{self.run_dir}: {event.get('message') or event}")
         return event["result"]

@@ -16,6 +16,9 @@ from airflow_tfos.hooks.run_dir import PollPacer, RunDirHook, RunWatch, progress
 #: What a trigger's event says (its ``status``): the condition was met (``app``: the application's state,
 #: or ``result``), the application ended before the condition was met, the trigger failed, or timed out.
 DONE, APP_ENDED, ERROR, TIMEOUT = "done", "app_ended", "error", "timeout"
+#: What a deferred task logs when Airflow resumes it without its trigger's event (the process that was waiting
+#: died, and the task was run again, e.g. by ``airflow tasks test``): it starts over, which is idempotent.
+RESUMED_WITHOUT_EVENT = "resumed without the trigger's event (its wait was lost): starting over"
 #: How many polls in a row may fail (network, RM failover) before the trigger gives up.
 MAX_POLL_ERRORS = 10
 #: What a task hands the trigger it defers to, from its attributes of these names.

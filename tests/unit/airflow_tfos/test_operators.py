@@ -501,6 +501,19 @@ class TestDeferrable:
             op.execute_complete(make_context(), killed)
 
 
+    def test_resumed_without_an_event_it_finds_the_live_application_again_and_submits_nothing(self, tmp_path):
+        """The process that waited died; the task is run again while deferred (``airflow tasks test``): Airflow
+        calls execute_complete with no event."""
+        op, backend = train_op(tmp_path, deferrable=True), FakeBackend()
+        use_backend(op, backend)
+        trains(op, backend, tmp_path)
+        backend.add("application_1_0007", "RUNNING", tags=[run_tag(str(tmp_path))])
+        with pytest.raises(TaskDeferred) as deferred:
+            op.execute_complete(make_context())
+        assert deferred.value.trigger.application_id == "application_1_0007"
+        assert backend.submitted == []
+
+
 class TestLifecycle:
     def test_launch_returns_once_the_driver_serves(self, tmp_path):
         op = TFoSLaunchClusterOperator(

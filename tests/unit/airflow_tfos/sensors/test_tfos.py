@@ -103,6 +103,10 @@ class TestYarnApplicationSensor:
         }
         with pytest.raises(AirflowException, match="by user"):
             sensor.execute_complete(make_context("s"), killed)
+        # resumed without the trigger's event (its wait was lost): it looks again, and defers again
+        backend.add("application_1_0001", "ACCEPTED")
+        with pytest.raises(TaskDeferred):
+            sensor.execute_complete(make_context("s"))
 
 
 class TestCheckpointSensor:
