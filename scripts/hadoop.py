@@ -370,7 +370,7 @@ def inspect_hdfs(conf_dir: Path, paths: list[str], timeout: float = 120.0) -> di
 
     Return ``{"fs": ..., "client": ..., "paths": {path: None | [entry, ...]}}``: each existing path gives itself
     and everything under it, each entry with ``path``, ``type``, ``permission`` (octal), ``owner``, ``group``,
-    ``length``, ``replication`` and, for a file, the ``sha256`` of its content and (up to 64 KiB) its ``text``.
+    ``length``, ``replication`` and, for a file, the ``sha256`` of its content and (up to 64 KiB, UTF-8) its ``text``.
     """
     conf_dir = conf_dir.resolve()
     if needs_build():
@@ -383,7 +383,7 @@ def inspect_hdfs(conf_dir: Path, paths: list[str], timeout: float = 120.0) -> di
     result = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env, check=False)
     if result.returncode != 0:
         raise LabError(f"HdfsInspect exited with {result.returncode}: {result.stderr.strip()[-3000:]}")
-    return json.loads(result.stdout.strip().splitlines()[-1])
+    return json.loads(result.stdout.strip().split("\n")[-1])  # one line (text may hold other line breaks)
 
 
 def status(conf_dir: Path) -> dict:

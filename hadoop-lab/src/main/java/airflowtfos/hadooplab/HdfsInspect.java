@@ -27,7 +27,7 @@ import org.apache.hadoop.fs.Path;
  * Each PATH that exists gives itself and, for a directory, everything under it, each entry with {@code path}
  * (absolute), {@code type} (FILE or DIRECTORY), {@code permission} (octal, e.g. "700"), {@code owner},
  * {@code group}, {@code length}, {@code replication} and, for a file, {@code sha256} of its content and, up to
- * 64 KiB, the content itself as {@code text} (read as UTF-8).
+ * 64 KiB, the content itself as {@code text} when it is UTF-8 (else {@code binary}: true).
  */
 public final class HdfsInspect {
     private static final long TEXT_LIMIT = 64 * 1024;
@@ -106,7 +106,13 @@ public final class HdfsInspect {
         }
         entry.put("sha256", HexFormat.of().formatHex(digest.digest()));
         if (small != null) {
-            entry.put("text", small.toString(StandardCharsets.UTF_8));
+            // only what is text: a binary file (a checkpoint, a plot) has no "text"
+            try {
+                entry.put("text", StandardCharsets.UTF_8.newDecoder()
+                    .decode(java.nio.ByteBuffer.wrap(small.toByteArray())).toString());
+            } catch (java.nio.charset.CharacterCodingException binary) {
+                entry.put("binary", true);
+            }
         }
     }
 }
