@@ -4,7 +4,7 @@ Every one is a :class:`~airflow_tfos.shared.errors.TFoSError` (the package's bas
 errors in :mod:`airflow_tfos.shared.errors`); the run's failures (a node failed, the run timed out or was
 cancelled) also share :class:`TFoSRuntimeError`. Settings to change are ``ValueError``\s: the cluster
 (:class:`ClusterConfigError`), the warm start (:class:`WarmStartError`) and the feed (:class:`FeedConfigError`).
-Every exception the runtime defines is here (``tests/test_layout.py`` checks).
+Every exception the runtime defines is here (``tests/project/test_layout.py`` checks).
 
 A failing node raises :class:`NodeFailure` inside its Spark task. Spark reports it to the driver as
 text buried in a Java stack trace, so the node's details are also embedded there between two markers,

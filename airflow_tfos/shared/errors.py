@@ -5,7 +5,7 @@ Each half keeps its errors in one module: this one (the run directory, the spec,
 Every error is a :class:`TFoSError` and keeps the built-in base it always had (``ValueError`` for a setting to
 change, ``RuntimeError`` for a failure, ``OSError`` for storage), so ``except ValueError`` still catches a bad
 argument and ``except TFoSError`` catches anything this package raised on purpose. Each error has one import
-path: its errors module (``tests/test_layout.py`` checks that every exception the package defines lives in one).
+path: its errors module (``tests/project/test_layout.py`` checks that every exception the package defines lives in one).
 
 This module imports nothing, so every module of the package may import it (storage included).
 """

@@ -4,7 +4,7 @@ TF clusters as barrier stages and its watches (heartbeat, stall watchdog, evicti
 checks made before a stage is submitted, table fingerprints, batch inference and the Spark ML stages.
 
 Nothing in :mod:`airflow_tfos.runtime.node.task` or :mod:`airflow_tfos.runtime.program` imports from here
-(``tests/test_layout.py``).
+(``tests/project/test_layout.py``).
 """
 
 from __future__ import annotations
