@@ -5,6 +5,9 @@
 - Optionally a packed Python environment on HDFS (:mod:`airflow_tfos.testing.packed_env`: the runtime's
   packages without ``airflow_tfos`` and ``pyspark``), named by ``spark.yarn.dist.archives`` and run as the
   containers' Python, the cluster's default environment.
+- Event logs on HDFS (``/spark-history``) and a Spark history server reading them (pip's pyspark's own
+  ``HistoryServer``, on 127.0.0.1, a process of the lab that ``down`` ends), named by
+  ``spark.yarn.historyServer.address``: where an ended application's UI lives on.
 - ``DIR/spark-defaults.conf`` with those settings: ``SPARK_CONF_DIR=DIR`` beside ``HADOOP_CONF_DIR=DIR``.
 
 Both files are built once in ``hadoop-lab/target/`` (ignored by git) and uploaded to each new lab.
@@ -14,15 +17,18 @@ from __future__ import annotations
 
 import hashlib
 import os
+import socket
+import subprocess
 import sys
 import time
+import urllib.request
 import zipfile
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 LAB_TARGET = REPO / "hadoop-lab" / "target"
 SPARK_DEFAULTS = "spark-defaults.conf"
-JARS_DIR, ENVS_DIR = "/spark", "/envs"
+JARS_DIR, ENVS_DIR, HISTORY_DIR = "/spark", "/envs", "/spark-history"
 #: The Python the containers run from the packed environment (``--archives ...#environment``).
 ENV_PYTHON = "./environment/bin/python"
 
@@ -68,6 +74,59 @@ def upload(namenode_http: str, local: Path, hdfs_path: str) -> None:
     client.upload(hdfs_path, str(local), overwrite=True, permission="644")
 
 
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def start_history_server(conf_dir: Path, description: dict, timeout: float = 120.0) -> str:
+    """Start Spark's history server on the lab's event logs, working in ``DIR/data/history`` (so ``down`` ends
+    it); return its address (``127.0.0.1:port``) once its page answers."""
+    import pyspark
+    from hdfs import InsecureClient
+
+    client = InsecureClient(f"http://{description['namenode_http']}", user=os.environ.get("USER") or "root")
+    client.makedirs(HISTORY_DIR, permission="1777")
+    client.set_permission(HISTORY_DIR, "1777")
+    port = _free_port()
+    work = conf_dir / "data" / "history"
+    work.mkdir(parents=True, exist_ok=True)
+    options = [
+        f"-Dspark.history.fs.logDirectory={description['fs_default']}{HISTORY_DIR}",
+        f"-Dspark.history.ui.port={port}",
+        "-Dspark.history.fs.update.interval=2s",
+        "-Dspark.ui.enabled=true",
+    ]
+    env = {
+        **os.environ,
+        "HADOOP_CONF_DIR": str(conf_dir),
+        "SPARK_CONF_DIR": str(work),  # not the lab's spark-defaults.conf: those are the applications' settings
+        "SPARK_LOCAL_IP": "127.0.0.1",  # its page listens there (else on every address)
+        "SPARK_HISTORY_OPTS": " ".join(options),
+        "SPARK_NO_DAEMONIZE": "1",
+    }
+    spark_class = Path(pyspark.__file__).parent / "bin" / "spark-class"
+    with open(work / "history.log", "wb") as log:
+        subprocess.Popen(
+            [str(spark_class), "org.apache.spark.deploy.history.HistoryServer"],
+            cwd=work,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/v1/applications", timeout=5):
+                return f"127.0.0.1:{port}"
+        except OSError:
+            time.sleep(0.5)
+    raise RuntimeError(f"the Spark history server did not answer on port {port} in {timeout:.0f} s: see {log.name}")
+
+
 def setup(conf_dir: Path, description: dict, *, env_mode: str | None = "link") -> dict:
     """Upload Spark's jars (and a packed environment unless ``env_mode`` is None) to the lab's HDFS and write
     ``conf_dir/spark-defaults.conf``; return the settings written and the seconds each step took."""
@@ -99,6 +158,16 @@ def setup(conf_dir: Path, description: dict, *, env_mode: str | None = "link") -
                 "spark.executorEnv.PYSPARK_PYTHON": ENV_PYTHON,
             }
         )
+    started = time.monotonic()
+    history = start_history_server(conf_dir, description)
+    timings["history_server_s"] = round(time.monotonic() - started, 1)
+    settings.update(
+        {
+            "spark.eventLog.enabled": "true",
+            "spark.eventLog.dir": f"{description['fs_default']}{HISTORY_DIR}",
+            "spark.yarn.historyServer.address": history,
+        }
+    )
     lines = [f"# Spark on the Hadoop lab's YARN (pyspark {pyspark.__version__}); SPARK_CONF_DIR={conf_dir}"]
     lines += [f"{key} {value}" for key, value in settings.items()]
     (conf_dir / SPARK_DEFAULTS).write_text("\n".join(lines) + "\n")

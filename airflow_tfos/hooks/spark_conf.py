@@ -286,6 +286,26 @@ def parse_application_id(line: str) -> str | None:
     return found.group(0) if found else None
 
 
+#: A line of spark-defaults.conf: a key, then whitespace or ``=``, then the value.
+_DEFAULTS_LINE = re.compile(r"(\S+?)(?:\s*=\s*|\s+)(.*)")
+
+
+def spark_defaults(environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The settings of ``$SPARK_CONF_DIR/spark-defaults.conf`` (what a cluster's administrator set for every
+    application: spark-submit reads the same file); empty when there is none."""
+    folder = (os.environ if environ is None else environ).get("SPARK_CONF_DIR")
+    path = os.path.join(folder, "spark-defaults.conf") if folder else None
+    if not path or not os.path.isfile(path):
+        return {}
+    settings = {}
+    with open(path, encoding="utf-8") as lines:
+        for line in lines:
+            found = _DEFAULTS_LINE.fullmatch(line.strip())
+            if found and not line.lstrip().startswith("#"):
+                settings[found.group(1)] = found.group(2).strip()
+    return settings
+
+
 def escape_property(value: str) -> str:
     """``value`` escaped for a Java properties file (which Spark reads as UTF-8)."""
     out = value.replace("\\", "\\\\").replace("\n", "\\n").replace("\r", "\\r").replace("\t", "\\t")

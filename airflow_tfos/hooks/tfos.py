@@ -31,6 +31,7 @@ from airflow_tfos.hooks.spark_conf import (
     cached_file,
     env_conf,
     packed_env_conf,
+    spark_defaults,
     training_conf,
 )
 from airflow_tfos.hooks.user_code import CodePackage, ShippedCode, code_zip
@@ -385,8 +386,9 @@ class TFoSHook(BaseHook):
     # --- state, search, kill -------------------------------------------------------------------------
 
     def history_url(self, app: AppState, conf: Mapping[str, str] | None = None) -> str | None:
-        """The Spark history server's page of an ended YARN application, when ``conf`` (the operator's) or the
-        Spark connection's extra names the history server (``spark.yarn.historyServer.address``); else None.
+        """The Spark history server's page of an ended YARN application, when ``conf`` (the operator's), the
+        Spark connection's extra or the cluster's ``spark-defaults.conf`` (``SPARK_CONF_DIR``) names the history
+        server (``spark.yarn.historyServer.address``); else None.
         A YARN application's own UI (its tracking URL) is gone once it ended: this is where its UI lives on."""
         if not app.is_terminal or not app.app_id.startswith("application_"):
             return None
@@ -397,7 +399,7 @@ class TFoSHook(BaseHook):
             except Exception as exc:  # a link is never worth failing the task for
                 self.log.warning("cannot read the %s connection for the history server: %s", self.spark_conn_id, exc)
                 return None
-            address = extra.get(HISTORY_SERVER_CONF)
+            address = extra.get(HISTORY_SERVER_CONF) or spark_defaults().get(HISTORY_SERVER_CONF)
         return history_server_url(str(address), app.app_id) if address else None
 
     def get_state(self, app_id: str) -> AppState:

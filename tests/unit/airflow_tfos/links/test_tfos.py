@@ -16,6 +16,7 @@ from airflow.sdk import AssetAlias
 from airflow.sdk.execution_time.context import OutletEventAccessors
 
 from airflow_tfos.hooks.backends.state import AppState
+from airflow_tfos.hooks.spark_conf import spark_defaults
 from airflow_tfos.hooks.tfos import TFoSHook
 from airflow_tfos.links.tfos import SparkApplicationLink, TensorBoardLink, history_server_url
 from airflow_tfos.operators import TFoSPublishModelOperator
@@ -147,6 +148,19 @@ class TestHistoryServerUrl:
         conf = {"spark.yarn.historyServer.address": "https://shs.example:18481/"}
         assert hook.history_url(ended, conf) == f"https://shs.example:18481/history/{self.APP}"
         assert hook.history_url(AppState("local-1-abc", "FINISHED", "SUCCEEDED"), conf) is None
+
+    def test_else_from_the_clusters_spark_defaults(self, monkeypatch, tmp_path):
+        (tmp_path / "spark-defaults.conf").write_text(
+            "# the cluster's settings\nspark.eventLog.enabled true\nspark.yarn.historyServer.address = shs.lab:18080\n"
+        )
+        monkeypatch.setenv("AIRFLOW_CONN_SPARK_PLAIN", json.dumps({"conn_type": "spark", "host": "yarn"}))
+        hook = TFoSHook(spark_conn_id="spark_plain")
+        ended = AppState(self.APP, "FINISHED", "SUCCEEDED")
+        monkeypatch.delenv("SPARK_CONF_DIR", raising=False)
+        assert hook.history_url(ended) is None
+        monkeypatch.setenv("SPARK_CONF_DIR", str(tmp_path))
+        assert hook.history_url(ended) == f"http://shs.lab:18080/history/{self.APP}"
+        assert spark_defaults()["spark.eventLog.enabled"] == "true"
 
     def test_the_address_takes_http_unless_it_names_a_scheme(self):
         assert history_server_url("shs:18080", "a") == "http://shs:18080/history/a"
