@@ -4,6 +4,7 @@ through the ResourceManager REST API (:class:`~airflow_tfos.hooks.yarn.YarnHook`
 from __future__ import annotations
 
 import logging
+import re
 from pathlib import Path
 
 from airflow.sdk.exceptions import AirflowException
@@ -16,6 +17,18 @@ from airflow_tfos.hooks.spark_conf import check_container_fits, env_conf, runtim
 from airflow_tfos.hooks.yarn import YarnApplicationNotFound, YarnHook
 
 log = logging.getLogger(__name__)
+
+
+#: A Java exception in spark-submit's output: ``Exception in thread "main" org.x.YarnException: what went wrong``.
+_JAVA_CAUSE = re.compile(r'^(Exception in thread "\w+" )?(?:[a-z_$][\w$]*\.)+[\w$]*(?:Exception|Error): (.+)$')
+
+
+def submit_failure(message: str) -> str:
+    """spark-submit's failure with its cause first: the message of the exception that ended spark-submit (e.g.
+    the ResourceManager's answer: ``... submitted by user etl to unknown queue: nightly``), then the rest."""
+    found = [m for line in message.splitlines() if (m := _JAVA_CAUSE.match(line.strip()))]
+    ended = [m for m in found if m.group(1)] or found
+    return f"{ended[0].group(2).strip()}\n{message}" if ended else message
 
 
 class YarnBackend(Backend):
@@ -60,7 +73,7 @@ class YarnBackend(Backend):
             try:
                 spark.submit(submission.application)
             except AirflowException as exc:
-                raise TFoSSubmitError(str(exc)) from exc
+                raise TFoSSubmitError(submit_failure(str(exc))) from exc
             finally:
                 if props and props != submission.properties_file:
                     Path(props).unlink(missing_ok=True)
