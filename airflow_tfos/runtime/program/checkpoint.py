@@ -333,8 +333,9 @@ def fit_resumable(
 ):
     """``model.fit`` that restores the latest checkpoint first and carries on from its exact step.
 
-    ``dataset`` must yield one epoch of ``steps_per_epoch`` batches per iteration (``ctx.dataset()``
-    does). Which rows a resumed epoch trains:
+    ``dataset`` must yield one epoch of ``steps_per_epoch`` batches per iteration (``ctx.dataset()`` does;
+    a dataset whose length tf.data cannot know, such as ``parquet_dataset``'s, is held to that length: see
+    :func:`one_pass_per_epoch`). Which rows a resumed epoch trains:
 
     - ``ctx.dataset()`` (one node, MultiWorkerMirroredStrategy): a run restored mid-epoch first finishes
       that epoch, read in the order the interrupted attempt read it (its shuffle is seeded by the epoch),
@@ -353,6 +354,7 @@ def fit_resumable(
     (:func:`airflow_tfos.runtime.program.keras_progress.progress_callback`; pass ``progress=False`` when ``callbacks``
     holds one of your own). Returns the histories of the fits it ran.
     """
+    dataset = one_pass_per_epoch(dataset, steps_per_epoch)
     start = checkpointer.restore()
     epoch, done_in_epoch = checkpointer.restored_position or divmod(start, steps_per_epoch)
     saver = checkpointer.keras_callback(steps_per_epoch)
@@ -409,6 +411,22 @@ def fit_resumable(
             )
         )
     return histories
+
+
+def one_pass_per_epoch(dataset, steps_per_epoch: int):
+    """``dataset``, its length made known to Keras when tf.data cannot know it (files read as they come:
+    ``parquet_dataset``, ``csv_dataset``, a generator): given ``steps_per_epoch``, Keras starts a new pass each
+    epoch only when the dataset's length is that many batches; otherwise it reads on from the first pass, runs
+    out of data early in the second epoch and stops training there, with a warning only. A pass of another
+    length now fails with tf.data's error naming both numbers."""
+    import tensorflow as tf
+
+    if replays_epochs(dataset) or not isinstance(dataset, tf.data.Dataset):
+        return dataset
+    if int(dataset.cardinality()) != int(tf.data.UNKNOWN_CARDINALITY):
+        return dataset
+    log.info("the dataset's length is not known to tf.data: each epoch is one pass of %d batches", steps_per_epoch)
+    return dataset.apply(tf.data.experimental.assert_cardinality(steps_per_epoch))
 
 
 def _why_not_skip(checkpointer: RunCheckpointer, dataset, step: int) -> str | None:
