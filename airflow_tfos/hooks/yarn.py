@@ -102,6 +102,14 @@ def principal_short_name(principal: str) -> str:
     return principal.split("@", 1)[0].split("/", 1)[0]
 
 
+#: The properties of yarn-site.xml that name the ResourceManagers' web addresses, for errors.
+RM_ADDRESS_KEYS = (
+    "yarn.resourcemanager.webapp.address",
+    "yarn.resourcemanager.webapp.https.address",
+    "yarn.resourcemanager.hostname",
+)
+
+
 class YarnHook(BaseHook):
     """Read, find and kill YARN applications through the ResourceManager REST API.
 
@@ -156,6 +164,7 @@ class YarnHook(BaseHook):
         """The connection's fields; the RMs of Hadoop's files where it names none (or does not exist)."""
         extra = dict(conn.extra_dejson or {}) if conn is not None else {}
         host = conn.host if conn is not None else None
+        origin = None
         if not host and not extra.get("rm_addresses"):
             conf = hadoop_conf()
             found = conf.rm_addresses() if conf is not None else ()
@@ -168,6 +177,8 @@ class YarnHook(BaseHook):
                 )
             log.info("ResourceManagers of connection %s from Hadoop's files: %s", self.yarn_conn_id, ", ".join(found))
             extra["rm_addresses"] = list(found)
+            key = next((k for k in RM_ADDRESS_KEYS if k in conf.properties), RM_ADDRESS_KEYS[0])
+            origin = f"{conf.source(key, 'yarn-site.xml')} ({key})"
             if conf is not None and conf.auth() == "kerberos":
                 extra.setdefault("auth", "kerberos")
         settings = parse_connection(
@@ -178,6 +189,8 @@ class YarnHook(BaseHook):
             login=conn.login if conn is not None else None,
             extra=extra,
         )
+        if origin:
+            settings = dataclasses.replace(settings, origin=origin)
         explicit = extra.get("application_user") or extra.get("extra__yarn__application_user")
         if settings.auth == "kerberos" and not explicit:  # the login is no user under Kerberos: the principal is
             settings = dataclasses.replace(settings, app_user=None)

@@ -64,6 +64,7 @@ class RmSettings:
     :param principal: with ``kerberos``, the client principal (extra ``principal``; default: the ticket cache's).
     :param keytab: with ``kerberos``, a keytab holding ``principal``'s key (extra ``keytab``; default: the
         ticket cache, ``kinit``). Tickets from a keytab are obtained again when they expire.
+    :param origin: where ``addresses`` came from, when not from the connection (the yarn-site.xml file).
     """
 
     conn_id: str
@@ -78,6 +79,7 @@ class RmSettings:
     max_retry_seconds: float = 60.0
     principal: str | None = None
     keytab: str | None = None
+    origin: str | None = None
 
     def kerberos_login(self):
         """The :class:`~airflow_tfos.shared.storage.kerberos.KerberosLogin` of this connection (one per process)."""

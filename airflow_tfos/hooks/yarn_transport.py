@@ -209,10 +209,16 @@ class RmTransport:
                 break
             yield Sleep(min(settings.retry_backoff * 2 ** (rounds - 1), 30.0, remaining))
         tried = "; ".join(f"{address}: {reason}" for address, reason in failures.items())
+        took = f"({rounds} round(s) in {time.monotonic() - started:.1f} s). Tried {tried}."
+        origin = self.settings.origin
+        if origin:
+            raise YarnUnavailableError(
+                f"no ResourceManager that {origin} names answered {method} {path} {took} Fix the address there "
+                f"(or name the RMs in connection {self.conn_id!r}), or check that an RM is up and active"
+            )
         raise YarnUnavailableError(
-            f"no ResourceManager of Airflow connection {self.conn_id!r} answered {method} {path} "
-            f"({rounds} round(s) in {time.monotonic() - started:.1f} s). Tried {tried}. Fix the host/port "
-            f"(or extra 'rm_addresses') of connection {self.conn_id!r}, or check that an RM is up and active"
+            f"no ResourceManager of Airflow connection {self.conn_id!r} answered {method} {path} {took} Fix the "
+            f"host/port (or extra 'rm_addresses') of connection {self.conn_id!r}, or check that an RM is up and active"
         )
 
 

@@ -312,3 +312,20 @@ def test_a_yarn_submission_from_the_files_alone(tmp_path, monkeypatch):
     handed = WebHDFSConfig.from_env({WEBHDFS_ENV: lines["spark.yarn.appMasterEnv.AIRFLOW_TFOS_WEBHDFS"]})
     assert handed == HadoopConf.load(conf_dir).webhdfs_config()
     assert (handed.namenodes, handed.nameservice) == (("http://nn-a:9870", "http://nn-b:9870"), "prod")
+
+
+def test_a_resourcemanager_the_files_name_that_does_not_answer_is_named_with_its_file(tmp_path, monkeypatch):
+    from airflow_tfos.hooks.errors import YarnUnavailableError
+    from airflow_tfos.testing.ports import free_port
+
+    address = f"127.0.0.1:{free_port()}"  # nothing listens there
+    (tmp_path / "yarn-site.xml").write_text(
+        "<configuration><property><name>yarn.resourcemanager.webapp.address</name>"
+        f"<value>{address}</value></property></configuration>"
+    )
+    use_conf_dir(monkeypatch, tmp_path)
+    with pytest.raises(YarnUnavailableError) as refused:
+        YarnHook(yarn_conn_id="yarn_absent").get_max_allocation()
+    message = str(refused.value)
+    assert message.startswith(f"no ResourceManager that {tmp_path / 'yarn-site.xml'} ")
+    assert f"http://{address}: connection refused" in message
