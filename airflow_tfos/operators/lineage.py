@@ -133,6 +133,19 @@ def metastore_namespace(conf: dict[str, str]) -> str | None:
     return None
 
 
+def _cluster_default_fs() -> str | None:
+    """``fs.defaultFS`` of the files of ``HADOOP_CONF_DIR``, if any (unreadable files count as none: lineage is
+    never worth failing a task for)."""
+    from airflow_tfos.hooks.hadoop_conf import hadoop_conf
+
+    try:
+        conf = hadoop_conf()
+        return conf.get("fs.defaultFS") if conf is not None else None
+    except Exception as exc:
+        log.debug("cannot read HADOOP_CONF_DIR for lineage: %s", exc)
+        return None
+
+
 def namespaces_for(
     conf: dict[str, str] | None,
     *,
@@ -144,7 +157,8 @@ def namespaces_for(
     :param conf: the operator's Spark settings (``spark.hadoop.fs.defaultFS``, the metastore URIs).
     :param backend: returns ``yarn`` or ``local`` (the Spark connection's backend); asked only when
         ``conf`` names no default file system. Errors count as ``local``.
-    :param nameservice: returns the HDFS nameservice of the ``webhdfs`` connection, if it names one.
+    :param nameservice: returns the HDFS nameservice of the ``webhdfs`` connection, if it names one; else
+        ``fs.defaultFS`` of ``HADOOP_CONF_DIR`` names the namenode of ``hdfs:///path``.
     """
     conf = dict(conf or {})
     hdfs = "hdfs"
@@ -159,6 +173,10 @@ def namespaces_for(
             found = None
         if found:
             hdfs = f"hdfs://{found}"
+    if hdfs == "hdfs":  # the cluster's own default file system (HADOOP_CONF_DIR), when it names a namenode
+        cluster_fs = _cluster_default_fs()
+        if cluster_fs and cluster_fs.lower().startswith("hdfs://") and _split_uri(cluster_fs)[1]:
+            hdfs = path_id(cluster_fs)[0]
     if configured:
         default_fs = path_id(configured, hdfs_namespace=hdfs)[0] if "://" in configured else "file"
     else:

@@ -211,6 +211,21 @@ def test_paths_without_a_scheme_are_on_hdfs_when_spark_runs_on_yarn(tmp_path, mo
     assert ids(op.get_openlineage_facets_on_start().inputs) == [("hdfs://prodns", "/data/day=2026-11-21")]
 
 
+def test_hdfs_paths_naming_no_namenode_take_the_clusters_default_file_system(tmp_path, monkeypatch):
+    conf_dir = tmp_path / "hadoop-conf"
+    conf_dir.mkdir()
+    (conf_dir / "core-site.xml").write_text(
+        "<configuration><property><name>fs.defaultFS</name><value>hdfs://nn.example:8020</value></property>"
+        "</configuration>"
+    )
+    op = train_op(tmp_path, data={"format": "parquet", "path": "hdfs:///data/day=2026-11-21"})
+    use_backend(op, FakeBackend())
+    monkeypatch.delenv("HADOOP_CONF_DIR", raising=False)
+    assert ids(op.get_openlineage_facets_on_start().inputs) == [("hdfs", "/data/day=2026-11-21")]
+    monkeypatch.setenv("HADOOP_CONF_DIR", str(conf_dir))
+    assert ids(op.get_openlineage_facets_on_start().inputs) == [("hdfs://nn.example:8020", "/data/day=2026-11-21")]
+
+
 def test_files_the_tf_nodes_read_themselves_are_local_without_a_scheme(tmp_path):
     op = train_op(tmp_path, input_mode="TENSORFLOW", data={"format": "tfrecord", "path": "/data/shards"}, feed=None)
     op.__dict__["hook"] = type("Yarn", (), {"backend": "yarn"})()
