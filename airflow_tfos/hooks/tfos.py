@@ -155,7 +155,7 @@ class TFoSHook(BaseHook):
         if self.master.startswith("yarn"):
             from airflow_tfos.hooks.backends.yarn import YarnBackend
 
-            return YarnBackend(self.yarn_hook, tracker_dir=self._tracker_dir)
+            return YarnBackend(self.yarn_hook, tracker_dir=self._tracker_dir, staging_storage=self._hdfs_storage)
         from airflow_tfos.hooks.backends.local import LocalSparkBackend
         from airflow_tfos.hooks.backends.standalone import spark_user
 
@@ -202,6 +202,18 @@ class TFoSHook(BaseHook):
             if beside.exists():
                 return str(beside)
         return None
+
+    def _hdfs_storage(self):
+        """HDFS as the webhdfs connection, or without one ``AIRFLOW_TFOS_WEBHDFS`` or ``HADOOP_CONF_DIR``, reach it."""
+        from airflow_tfos.hooks.webhdfs_connection import config_without_connection, storage_from_connection
+        from airflow_tfos.shared.storage.webhdfs_client import WebHDFSStorage
+
+        if self.webhdfs_conn_id:
+            return storage_from_connection(self.webhdfs_conn_id)
+        config = config_without_connection()
+        if config is None:
+            raise ValueError("no webhdfs connection, AIRFLOW_TFOS_WEBHDFS or HADOOP_CONF_DIR names a namenode")
+        return WebHDFSStorage(config)
 
     def _secret_env(self) -> dict[str, str]:
         """The HDFS settings for the driver and executors: from the webhdfs connection; without one, on YARN

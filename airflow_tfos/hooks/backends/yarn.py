@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import logging
 import re
+from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from airflow.sdk.exceptions import AirflowException
 
@@ -16,9 +18,14 @@ from airflow_tfos.hooks.errors import ApplicationAlreadyRunningError, TFoSSubmit
 from airflow_tfos.hooks.spark_conf import check_container_fits, env_conf, runtime_zip
 from airflow_tfos.hooks.yarn import YarnApplicationNotFound, YarnHook
 
+if TYPE_CHECKING:
+    from airflow_tfos.shared.storage import Storage
+
 log = logging.getLogger(__name__)
 
 
+#: Where spark-submit stages an application's files, under the user's home on HDFS (Spark's default).
+STAGING_DIR = ".sparkStaging"
 #: A Java exception in spark-submit's output: ``Exception in thread "main" org.x.YarnException: what went wrong``.
 _JAVA_CAUSE = re.compile(r'^(Exception in thread "\w+" )?(?:[a-z_$][\w$]*\.)+[\w$]*(?:Exception|Error): (.+)$')
 
@@ -41,14 +48,25 @@ class YarnBackend(Backend):
     :param tracker_dir: where the tags' locks and the private properties files go (default:
         :func:`~airflow_tfos.hooks.backends.base.default_tracker_dir`).
     :param min_kill_wait_secs: :meth:`kill` waits at least this long for the RM to report the kill.
+    :param staging_storage: makes the HDFS storage through which :meth:`kill` removes what spark-submit staged for
+        the killed application (``/user/<its user>/.sparkStaging/<id>``: Spark's application master removes it
+        itself when it ends, but a kill may leave it no time); None: left alone.
     """
 
     name = "yarn"
 
-    def __init__(self, hook: YarnHook, *, tracker_dir: str | None = None, min_kill_wait_secs: float = 30) -> None:
+    def __init__(
+        self,
+        hook: YarnHook,
+        *,
+        tracker_dir: str | None = None,
+        min_kill_wait_secs: float = 30,
+        staging_storage: Callable[[], Storage] | None = None,
+    ) -> None:
         self.hook = hook
         self.tracker_dir = tracker_dir or default_tracker_dir()
         self.min_kill_wait_secs = min_kill_wait_secs
+        self.staging_storage = staging_storage
 
     def executor_path(self, path: str) -> str:
         """Shipped with ``--files``: in the container's working directory."""
@@ -109,9 +127,25 @@ class YarnBackend(Backend):
         """YARN kills a container with SIGTERM, then SIGKILL after ``yarn.nodemanager.sleep-delay-before-sigkill.ms``;
         ``grace_secs`` is how long to wait for the RM to report it killed (at least ``min_kill_wait_secs``)."""
         try:
-            return self.hook.kill_application(app_id, timeout=max(grace_secs, self.min_kill_wait_secs))
+            killed = self.hook.kill_application(app_id, timeout=max(grace_secs, self.min_kill_wait_secs))
         except YarnApplicationNotFound as exc:
             return _gone(app_id, exc)
+        self.remove_staging(killed)
+        return killed
+
+    def remove_staging(self, app: AppState) -> None:
+        """Remove what spark-submit staged on HDFS for ``app`` (at Spark's default ``spark.yarn.stagingDir``: the
+        user's home) once it is killed; a failure to do so is logged, not raised."""
+        if self.staging_storage is None or not app.is_terminal:
+            return
+        path = f"/user/{app.user or self.hook.application_user}/{STAGING_DIR}/{app.app_id}"
+        try:
+            storage = self.staging_storage()
+            if storage.exists(path):
+                storage.delete(path)
+                log.info("removed %s, what spark-submit staged for %s", path, app.app_id)
+        except Exception as exc:  # the kill worked: a leftover on HDFS is not worth failing it for
+            log.warning("cannot remove %s (staged for %s): %s", path, app.app_id, exc)
 
     async def akill(self, app_id: str, grace_secs: float = 30) -> AppState:
         try:
