@@ -42,6 +42,7 @@ AIRFLOW_GROUP = [
     "tests/unit/airflow_tfos/plugins",
     "tests/unit/airflow_tfos/test_operators.py",
     "tests/integration/airflow",
+    "tests/integration/hadoop",  # one Hadoop lab; its DAG tests are Airflow's too
     "tests/drills",
     "tests/multihost",
     # Airflow-side tests filed elsewhere by what they test or start; they keep to this session, as measured
@@ -78,7 +79,11 @@ def prepare() -> None:
 def start(group: str, paths: list[str], extra: list[str], logs: Path) -> tuple[subprocess.Popen, Path]:
     log = logs / f"{group}.log"
     env = {**os.environ, "JAVA_TOOL_OPTIONS": JAVA_OPTIONS.format(group=group)}
-    command = [sys.executable, "-m", "pytest", *paths, "-p", "no:cacheprovider", f"--basetemp={logs / group}", *extra]
+    command = [
+        sys.executable, "-m", "pytest", *paths, "-p", "no:cacheprovider", f"--basetemp={logs / group}",
+        "--durations=40",  # the slowest tests, at the end of the session's log: where the suite's time goes
+        *extra,
+    ]  # fmt: skip
     with open(log, "w") as out:
         out.write(" ".join(command) + "\n")
         out.flush()

@@ -236,8 +236,6 @@ TIERS = (
     "multihost",
     "project",
 )
-#: Allowed until the Hadoop lab's tests move to integration/hadoop.
-TEMPORARY_TIERS = ("hadoop",)
 #: Folders of DAG files, which Airflow reads by path: no package.
 DAG_FOLDERS = ("dags", "emulated_dags")
 
@@ -266,7 +264,7 @@ def _misplaced(root: Path, package: Path) -> list[str]:
     for path in _test_files(root):
         relative = path.relative_to(root)
         folder = relative.parent.as_posix()
-        tier = next((t for t in (*TIERS, *TEMPORARY_TIERS) if folder == t or folder.startswith(f"{t}/")), None)
+        tier = next((t for t in TIERS if folder == t or folder.startswith(f"{t}/")), None)
         if tier is None:
             bad.append(f"{relative}: not in a tier folder")
         elif tier == "unit":

@@ -5,6 +5,8 @@ API by :class:`~airflow_tfos.hooks.yarn.YarnHook`."""
 
 from __future__ import annotations
 
+import dataclasses
+import getpass
 import json
 import time
 import uuid
@@ -15,9 +17,11 @@ import pytest
 from airflow_tfos.hooks.backends.base import Submission
 from airflow_tfos.hooks.backends.state import AppState
 from airflow_tfos.hooks.backends.yarn import YarnBackend
-from airflow_tfos.hooks.errors import ApplicationAlreadyRunningError
+from airflow_tfos.hooks.errors import ApplicationAlreadyRunningError, TFoSSubmitError
 from airflow_tfos.hooks.spark_conf import training_conf
+from airflow_tfos.hooks.webhdfs_connection import config_without_connection
 from airflow_tfos.hooks.yarn import YarnHook
+from airflow_tfos.shared.storage.webhdfs_client import WebHDFSStorage
 
 pytestmark = pytest.mark.real_hadoop
 
@@ -31,7 +35,11 @@ def backend(spark_on_lab, monkeypatch, tmp_path) -> YarnBackend:
     monkeypatch.setenv("HADOOP_CONF_DIR", str(spark_on_lab.conf_dir))
     monkeypatch.setenv("SPARK_CONF_DIR", str(spark_on_lab.conf_dir))
     monkeypatch.setenv(f"AIRFLOW_CONN_{SPARK_CONN.upper()}", json.dumps({"conn_type": "spark", "host": "yarn"}))
-    return YarnBackend(YarnHook(yarn_conn_id="yarn_hadoop_lab"), tracker_dir=str(tmp_path / "tracker"))
+    return YarnBackend(
+        YarnHook(yarn_conn_id="yarn_hadoop_lab"),
+        tracker_dir=str(tmp_path / "tracker"),
+        staging_storage=lambda: WebHDFSStorage(config_without_connection()),  # HDFS as HADOOP_CONF_DIR names it
+    )
 
 
 def submission(tmp_path: Path, tag: str, *args: str) -> Submission:
@@ -72,9 +80,7 @@ def wait_for(backend: YarnBackend, app_id: str, done, timeout: float = 300) -> A
         time.sleep(1)
 
 
-def test_the_yarn_backend_submits_an_application_the_hook_finds_by_tag_and_follows_to_finished(
-    backend, tmp_path
-):
+def test_the_yarn_backend_submits_an_application_the_hook_finds_by_tag_and_follows_to_finished(backend, tmp_path):
     tag = f"tfos-lab-{uuid.uuid4().hex[:8]}"
     app_id = backend.submit(submission(tmp_path, tag))
 
@@ -85,7 +91,7 @@ def test_the_yarn_backend_submits_an_application_the_hook_finds_by_tag_and_follo
     assert backend.find_by_tag(tag.upper())[0].app_id == app_id  # YARN keeps tags lower-cased
 
 
-def test_a_running_application_is_refused_a_second_submit_and_killed_through_the_hook(backend, tmp_path):
+def test_a_running_application_is_refused_a_second_submit_and_killed_through_the_hook(backend, hadoop_lab, tmp_path):
     tag = f"tfos-lab-{uuid.uuid4().hex[:8]}"
     app_id = backend.submit(submission(tmp_path, tag, "600"))
     running = wait_for(backend, app_id, lambda s: s.state == "RUNNING" or s.is_terminal, timeout=180)
@@ -93,7 +99,22 @@ def test_a_running_application_is_refused_a_second_submit_and_killed_through_the
 
     with pytest.raises(ApplicationAlreadyRunningError):
         backend.submit(submission(tmp_path, tag, "600"))
+    staging = f"/user/{getpass.getuser()}/.sparkStaging/{app_id}"
+    assert hadoop_lab.inspect(staging)[staging], "spark-submit staged nothing"
     killed = backend.kill(app_id, grace_secs=60)
     assert killed.state == "KILLED", killed
     assert backend.find_live(tag) == []
     assert [app.state for app in backend.find_by_tag(tag)] == ["KILLED"]
+    # what spark-submit staged for it on HDFS is gone too (the jars, the zips, the settings)
+    assert hadoop_lab.inspect(staging)[staging] is None
+
+
+def test_a_queue_that_does_not_exist_fails_the_submit_with_the_resource_managers_answer_first(backend, tmp_path):
+    tag = f"tfos-lab-{uuid.uuid4().hex[:8]}"
+    planned = submission(tmp_path, tag)
+    planned = dataclasses.replace(planned, conf={**planned.conf, "spark.yarn.queue": "no-such-queue"})
+    with pytest.raises(TFoSSubmitError) as refused:
+        backend.submit(planned)
+    first = str(refused.value).splitlines()[0]
+    assert "no-such-queue" in first and "spark-submit" not in first, first
+    assert backend.find_live(tag) == []

@@ -102,6 +102,16 @@ class SparkOnLab:
     conf_dir: Path
     settings: dict[str, str]
 
+    def conf_dir_without_env(self, folder: Path) -> Path:
+        """A ``SPARK_CONF_DIR`` like the lab's but with no default Python environment: for applications that
+        name their own (``packed_env=``; Spark refuses the same archive twice)."""
+        folder.mkdir(parents=True, exist_ok=True)
+        lines = (self.conf_dir / "spark-defaults.conf").read_text().splitlines()
+        own = ("spark.yarn.dist.archives", "spark.pyspark.python", "spark.yarn.appMasterEnv.PYSPARK_PYTHON")
+        kept = [line for line in lines if not line.startswith(own) and "executorEnv.PYSPARK_PYTHON" not in line]
+        (folder / "spark-defaults.conf").write_text("\n".join(kept) + "\n")
+        return folder
+
     def env(self, **more: str) -> dict[str, str]:
         """This process's environment with ``HADOOP_CONF_DIR`` and ``SPARK_CONF_DIR`` at the lab, and ``more``."""
         drop = ("AIRFLOW_TFOS_WEBHDFS", "PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON")

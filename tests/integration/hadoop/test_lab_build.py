@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from airflow_tfos.testing.ports import free_port
-from tests.hadoop.conftest import hadoop
+from tests.integration.hadoop.conftest import hadoop
 
 pytestmark = pytest.mark.real_hadoop
 
