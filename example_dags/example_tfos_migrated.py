@@ -37,9 +37,9 @@ with DAG(
         application=str(HERE / "jobs" / "prepare_digits.py"),
         application_args=["--day", "{{ ds }}", "--out", DATA, "--csv"],
         conf={"spark.ui.showConsoleProgress": "false"},
-        # on YARN in cluster mode, followed through the ResourceManager's REST API (the connection's extra
-        # yarn_resourcemanager_webapp_address), so that a retry finds the application again; elsewhere unused
-        yarn_track_via_rm_api=True,
+        # a retry writes the day's data again: nothing to reattach to (and on YARN in cluster mode the Spark
+        # provider would otherwise require yarn_track_via_rm_api, which it refuses on any other master)
+        durable=False,
     )
 
     train = SparkSubmitOperator(
