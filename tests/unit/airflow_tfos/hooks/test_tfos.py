@@ -8,6 +8,7 @@ that prints a real YARN client's log lines) against the ResourceManager emulator
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import os
 import sys
@@ -21,6 +22,7 @@ from airflow_tfos.hooks import tfos
 from airflow_tfos.hooks.backends.local_tracker import ApplicationAlreadyRunningError
 from airflow_tfos.hooks.errors import TFoSConfigError, TFoSSubmitError
 from airflow_tfos.hooks.tfos import TFoSHook
+from airflow_tfos.shared.storage.webhdfs_config import ENV_BASE64_PREFIX
 from tests.support.tfos_hook_fakes import SubmissionBroker, read_records, write_fake_spark_submit
 
 SECRET = "s3cr3t-Pa55"
@@ -95,6 +97,12 @@ def test_an_application_of_another_user_or_type_with_the_run_s_tag_is_never_adop
     assert yarn.rm.application(foreign)["state"] == yarn.rm.application(other_type)["state"] == "RUNNING"
 
 
+def decoded(value: str) -> str:
+    """The HDFS settings as the driver reads them (``AIRFLOW_TFOS_WEBHDFS`` travels base64-encoded)."""
+    assert value.startswith(ENV_BASE64_PREFIX), value
+    return base64.b64decode(value.removeprefix(ENV_BASE64_PREFIX)).decode()
+
+
 def test_a_yarn_submission(yarn, tmp_path, webhdfs):
     hook = yarn_hook(yarn, tmp_path, webhdfs_conn_id="webhdfs_test", py_files="/jobs/model.py")
     app_id = hook.submit("hdfs:///runs/r1", tag="tfos-R1", name="train r1", num_nodes=2, tf_memory_mb=1024)
@@ -112,9 +120,10 @@ def test_a_yarn_submission(yarn, tmp_path, webhdfs):
     assert options["args"][:2] == ["--run-dir", "hdfs:///runs/r1"]
     # the secret is in a private properties file, never on the command line
     assert SECRET not in " ".join(record["argv"]) and not record["env_has_webhdfs"]
-    assert record["properties_mode"] == 0o600 and SECRET in record["properties"]
-    assert "spark.yarn.appMasterEnv.AIRFLOW_TFOS_WEBHDFS=" in record["properties"]
-    assert "spark.executorEnv.AIRFLOW_TFOS_WEBHDFS=" in record["properties"]
+    handed = dict(line.split("=", 1) for line in record["properties"].splitlines() if line)
+    assert record["properties_mode"] == 0o600
+    for key in ("spark.yarn.appMasterEnv.AIRFLOW_TFOS_WEBHDFS", "spark.executorEnv.AIRFLOW_TFOS_WEBHDFS"):
+        assert SECRET in decoded(handed[key])  # base64: YARN's launch script would drop the JSON's quotes
     assert options["--load-spark-defaults"] is True
     assert not list((tmp_path / "tracker" / "secrets").iterdir())  # deleted after submission
 
@@ -172,7 +181,7 @@ def test_a_local_submission_keeps_secrets_off_the_command_line(tmp_path, monkeyp
     (record,) = read_records(tmp_path / "records")
     assert (record["options"]["--master"], record["options"]["--deploy-mode"]) == ("local-cluster[2,1,1024]", "client")
     assert "--py-files" not in record["options"] and record["conf"]["spark.executorEnv.MY_FLAG"] == "1"
-    assert SECRET not in " ".join(record["argv"]) and SECRET in record["env_webhdfs"]
+    assert SECRET not in " ".join(record["argv"]) and SECRET in decoded(record["env_webhdfs"])
     assert record["properties_mode"] == 0o600 and "spark.executorEnv.AIRFLOW_TFOS_WEBHDFS" in record["properties"]
     assert not list((tmp_path / "tracker" / "secrets").iterdir())  # removed by the wrapper once it ended
     with pytest.raises(TFoSConfigError, match="does not fit the 1024 MB"):
