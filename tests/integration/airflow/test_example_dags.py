@@ -167,14 +167,6 @@ class TestNightlyDemo:
         assert ModelRegistry(str(demo.DEMO / "models" / "digits")).decisions() == decisions  # nothing published
         assert "Model in service: version" in out  # the summary still printed
 
-    def test_rerun_of_a_finished_day_submits_nothing_new(self, demo):
-        before = local_apps(demo)
-        export = RunDir(demo.day_summary(demo.FIRST_DAY.replace(day=21))["run_dir"]).export_success()
-        text = dags_test(demo, "tfos_nightly_digits", DAY2, skip="^prepare_data$")
-        assert local_apps(demo) == before  # neither training nor inference was submitted again
-        assert RunDir(demo.day_summary(demo.FIRST_DAY.replace(day=21))["run_dir"]).export_success() == export
-        assert "nothing to do" in text
-
 
 @pytest.mark.integration
 def test_lifecycle_example_launch_feed_checkpoint_shutdown_then_again(demo):
