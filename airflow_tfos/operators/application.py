@@ -55,6 +55,8 @@ if TYPE_CHECKING:
 APPLICATION_ID_KEY = "application_id"
 #: Key of the application id in the task's durable state (kept across retries).
 STATE_APPLICATION_ID = "tfos_application_id"
+#: How long a deferrable task looks for its YARN application's UI address before it defers (the link shows it).
+TRACKING_URL_WAIT_SECS = 20.0
 #: What :meth:`_TFoSApplicationOperator.get_job_status` answers for an application the cluster no longer knows.
 UNKNOWN_STATUS = "UNKNOWN"
 
@@ -397,8 +399,20 @@ class _TFoSApplicationOperator(ResumableJobMixin, BaseOperator):
     def wait(self, app: AppState) -> dict[str, Any]:
         """Wait until the application has done this task's work (or defer); return the result."""
         if self.deferrable:
+            self.push_tracking_url(self._tracking_url_soon(app))  # the trigger pushes no link while it waits
             self.defer_until_end(app)
         return self.finish(self.wait_for_end(app))
+
+    def _tracking_url_soon(self, app: AppState) -> str | None:
+        """A YARN application's UI address (the ResourceManager's proxy), which the RM gives once it accepted the
+        application: looked for up to ``TRACKING_URL_WAIT_SECS`` before the task defers."""
+        deadline = time.monotonic() + TRACKING_URL_WAIT_SECS
+        while not app.tracking_url and app.app_id.startswith("application_") and not app.is_terminal:
+            if time.monotonic() > deadline:
+                break
+            time.sleep(1.0)
+            app = self.hook.get_state(app.app_id)
+        return app.tracking_url
 
     def wait_for_end(self, app: AppState) -> AppState:
         """Poll until the application ends, logging training progress from status.json."""

@@ -16,6 +16,7 @@ from airflow_tfos.operators import (
     TFoSLaunchClusterOperator,
     TFoSShutdownClusterOperator,
     TFoSTrainOperator,
+    application,
 )
 from airflow_tfos.operators.application import STATE_APPLICATION_ID
 from airflow_tfos.shared.rundir import RunDir
@@ -501,9 +502,12 @@ class TestDeferrable:
             op.execute_complete(make_context(), killed)
 
 
-    def test_resumed_without_an_event_it_finds_the_live_application_again_and_submits_nothing(self, tmp_path):
+    def test_resumed_without_an_event_it_finds_the_live_application_again_and_submits_nothing(
+        self, tmp_path, monkeypatch
+    ):
         """The process that waited died; the task is run again while deferred (``airflow tasks test``): Airflow
         calls execute_complete with no event."""
+        monkeypatch.setattr(application, "TRACKING_URL_WAIT_SECS", 0.0)  # this fake RM gives no UI address
         op, backend = train_op(tmp_path, deferrable=True), FakeBackend()
         use_backend(op, backend)
         trains(op, backend, tmp_path)

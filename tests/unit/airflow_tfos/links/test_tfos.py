@@ -13,6 +13,7 @@ from dataclasses import replace
 
 import pytest
 from airflow.sdk import AssetAlias
+from airflow.sdk.exceptions import TaskDeferred
 from airflow.sdk.execution_time.context import OutletEventAccessors
 
 from airflow_tfos.hooks.backends.state import AppState
@@ -90,6 +91,29 @@ class TestTensorBoardLink:
         op.execute(context)
         assert TensorBoardLink().xcom_key not in pushed
         assert TensorBoardLink().get_link(op, ti_key=None) == ""
+
+
+class TestApplicationLinkWhileDeferred:
+    def test_the_link_leads_to_the_resource_managers_proxy_before_the_task_defers(self, tmp_path):
+        """The trigger pushes no link while it waits: the task looks for the UI address the RM gives once it
+        accepted the application (not at once after the submit) and pushes it before deferring."""
+        op, backend = train_op(tmp_path, deferrable=True), FakeBackend()
+        use_backend(op, backend)
+        proxy = "http://rm.example:8088/proxy/{}/"
+
+        def submitted(app_id):
+            backend.script[app_id] = [
+                AppState(app_id, "SUBMITTED"),
+                AppState(app_id, "ACCEPTED"),
+                AppState(app_id, "ACCEPTED", tracking_url=proxy.format(app_id)),
+            ]
+
+        backend.on_submit = submitted
+        context, pushed = recording_context()
+        with pytest.raises(TaskDeferred) as deferred:
+            op.execute(context)
+        app_id = deferred.value.trigger.application_id
+        assert pushed[SparkApplicationLink().xcom_key] == [proxy.format(app_id)]
 
 
 class TestApplicationLinkAfterTheEnd:
