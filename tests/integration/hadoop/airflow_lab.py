@@ -33,12 +33,8 @@ class AirflowOnLab:
     def start(cls, spark_on_lab, hadoop_lab, home: Path, dags: Path, **more: str) -> AirflowOnLab:
         """An Airflow home in ``home`` reading ``dags``, its database migrated."""
         rm_web = hadoop_lab.description["rm_web"]
-        spark = {
-            "conn_type": "spark",
-            "host": "yarn",
-            # the Spark provider's own operator follows YARN through this address (yarn_track_via_rm_api)
-            "extra": {"deploy-mode": "cluster", "yarn_resourcemanager_webapp_address": rm_web},
-        }
+        # cluster mode for the Spark provider's own operator too (the project's operators always use it on YARN)
+        spark = {"conn_type": "spark", "host": "yarn", "extra": {"deploy-mode": "cluster"}}
         env = spark_on_lab.env(
             AIRFLOW_HOME=str(home),
             AIRFLOW__CORE__DAGS_FOLDER=str(dags),

@@ -74,6 +74,9 @@ def test_a_night_on_yarn_survives_its_worker_and_a_rerun_submits_nothing(night, 
         os.killpg(first.pid, signal.SIGKILL)
         first.wait(30)
     timings["until_training_s"] = time.monotonic() - started
+    # while it runs, the Spark application link leads to the application's UI through the ResourceManager's proxy
+    link = night.link(DAG_ID, "train", "SparkApplicationLink")
+    assert link == training["trackingUrl"] and f"/proxy/{training['id']}" in link, (link, training["trackingUrl"])
 
     # 2. the task run again finds the live application by its tag and follows it: no second submit
     started = time.monotonic()
