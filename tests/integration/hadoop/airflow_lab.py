@@ -84,15 +84,20 @@ class AirflowOnLab:
             time.sleep(1)
         raise AssertionError(f"no application tagged {tag} reached {state} in {within:.0f} s: {self.apps_tagged(tag)}")
 
-    def link(self, dag_id: str, task_id: str, link_class: str) -> str:
-        """Where an extra link of the task led when it ended (its XCom in the Airflow database)."""
+    def link(self, dag_id: str, task_id: str, link_class: str, within: float = 0) -> str | None:
+        """Where an extra link of the task leads (its XCom in the Airflow database), waiting up to ``within``
+        seconds for the task to push it; None when it has not."""
         database = self.env["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"].removeprefix("sqlite:///")
-        with sqlite3.connect(database) as db:
-            (value,) = db.execute(
-                "SELECT value FROM xcom WHERE dag_id = ? AND task_id = ? AND key = ?",
-                (dag_id, task_id, f"_link_{link_class}"),
-            ).fetchone()
-        return json.loads(value)
+        deadline = time.monotonic() + within
+        while True:
+            with sqlite3.connect(database) as db:
+                found = db.execute(
+                    "SELECT value FROM xcom WHERE dag_id = ? AND task_id = ? AND key = ?",
+                    (dag_id, task_id, f"_link_{link_class}"),
+                ).fetchone()
+            if found or time.monotonic() > deadline:
+                return json.loads(found[0]) if found else None
+            time.sleep(0.5)
 
     def lineage(self, job: str) -> list[dict]:
         """The OpenLineage events of ``job`` that the file transport wrote (``lineage.jsonl`` in Airflow's home)."""

@@ -70,12 +70,13 @@ def test_a_night_on_yarn_survives_its_worker_and_a_rerun_submits_nothing(night, 
     )
     try:
         training = night.wait_for_app(tag, "RUNNING", within=420)
+        # the task pushes the application's link before it defers, which may come after the RM says RUNNING
+        link = night.link(DAG_ID, "train", "SparkApplicationLink", within=60)
     finally:
         os.killpg(first.pid, signal.SIGKILL)
         first.wait(30)
     timings["until_training_s"] = time.monotonic() - started
     # while it runs, the Spark application link leads to the application's UI through the ResourceManager's proxy
-    link = night.link(DAG_ID, "train", "SparkApplicationLink")
     assert link == training["trackingUrl"] and f"/proxy/{training['id']}" in link, (link, training["trackingUrl"])
 
     # 2. the task run again finds the live application by its tag and follows it: no second submit
