@@ -301,6 +301,19 @@ class AirflowStack:
             },
         )
 
+    def wait_deferral_processed(self, dag_id: str, run_id: str, task_id: str, timeout: float = 120) -> None:
+        """Wait until the scheduler has processed the executor's event of a task's exit on deferring.
+
+        Airflow 3.3's scheduler fails a task whose trigger fired and which resumed before it saw that event
+        ("state mismatch", apache/airflow#72716): a drill that makes a trigger fire waits for this first."""
+        finished = f"TaskInstance Finished: dag_id={dag_id}, task_id={task_id}, run_id={run_id},"
+
+        def seen() -> bool:
+            text = (self.out_dir / "scheduler.log").read_text(errors="replace")
+            return any(finished in line and "state=deferred" in line for line in text.splitlines())
+
+        wait_for(seen, timeout=timeout, what=f"the scheduler to process {task_id}'s deferral", state=self.tails)
+
     def wait_run_ended(self, dag_id: str, run_id: str, timeout: float) -> dict[str, Any]:
         """Wait for a DAG run to reach success or failed; return it."""
 

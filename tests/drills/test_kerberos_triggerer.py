@@ -28,6 +28,7 @@ def test_the_triggerer_reads_a_kerberized_run_directory_with_the_connections_key
     )
     # What the triggerer holds in the database names the connection, not the keytab.
     assert kdc.alice_keytab.encode() not in (stack.home / "airflow.db").read_bytes()
+    stack.wait_deferral_processed(DAG_ID, RUN_ID, TASK_ID)
     krb_hdfs.kerberos.principals.clear()
     wait_for(lambda: alice in krb_hdfs.kerberos.principals, timeout=60, what="the trigger's first poll")
 
@@ -38,7 +39,9 @@ def test_the_triggerer_reads_a_kerberized_run_directory_with_the_connections_key
     )
     writer.publish_checkpoint(writer.checkpoint_staging(3), 3)
     run = stack.wait_run_ended(DAG_ID, RUN_ID, timeout=120)
-    assert run["state"] == "success", stack.tails(40)
+    if run["state"] != "success":  # the task's own log last: the end of a long message is what is shown
+        logs = [stack.task_log(DAG_ID, RUN_ID, TASK_ID, t["try_number"]) for t in stack.tries(DAG_ID, RUN_ID, TASK_ID)]
+        pytest.fail(f"{run['state']}\n{stack.tails(40)}\n--- task log ---\n" + "\n".join(logs))
     assert stack.xcom(DAG_ID, RUN_ID, TASK_ID, "return_value")["step"] == 3
     assert (try_ := stack.tries(DAG_ID, RUN_ID, TASK_ID)[-1])["try_number"] == 1, try_  # resumed, not retried
     log = stack.task_log(DAG_ID, RUN_ID, TASK_ID, 1)

@@ -100,15 +100,19 @@ def test_visitation_an_endless_iterator_trains_every_row_once_per_pass(visits, s
     result = visits["results"][scenario]
     ids, batch = _ids(scenario)
     epochs = result["endless"]
-    slack = (WORKERS - 1) * batch  # rows of batches a worker fetched ahead when the other began the next pass
+    # What the docs promise: a worker holds at most one batch it fetched ahead (max_outstanding_requests=1), so an
+    # epoch of steps ends up to one batch per worker before or after its pass.
+    slack = WORKERS * batch
     total = [0] * len(epochs[0]["counts"])
     for epoch, record in enumerate(epochs):
         assert sum(record["batches_by_pid"].values()) == result["steps_per_epoch"]
         total = [t + c for t, c in zip(total, record["counts"], strict=True)]
-        # After e epochs every id was trained e times, but for the batches at the edge of a pass.
-        off = [i for i in ids if total[i] != epoch + 1]
-        assert len(off) <= slack, (epoch, len(off), _sums(record))
-        assert all(epoch <= total[i] <= epoch + 2 for i in ids)
+        # After e epochs every id was trained e times, but for the batches at the edge of a pass: those of the
+        # last pass still held by a worker (one time short) and as many of the next pass (one time over).
+        short = [i for i in ids if total[i] == epoch]
+        over = [i for i in ids if total[i] == epoch + 2]
+        assert all(epoch <= total[i] <= epoch + 2 for i in ids), (epoch, _sums(record))
+        assert len(short) <= slack and len(over) <= slack, (epoch, len(short), len(over), _sums(record))
         assert abs(sum(total) - (epoch + 1) * len(ids)) <= slack
 
 
