@@ -2,7 +2,7 @@
 
     python scripts/hadoop.py up DIR        # build if needed, start, wait until WebHDFS and the RM REST answer
     python scripts/hadoop.py status DIR    # is it up; addresses; the daemons; memory
-    python scripts/hadoop.py control DIR 'stop-datanode 0'   # or start-datanode, stop/start-nodemanager
+    python scripts/hadoop.py control DIR 'stop-datanode 0'   # or start-datanode, stop/start-nodemanager, failover
     python scripts/hadoop.py down DIR      # stop everything ``up`` started, and check that nothing is left
     python scripts/hadoop.py inspect DIR PATH...   # what HDFS holds there, as Hadoop's own client sees it (JSON)
     python scripts/hadoop.py build         # only fetch the jars from Maven Central and compile the launcher
@@ -251,8 +251,12 @@ def _java() -> tuple[str, str]:
     return java, str(Path(java).resolve().parent.parent)
 
 
-def up(conf_dir: Path, *, datanodes: int, nodemanagers: int, vcores: int, heap: str, timeout: float) -> dict:
-    """Start a lab described in ``conf_dir`` and wait until it answers; return its description."""
+def up(
+    conf_dir: Path, *, datanodes: int, nodemanagers: int, vcores: int, heap: str, timeout: float, ha: bool = False
+) -> dict:
+    """Start a lab described in ``conf_dir`` and wait until it answers; return its description.
+
+    ``ha``: an HA pair of NameNodes behind ``hdfs://lab`` (nn0 active); ``nodemanagers=0``: HDFS alone, no YARN."""
     conf_dir = conf_dir.resolve()
     running = _running_lab(conf_dir)
     if running:
@@ -289,6 +293,7 @@ def up(conf_dir: Path, *, datanodes: int, nodemanagers: int, vcores: int, heap: 
         str(nodemanagers),
         "--nodemanager-vcores",
         str(vcores),
+        *(["--ha"] if ha else []),
     ]
     env = dict(os.environ, JAVA_HOME=java_home)
     env.pop("HADOOP_CONF_DIR", None)
@@ -317,7 +322,7 @@ def up(conf_dir: Path, *, datanodes: int, nodemanagers: int, vcores: int, heap: 
         if (
             description
             and webhdfs_answers(description["namenode_http"], user)
-            and rm_nodes_running(description["rm_web"]) >= nodemanagers
+            and (nodemanagers == 0 or rm_nodes_running(description["rm_web"]) >= nodemanagers)
         ):
             description["up_seconds"] = round(time.monotonic() - started, 2)
             description["java_home"] = java_home
@@ -401,7 +406,8 @@ def status(conf_dir: Path) -> dict:
     pids = lab_processes(conf_dir, recorded["pid"])
     result["processes"] = {pid: {"rss_mib": round(_rss_kib(pid) / 1024, 1), "cmd": _cmdline(pid)[:120]} for pid in pids}
     if description:
-        result["rm_active_nodes"] = rm_nodes_running(description["rm_web"])
+        if "rm_web" in description:
+            result["rm_active_nodes"] = rm_nodes_running(description["rm_web"])
         result["webhdfs_answers"] = webhdfs_answers(description["namenode_http"], os.environ.get("USER", "root"))
         try:
             result["daemons"] = json.loads(control(conf_dir, "status", timeout=10))
@@ -433,7 +439,8 @@ def main(argv: list[str] | None = None) -> int:
     p_up = sub.add_parser("up", help="start a lab whose *-site.xml files go into DIR")
     p_up.add_argument("dir", type=Path)
     p_up.add_argument("--datanodes", type=int, default=2)
-    p_up.add_argument("--nodemanagers", type=int, default=2)
+    p_up.add_argument("--nodemanagers", type=int, default=2, help="0: HDFS alone, no YARN")
+    p_up.add_argument("--ha", action="store_true", help="an HA pair of NameNodes behind hdfs://lab (nn0 active)")
     p_up.add_argument("--vcores", type=int, default=4, help="vcores each NodeManager declares")
     p_up.add_argument("--heap", default="1g", help="the lab JVM's -Xmx")
     p_up.add_argument("--timeout", type=float, default=180.0)
@@ -463,12 +470,16 @@ def main(argv: list[str] | None = None) -> int:
                 vcores=args.vcores,
                 heap=args.heap,
                 timeout=args.timeout,
+                ha=args.ha,
             )
             print(f"lab up in {d['up_seconds']} s (the JVM's own start: {d['start_seconds']} s), pid {d['pid']}")
             print(f"  HADOOP_CONF_DIR={d['conf_dir']}")
             print(f"  fs.defaultFS   {d['fs_default']}")
             print(f"  WebHDFS        {d['webhdfs']}   (http://{d['namenode_http']}/webhdfs/v1/)")
-            print(f"  ResourceManager {d['rm_address']}   REST {d['rm_web']}/ws/v1/cluster")
+            for nn in d.get("namenodes", []):
+                print(f"  NameNode {nn['id']}    RPC {nn['rpc']}   HTTP {nn['http']}")
+            if "rm_web" in d:
+                print(f"  ResourceManager {d['rm_address']}   REST {d['rm_web']}/ws/v1/cluster")
             print(f"  control        {d['control']}")
         elif args.command == "down":
             ended = down(args.dir)

@@ -19,6 +19,7 @@ import org.apache.hadoop.fs.FileSystem;
 import org.apache.hadoop.fs.permission.FsPermission;
 import org.apache.hadoop.hdfs.HdfsConfiguration;
 import org.apache.hadoop.hdfs.MiniDFSCluster;
+import org.apache.hadoop.hdfs.MiniDFSNNTopology;
 import org.apache.hadoop.yarn.conf.YarnConfiguration;
 import org.apache.hadoop.yarn.server.MiniYARNCluster;
 import org.apache.hadoop.yarn.server.nodemanager.NodeManager;
@@ -34,6 +35,10 @@ import sun.misc.Signal;
  * {@value #READY} is printed. The lab stops on SIGTERM, SIGINT, or, with {@code --exit-on-stdin-eof},
  * when its standard input closes. {@code lab.json} also names a control port on 127.0.0.1 (see
  * {@link LabControl}) that stops and starts DataNodes and NodeManagers.
+ *
+ * <p>With {@code --ha}, HDFS is an HA pair of NameNodes behind the nameservice {@code hdfs://lab} (nn0 active,
+ * nn1 standby, sharing their edits in a folder), which the control port fails over; with
+ * {@code --nodemanagers 0} there is no YARN.
  *
  * <p>Everything the daemons store goes under {@code DIR/data} ({@code hdfs/}, {@code yarn/}).
  */
@@ -121,13 +126,31 @@ public final class HadoopLab {
         String user = System.getProperty("user.name");
         conf.set("hadoop.proxyuser." + user + ".hosts", "*");
         conf.set("hadoop.proxyuser." + user + ".groups", "*");
-        dfs = new MiniDFSCluster.Builder(conf, data.resolve("hdfs").toFile())
-            .numDataNodes(options.dataNodes)
-            .nameNodePort(options.nameNodePort)
-            .nameNodeHttpPort(options.nameNodeHttpPort)
-            .build();
+        MiniDFSCluster.Builder builder = new MiniDFSCluster.Builder(conf, data.resolve("hdfs").toFile())
+            .numDataNodes(options.dataNodes);
+        if (options.ha) {
+            // The standby reads the active's edits every second, so that a failover finds it nearly caught up.
+            conf.setInt("dfs.ha.tail-edits.period", 1);
+            MiniDFSNNTopology.NSConf nameservice = new MiniDFSNNTopology.NSConf(LabOptions.NAMESERVICE);
+            for (int i = 0; i < 2; i++) {
+                nameservice.addNN(new MiniDFSNNTopology.NNConf("nn" + i).setIpcPort(freePort()).setHttpPort(freePort()));
+            }
+            builder.nnTopology(new MiniDFSNNTopology().addNameservice(nameservice));
+        } else {
+            builder.nameNodePort(options.nameNodePort).nameNodeHttpPort(options.nameNodeHttpPort);
+        }
+        dfs = builder.build();
         dfs.waitActive();
-        prepareHdfs(dfs.getFileSystem(), user);
+        if (options.ha) {
+            dfs.transitionToActive(0);
+        }
+        prepareHdfs(dfs.getFileSystem(0), user);
+        if (options.nodeManagers == 0) {
+            control = new LabControl(dfs, null, 0);
+            control.start();
+            writeSiteFiles(user);
+            return;
+        }
 
         YarnConfiguration yconf = new YarnConfiguration(new Configuration(conf));
         // The shaded minicluster leaves out capacity-scheduler.xml: declare the one queue here.
@@ -195,27 +218,51 @@ public final class HadoopLab {
         return LOOPBACK + ":" + port;
     }
 
-    private String nameNodeRpc() {
-        return LOOPBACK + ":" + dfs.getNameNodePort();
+    private String nameNodeRpc(int index) {
+        return LOOPBACK + ":" + dfs.getNameNode(index).getNameNodeAddress().getPort();
     }
 
-    private String nameNodeHttp() {
-        return LOOPBACK + ":" + dfs.getNameNode().getHttpAddress().getPort();
+    private String nameNodeHttp(int index) {
+        return LOOPBACK + ":" + dfs.getNameNode(index).getHttpAddress().getPort();
+    }
+
+    /** hdfs:// and the authority clients name: the nameservice of an HA pair, else the NameNode's address. */
+    private String fsDefault() {
+        return "hdfs://" + (options.ha ? LabOptions.NAMESERVICE : nameNodeRpc(0));
+    }
+
+    private int nameNodeCount() {
+        return options.ha ? 2 : 1;
     }
 
     private void writeSiteFiles(String user) throws IOException {
         Map<String, String> core = new LinkedHashMap<>();
-        core.put("fs.defaultFS", "hdfs://" + nameNodeRpc());
+        core.put("fs.defaultFS", fsDefault());
         core.put("hadoop.proxyuser." + user + ".hosts", "*");
         core.put("hadoop.proxyuser." + user + ".groups", "*");
         writeFile("core-site.xml", SiteXml.render(core));
 
         Map<String, String> hdfs = new LinkedHashMap<>();
-        hdfs.put("dfs.namenode.rpc-address", nameNodeRpc());
-        hdfs.put("dfs.namenode.http-address", nameNodeHttp());
+        if (options.ha) {
+            String ns = LabOptions.NAMESERVICE;
+            hdfs.put("dfs.nameservices", ns);
+            hdfs.put("dfs.ha.namenodes." + ns, "nn0,nn1");
+            for (int i = 0; i < 2; i++) {
+                hdfs.put("dfs.namenode.rpc-address." + ns + ".nn" + i, nameNodeRpc(i));
+                hdfs.put("dfs.namenode.http-address." + ns + ".nn" + i, nameNodeHttp(i));
+            }
+            hdfs.put("dfs.client.failover.proxy.provider." + ns,
+                "org.apache.hadoop.hdfs.server.namenode.ha.ConfiguredFailoverProxyProvider");
+        } else {
+            hdfs.put("dfs.namenode.rpc-address", nameNodeRpc(0));
+            hdfs.put("dfs.namenode.http-address", nameNodeHttp(0));
+        }
         hdfs.put("dfs.webhdfs.enabled", "true");
         hdfs.put("dfs.replication", String.valueOf(Math.min(2, options.dataNodes)));
         writeFile("hdfs-site.xml", SiteXml.render(hdfs));
+        if (yarn == null) {
+            return;
+        }
 
         Map<String, String> site = new LinkedHashMap<>();
         site.put(YarnConfiguration.RM_HOSTNAME, LOOPBACK);
@@ -237,13 +284,28 @@ public final class HadoopLab {
         d.put("pid", ProcessHandle.current().pid());
         d.put("start_seconds", Math.round(startSeconds * 100) / 100.0);
         d.put("conf_dir", options.dir.toString());
-        d.put("fs_default", "hdfs://" + nameNodeRpc());
-        d.put("namenode_rpc", nameNodeRpc());
-        d.put("namenode_http", nameNodeHttp());
-        d.put("webhdfs", "webhdfs://" + nameNodeHttp());
+        d.put("fs_default", fsDefault());
+        // the active NameNode's addresses (nn0's, which starts active); with --ha every one's under "namenodes"
+        d.put("namenode_rpc", nameNodeRpc(0));
+        d.put("namenode_http", nameNodeHttp(0));
+        d.put("webhdfs", options.ha ? "webhdfs://" + LabOptions.NAMESERVICE : "webhdfs://" + nameNodeHttp(0));
+        if (options.ha) {
+            d.put("nameservice", LabOptions.NAMESERVICE);
+            List<Object> nameNodes = new ArrayList<>();
+            for (int i = 0; i < nameNodeCount(); i++) {
+                Map<String, Object> nn = new LinkedHashMap<>();
+                nn.put("id", "nn" + i);
+                nn.put("rpc", nameNodeRpc(i));
+                nn.put("http", nameNodeHttp(i));
+                nameNodes.add(nn);
+            }
+            d.put("namenodes", nameNodes);
+        }
         d.put("datanodes", options.dataNodes);
-        d.put("rm_address", yarnAddress(YarnConfiguration.RM_ADDRESS));
-        d.put("rm_web", "http://" + yarnAddress(YarnConfiguration.RM_WEBAPP_ADDRESS));
+        if (yarn != null) {
+            d.put("rm_address", yarnAddress(YarnConfiguration.RM_ADDRESS));
+            d.put("rm_web", "http://" + yarnAddress(YarnConfiguration.RM_WEBAPP_ADDRESS));
+        }
         d.put("nodemanagers", options.nodeManagers);
         d.put("nodemanager_mb", LabOptions.NODE_MANAGER_MB);
         d.put("nodemanager_vcores", options.nodeManagerVcores);

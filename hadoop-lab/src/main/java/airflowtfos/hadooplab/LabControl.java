@@ -29,8 +29,9 @@ import org.apache.hadoop.yarn.server.nodemanager.NodeManager;
  *
  * <p>One command per connection, one line back, starting with {@code ok} or {@code error}:
  * {@code status}, {@code stop-datanode I}, {@code start-datanode I}, {@code stop-nodemanager I},
- * {@code start-nodemanager I}. DataNodes and NodeManagers are numbered from 0 in start order and keep
- * their number (and ports) across a stop and a start.
+ * {@code start-nodemanager I}, and on a lab with an HA pair {@code failover} (the active NameNode made standby,
+ * the standby active). DataNodes and NodeManagers are numbered from 0 in start order and keep their number (and
+ * ports) across a stop and a start.
  */
 final class LabControl implements Closeable {
     private final MiniDFSCluster dfs;
@@ -91,9 +92,12 @@ final class LabControl implements Closeable {
         if (command.equals("status")) {
             return status();
         }
+        if (command.equals("failover") && words.length == 1) {
+            return failover();
+        }
         if (words.length != 2) {
             throw new IllegalArgumentException("unknown command '" + line + "': use status, stop-datanode I,"
-                + " start-datanode I, stop-nodemanager I or start-nodemanager I");
+                + " start-datanode I, stop-nodemanager I, start-nodemanager I or failover");
         }
         int index = Integer.parseInt(words[1]);
         switch (command) {
@@ -144,7 +148,38 @@ final class LabControl implements Closeable {
         return "DataNode " + index + " started";
     }
 
+    private boolean isHa() {
+        return dfs.getNumNameNodes() > 1;
+    }
+
+    private int activeNameNode() {
+        for (int i = 0; i < dfs.getNumNameNodes(); i++) {
+            if (dfs.getNameNode(i).isActiveState()) {
+                return i;
+            }
+        }
+        return -1;
+    }
+
+    /** Make the active NameNode standby and the other one active, as an administrator's manual failover does. */
+    private String failover() throws IOException {
+        if (!isHa()) {
+            throw new IllegalArgumentException("this lab has one NameNode: start it with --ha for a pair to fail over");
+        }
+        int active = activeNameNode();
+        int next = active < 0 ? 0 : 1 - active;
+        long began = System.nanoTime();
+        if (active >= 0) {
+            dfs.transitionToStandby(active);
+        }
+        dfs.transitionToActive(next);
+        return String.format("nn%d active, nn%d standby (%.2f s)", next, 1 - next, (System.nanoTime() - began) / 1e9);
+    }
+
     private NodeManager nodeManager(int index) {
+        if (yarn == null) {
+            throw new IllegalArgumentException("this lab has no YARN (it was started with --nodemanagers 0)");
+        }
         if (index < 0 || index >= nodeManagerCount) {
             throw new IllegalArgumentException("no NodeManager " + index + ": there are "
                 + nodeManagerCount);
@@ -191,6 +226,13 @@ final class LabControl implements Closeable {
             dataNodes.add(dataNodePosition(i) >= 0 ? "running" : "stopped");
         }
         d.put("datanodes", dataNodes);
+        if (isHa()) {
+            List<Object> nameNodes = new ArrayList<>();
+            for (int i = 0; i < dfs.getNumNameNodes(); i++) {
+                nameNodes.add(dfs.getNameNode(i).isActiveState() ? "active" : "standby");
+            }
+            d.put("namenodes", nameNodes);
+        }
         List<Object> nodeManagers = new ArrayList<>();
         for (int i = 0; i < nodeManagerCount; i++) {
             nodeManagers.add(nodeManager(i).getServiceState() == Service.STATE.STARTED ? "running" : "stopped");

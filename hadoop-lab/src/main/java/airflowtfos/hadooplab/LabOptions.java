@@ -7,7 +7,9 @@ import java.nio.file.Paths;
 final class LabOptions {
     static final String USAGE = "usage: HadoopLab --dir DIR [--datanodes N] [--nodemanagers N]"
         + " [--nodemanager-vcores N] [--namenode-port P] [--namenode-http-port P]"
-        + " [--resourcemanager-web-port P] [--exit-on-stdin-eof]";
+        + " [--resourcemanager-web-port P] [--ha] [--exit-on-stdin-eof]";
+    /** The nameservice of an HA pair of NameNodes (hdfs://lab). */
+    static final String NAMESERVICE = "lab";
     /** MiniYARNCluster gives every NodeManager 4096 MB; it is not configurable there. */
     static final int NODE_MANAGER_MB = 4096;
 
@@ -19,6 +21,8 @@ final class LabOptions {
     int nameNodeHttpPort = 0;
     int resourceManagerWebPort = 0;
     boolean exitOnStdinEof = false;
+    /** An HA pair of NameNodes (nn0 active, nn1 standby) instead of one NameNode. */
+    boolean ha = false;
 
     static LabOptions parse(String[] args) {
         LabOptions o = new LabOptions();
@@ -27,17 +31,22 @@ final class LabOptions {
             switch (arg) {
                 case "--dir" -> o.dir = Paths.get(value(args, ++i, arg)).toAbsolutePath().normalize();
                 case "--datanodes" -> o.dataNodes = number(args, ++i, arg, 1);
-                case "--nodemanagers" -> o.nodeManagers = number(args, ++i, arg, 1);
+                case "--nodemanagers" -> o.nodeManagers = number(args, ++i, arg, 0);
                 case "--nodemanager-vcores" -> o.nodeManagerVcores = number(args, ++i, arg, 1);
                 case "--namenode-port" -> o.nameNodePort = number(args, ++i, arg, 0);
                 case "--namenode-http-port" -> o.nameNodeHttpPort = number(args, ++i, arg, 0);
                 case "--resourcemanager-web-port" -> o.resourceManagerWebPort = number(args, ++i, arg, 0);
                 case "--exit-on-stdin-eof" -> o.exitOnStdinEof = true;
+                case "--ha" -> o.ha = true;
                 default -> throw new IllegalArgumentException("unknown option " + arg);
             }
         }
         if (o.dir == null) {
             throw new IllegalArgumentException("--dir DIR is required: the folder that receives the *-site.xml files");
+        }
+        if (o.ha && (o.nameNodePort != 0 || o.nameNodeHttpPort != 0)) {
+            throw new IllegalArgumentException("--ha chooses the two NameNodes' ports itself: leave out --namenode-port"
+                + " and --namenode-http-port");
         }
         return o;
     }
