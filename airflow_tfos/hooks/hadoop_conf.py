@@ -271,7 +271,19 @@ class HadoopConf:
         nameservice, urls = self.namenode_urls()
         if not urls:
             return None
+        settings.setdefault("origin", self.namenode_origin(nameservice))
         return WebHDFSConfig(namenodes=urls, nameservice=nameservice, auth=self.auth(), **settings)
+
+    def namenode_origin(self, nameservice: str | None) -> str:
+        """The file and property the namenodes' WebHDFS addresses came from, for errors."""
+        kind = "https-address" if self.http_scheme() == "https" else "http-address"
+        if nameservice:
+            ha_key = f"dfs.ha.namenodes.{nameservice}"
+            return f"{self.source(ha_key, 'hdfs-site.xml')} ({ha_key}, dfs.namenode.{kind}.{nameservice}.*)"
+        key = f"dfs.namenode.{kind}"
+        if self.get(key):
+            return f"{self.source(key, 'hdfs-site.xml')} ({key})"
+        return f"{self.source('fs.defaultFS')} (fs.defaultFS's host, WebHDFS's default port)"
 
     # --- YARN ----------------------------------------------------------------------------------------
 

@@ -122,6 +122,7 @@ def webhdfs_config_from_connection(
         auth="kerberos" if kerberos else "simple",
         verify=verify,
         nameservice=extra.get("nameservice") or None,
+        origin=f"the host and port of connection {webhdfs_conn_id!r}",
         **tuning,
     )
 

@@ -65,6 +65,8 @@ class WebHDFSConfig:
     :param backoff: seconds to wait after the first failed round; doubled after each (at most 30 s).
     :param deadline: seconds one operation may spend in all, retries included.
     :param nameservice: the HA nameservice that ``hdfs://`` URIs name; other names are refused.
+    :param origin: where the namenodes' addresses came from (a file and its property, a connection), named by
+        the error when none of them answers.
     """
 
     namenodes: tuple[str, ...] = ()
@@ -76,6 +78,7 @@ class WebHDFSConfig:
     backoff: float = 0.5
     deadline: float = 120.0
     nameservice: str | None = None
+    origin: str | None = None
 
     def __post_init__(self):
         namenodes = (self.namenodes,) if isinstance(self.namenodes, str) else tuple(self.namenodes)
@@ -166,7 +169,10 @@ def config_for_uri(uri: str, environ: dict[str, str] | None = None) -> WebHDFSCo
         url = f"{http}://{authority}" if ":" in authority else f"{http}://{authority}:{DEFAULT_PORTS[http]}"
         if env is not None and url in env.namenodes:
             return env
-        return replace(env, namenodes=(url,)) if env is not None else WebHDFSConfig(namenodes=(url,))
+        origin = f"the URI {scheme}://{authority}"
+        if env is not None:
+            return replace(env, namenodes=(url,), origin=origin)
+        return WebHDFSConfig(namenodes=(url,), origin=origin)
     if scheme == "hdfs":
         if env is None or not env.namenodes:
             raise WebHDFSConfigError(

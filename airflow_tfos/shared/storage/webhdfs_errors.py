@@ -118,10 +118,13 @@ def unavailable(
         seen[url] = reason
     tried = redact_credentials("; ".join(f"{url}: {reason}" for url, reason in seen.items()))
     if all(r.startswith("connection") or r == "timed out" for r in seen.values()):
+        where = (
+            config.origin
+            or "AIRFLOW_TFOS_WEBHDFS 'namenodes', the webhdfs:// URI, or the webhdfs connection's host and port"
+        )
         fix = (
-            "check the namenodes' WebHDFS addresses (AIRFLOW_TFOS_WEBHDFS 'namenodes', the webhdfs:// URI, or "
-            "the webhdfs connection's host and port; WebHDFS listens on dfs.namenode.http-address, 9870 by "
-            "default) and that the namenodes are up"
+            f"check the namenodes' WebHDFS addresses ({where}; WebHDFS listens on dfs.namenode.http-address, 9870 "
+            "by default) and that the namenodes are up"
         )
     elif all(r in TRANSIENT_REMOTE for r in seen.values()):
         fix = "no namenode is active: list every namenode of the HA pair, or wait for the failover to finish"
@@ -129,5 +132,7 @@ def unavailable(
         fix = "check that these addresses are WebHDFS endpoints and that the namenodes are healthy"
     return WebHDFSUnavailableError(
         f"WebHDFS {what} {path}: no namenode answered after {len(failures)} attempt(s) "
-        f"(retries={config.retries}, deadline={config.deadline:g}s); tried {tried}. To fix: {fix}"
+        f"(retries={config.retries}, deadline={config.deadline:g}s); tried {tried}"
+        + (f" (addresses from {config.origin})" if config.origin else "")
+        + f". To fix: {fix}"
     )

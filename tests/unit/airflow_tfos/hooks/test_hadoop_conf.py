@@ -329,3 +329,32 @@ def test_a_resourcemanager_the_files_name_that_does_not_answer_is_named_with_its
     message = str(refused.value)
     assert message.startswith(f"no ResourceManager that {tmp_path / 'yarn-site.xml'} ")
     assert f"http://{address}: connection refused" in message
+
+
+@pytest.mark.parametrize("ha", [False, True])
+def test_namenodes_the_files_name_that_do_not_answer_are_named_with_their_file(tmp_path, monkeypatch, ha):
+    import time
+
+    from airflow_tfos.hooks.webhdfs_connection import config_without_connection
+    from airflow_tfos.shared.errors import WebHDFSUnavailableError
+    from airflow_tfos.shared.storage.webhdfs_client import WebHDFSStorage
+    from airflow_tfos.testing.ports import free_port
+
+    addresses = [f"127.0.0.1:{free_port()}" for _ in range(2 if ha else 1)]  # nothing listens there
+    if ha:
+        folder = ha_cluster_conf(tmp_path, nameservice="prod", namenodes=addresses, rms=["127.0.0.1:1"])
+        key = "dfs.ha.namenodes.prod"
+    else:
+        write_site(tmp_path, "core-site.xml", {"fs.defaultFS": "hdfs://127.0.0.1:8020"})
+        write_site(tmp_path, "hdfs-site.xml", {"dfs.namenode.http-address": addresses[0]})
+        folder, key = tmp_path, "dfs.namenode.http-address"
+    use_conf_dir(monkeypatch, folder)
+    config = config_without_connection(user="etl")
+    started = time.monotonic()
+    with pytest.raises(WebHDFSUnavailableError) as refused:
+        WebHDFSStorage(config).exists("/runs/nightly")
+    assert time.monotonic() - started < config.deadline
+    message = str(refused.value)
+    assert all(f"http://{address}: connection refused" in message for address in addresses), message
+    assert f"(addresses from {folder / 'hdfs-site.xml'} ({key}" in message, message
+    assert f"check the namenodes' WebHDFS addresses ({folder / 'hdfs-site.xml'} ({key}" in message, message
