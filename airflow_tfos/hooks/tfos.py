@@ -448,6 +448,11 @@ class TFoSHook(BaseHook):
         """:meth:`kill` without blocking the event loop."""
         return await self._backend.akill(app_id, grace_secs)
 
+    def clean_up(self, app: AppState) -> None:
+        """Remove what the cluster left of ``app`` if it ended without succeeding (on YARN: its ``.sparkStaging``
+        folder, which Spark removes itself only when its application master ends its last attempt)."""
+        self._backend.clean_up(app)
+
 
 def seal_token(token: str) -> str | None:
     """``token`` encrypted with Airflow's Fernet key (``[core] fernet_key``), for a trigger's arguments, which

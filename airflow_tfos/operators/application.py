@@ -276,6 +276,10 @@ class _TFoSApplicationOperator(ResumableJobMixin, BaseOperator):
     def finish(self, app: AppState) -> dict[str, Any]:
         """The result of an application that ended, or an error that says what failed."""
         self.settle_links(app)
+        try:
+            self.hook.clean_up(app)
+        except Exception as exc:  # a leftover is never worth hiding why the application ended
+            self.log.warning("cannot clean up after application %s: %s", app.app_id, exc)
         self._tfos_result = self.run().finish(app)
         return self._tfos_result
 

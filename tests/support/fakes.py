@@ -29,6 +29,8 @@ class FakeBackend:
         self.apps: dict[str, AppState] = {}
         self.submitted: list[dict[str, Any]] = []
         self.killed: list[str] = []
+        #: ids of the ended applications TFoSHook.clean_up was asked about
+        self.cleaned: list[str] = []
         self.polls: dict[str, int] = {}
         #: app id -> list of states returned by successive get_state calls (the last one sticks)
         self.script: dict[str, list[AppState]] = {}
@@ -90,6 +92,9 @@ class FakeBackend:
 
     def find_live(self, tag: str) -> list[AppState]:
         return [a for a in self.find_by_tag(tag) if not a.is_terminal]
+
+    def clean_up(self, app: AppState) -> None:
+        self.cleaned.append(app.app_id)
 
     def kill(self, app_id: str, grace_secs: float = 30) -> AppState:
         self.killed.append(app_id)

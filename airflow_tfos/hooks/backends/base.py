@@ -293,3 +293,6 @@ class Backend(ABC):
     async def akill(self, app_id: str, grace_secs: float = 30) -> AppState:
         """:meth:`kill` without blocking the event loop."""
         return await asyncio.to_thread(self.kill, app_id, grace_secs)
+
+    def clean_up(self, app: AppState) -> None:  # noqa: B027 - a backend with nothing to clean up keeps this one
+        """Remove what the cluster left of an application that ended without succeeding (nothing to do here)."""

@@ -133,9 +133,16 @@ class YarnBackend(Backend):
         self.remove_staging(killed)
         return killed
 
+    def clean_up(self, app: AppState) -> None:
+        """An application that failed or was killed may leave its staging folder: Spark's application master
+        removes it only when it succeeds or ends its last attempt itself, not when its container was killed
+        (a lost node, the kernel's OOM killer, a kill through the RM)."""
+        if app.is_terminal and app.final_status != "SUCCEEDED":
+            self.remove_staging(app)
+
     def remove_staging(self, app: AppState) -> None:
         """Remove what spark-submit staged on HDFS for ``app`` (at Spark's default ``spark.yarn.stagingDir``: the
-        user's home) once it is killed; a failure to do so is logged, not raised."""
+        user's home) once it ended; a failure to do so is logged, not raised."""
         if self.staging_storage is None or not app.is_terminal:
             return
         path = f"/user/{app.user or self.hook.application_user}/{STAGING_DIR}/{app.app_id}"

@@ -76,12 +76,18 @@ def test_checkpoints_keep_landing_while_the_namenodes_fail_over_and_back(ha_lab,
 
     writer = threading.Thread(target=publish_one_after_another, daemon=True)
     writer.start()
+
+    def three_more(what: str) -> None:
+        target = len(published) + 3
+        _wait(lambda: len(published) >= target or failed, 120, what)
+
     answers = []
     try:
-        for turn in range(2):
-            _wait(lambda n=len(published): len(published) >= n + 3 or failed, 120, "three checkpoints")
-            answers.append(hadoop.control(ha_lab.conf_dir, "failover"))
-        _wait(lambda n=len(published): len(published) >= n + 3 or failed, 120, "three checkpoints after failing back")
+        three_more("three checkpoints")
+        answers.append(hadoop.control(ha_lab.conf_dir, "failover"))
+        three_more("three checkpoints after the failover")
+        answers.append(hadoop.control(ha_lab.conf_dir, "failover"))
+        three_more("three checkpoints after failing back")
     finally:
         stop.set()
         writer.join(120)

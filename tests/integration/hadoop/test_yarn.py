@@ -8,6 +8,8 @@ from __future__ import annotations
 import dataclasses
 import getpass
 import json
+import os
+import signal
 import time
 import uuid
 from pathlib import Path
@@ -19,6 +21,7 @@ from airflow_tfos.hooks.backends.state import AppState
 from airflow_tfos.hooks.backends.yarn import YarnBackend
 from airflow_tfos.hooks.errors import ApplicationAlreadyRunningError, TFoSSubmitError
 from airflow_tfos.hooks.spark_conf import training_conf
+from airflow_tfos.hooks.tfos import TFoSHook
 from airflow_tfos.hooks.webhdfs_connection import config_without_connection
 from airflow_tfos.hooks.yarn import YarnHook
 from airflow_tfos.shared.storage.webhdfs_client import WebHDFSStorage
@@ -80,15 +83,37 @@ def wait_for(backend: YarnBackend, app_id: str, done, timeout: float = 300) -> A
         time.sleep(1)
 
 
-def test_the_yarn_backend_submits_an_application_the_hook_finds_by_tag_and_follows_to_finished(backend, tmp_path):
-    tag = f"tfos-lab-{uuid.uuid4().hex[:8]}"
-    app_id = backend.submit(submission(tmp_path, tag))
+def _application_master(app_id: str) -> int:
+    """The pid of the application master's JVM (the driver, in cluster mode): a container process of the lab."""
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if "org.apache.spark.deploy.yarn.ApplicationMaster" in cmdline and app_id in cmdline:
+            return int(entry.name)
+    raise AssertionError(f"no application master process of {app_id}")
 
-    assert [app.app_id for app in backend.find_by_tag(tag)] == [app_id]
-    final = wait_for(backend, app_id, lambda s: s.is_terminal)
-    assert (final.state, final.final_status) == ("FINISHED", "SUCCEEDED"), final.diagnostics
+
+def test_an_application_whose_master_is_killed_fails_and_the_task_removes_what_it_staged(backend, hadoop_lab, tmp_path):
+    # The application master's JVM dies as on a lost node or under the kernel's OOM killer: Spark has no chance to
+    # remove its staging folder (it does when it ends its last attempt itself); the task that sees it failed does.
+    tag = f"tfos-lab-{uuid.uuid4().hex[:8]}"
+    app_id = backend.submit(submission(tmp_path, tag, "600"))
+    assert [app.app_id for app in backend.find_by_tag(tag)] == [app_id]  # found by its tag
+    running = wait_for(backend, app_id, lambda s: s.state == "RUNNING" or s.is_terminal, timeout=180)
+    assert running.state == "RUNNING", running
+    os.kill(_application_master(app_id), signal.SIGKILL)
+    failed = wait_for(backend, app_id, lambda s: s.is_terminal, timeout=120)
+    assert (failed.state, failed.final_status) == ("FAILED", "FAILED"), failed
+    staging = f"/user/{getpass.getuser()}/.sparkStaging/{app_id}"
+    assert hadoop_lab.inspect(staging)[staging], "Spark removed its staging folder itself: nothing left to test"
+
+    TFoSHook(spark_conn_id=SPARK_CONN, yarn_conn_id="yarn_hadoop_lab").clean_up(failed)  # what the task's end does
+    assert hadoop_lab.inspect(staging)[staging] is None
     assert backend.find_live(tag) == []
-    assert backend.find_by_tag(tag.upper())[0].app_id == app_id  # YARN keeps tags lower-cased
 
 
 def test_a_running_application_is_refused_a_second_submit_and_killed_through_the_hook(backend, hadoop_lab, tmp_path):

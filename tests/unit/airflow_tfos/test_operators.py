@@ -433,6 +433,7 @@ class TestTrainFailure:
         message = str(failed.value)
         assert message.startswith("node worker:1 failed: OOM (application "), message  # the driver's words first
         assert "ended FAILED/FAILED" in message and message.endswith("resumes from checkpoint step 30")
+        assert backend.cleaned == list(backend.apps)  # what the failed application left is cleaned up
 
     def test_success_without_an_export_of_this_spec_fails_the_task(self, tmp_path):
         op, backend = train_op(tmp_path), FakeBackend()
@@ -500,7 +501,6 @@ class TestDeferrable:
         }
         with pytest.raises(AirflowException, match="KILLED/KILLED"):
             op.execute_complete(make_context(), killed)
-
 
     def test_resumed_without_an_event_it_finds_the_live_application_again_and_submits_nothing(
         self, tmp_path, monkeypatch
