@@ -10,7 +10,9 @@
   ``spark.yarn.historyServer.address``: where an ended application's UI lives on.
 - ``DIR/spark-defaults.conf`` with those settings: ``SPARK_CONF_DIR=DIR`` beside ``HADOOP_CONF_DIR=DIR``.
 
-Both files are built once in ``hadoop-lab/target/`` (ignored by git) and uploaded to each new lab.
+Both files are built once in ``hadoop-lab/target/`` (ignored by git) and uploaded to each new lab. A built file
+is reused only while it, its folder and its ``.sha256`` beside it belong to this user, no one else may write
+them, and its bytes still have that digest; else it is built again.
 """
 
 from __future__ import annotations
@@ -33,18 +35,56 @@ JARS_DIR, ENVS_DIR, HISTORY_DIR = "/spark", "/envs", "/spark-history"
 ENV_PYTHON = "./environment/bin/python"
 
 
+def _digest(path: Path) -> str:
+    sha = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            sha.update(block)
+    return sha.hexdigest()
+
+
+def _ours(path: Path) -> bool:
+    """Whether ``path`` belongs to this user and no one else may write it."""
+    info = path.stat()
+    return info.st_uid == os.getuid() and not info.st_mode & 0o022
+
+
+def reusable(target: Path) -> bool:
+    """Whether a file built earlier may be used again: ``target``, its folder and ``target.sha256`` are this
+    user's and no one else's to write, and ``target``'s bytes have the digest recorded when it was built."""
+    sidecar = target.with_name(target.name + ".sha256")
+    try:
+        if not (_ours(target.parent) and _ours(target) and _ours(sidecar)):
+            return False
+        return sidecar.read_text().strip() == _digest(target)
+    except OSError:
+        return False
+
+
+def record(target: Path) -> Path:
+    """Write ``target.sha256`` (its digest, for :func:`reusable`); return ``target``."""
+    sidecar = target.with_name(target.name + ".sha256")
+    partial = sidecar.with_name(f".{sidecar.name}.{os.getpid()}")
+    partial.write_text(_digest(target) + "\n")
+    partial.chmod(0o644)
+    partial.rename(sidecar)
+    return target
+
+
 def spark_jars_zip() -> Path:
     """pip's pyspark jars as one stored (not compressed) zip, built once per pyspark version."""
     import pyspark
 
     target = LAB_TARGET / f"spark-jars-{pyspark.__version__}.zip"
-    if not target.exists():
+    if not reusable(target):
         target.parent.mkdir(parents=True, exist_ok=True)
         partial = target.with_name(f".{target.name}.{os.getpid()}")
         with zipfile.ZipFile(partial, "w", zipfile.ZIP_STORED) as archive:
             for jar in sorted((Path(pyspark.__file__).parent / "jars").glob("*.jar")):
                 archive.write(jar, jar.name)
+        partial.chmod(0o644)
         partial.rename(target)
+        record(target)
     return target
 
 
@@ -57,9 +97,11 @@ def packed_env(mode: str, extras: tuple[str, ...] = ("runtime", "demo")) -> Path
     names = sorted({f"{d.metadata['Name']}=={d.version}" for d in distributions})
     key = hashlib.sha256("\n".join([*names, mode, sys.version]).encode()).hexdigest()[:12]
     target = LAB_TARGET / f"packed-env-{mode}-{key}.tar"
-    if not target.exists():
+    if not reusable(target):
         target.parent.mkdir(parents=True, exist_ok=True)
         packing.build(target, mode=mode, extras=extras)
+        target.chmod(0o644)
+        record(target)
     return target
 
 

@@ -21,3 +21,35 @@ def test_a_build_that_cannot_reach_maven_central_names_the_artifact_and_what_to_
     message = str(failure.value)
     assert "Could not transfer artifact org.apache.maven.plugins:" in message, message
     assert "Maven Central (https://repo.maven.apache.org/maven2) must be reachable" in message
+
+
+def test_a_built_archive_is_reused_only_while_its_bytes_and_owner_are_what_was_recorded(tmp_path):
+    # The jars zip and the packed environment decide what runs in every container: hadoop_spark.py reuses one only
+    # if it is this user's alone to write and its bytes are those it built.
+    import importlib.util
+
+    from tests.conftest import REPO
+
+    spec = importlib.util.spec_from_file_location("hadoop_lab_spark", REPO / "scripts" / "hadoop_spark.py")
+    spark = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(spark)
+    folder = tmp_path / "target"
+    folder.mkdir(mode=0o755)
+    folder.chmod(0o755)
+    built = folder / "packed-env-link-abc.tar"
+    built.write_bytes(b"the archive as built")
+    built.chmod(0o644)
+    assert not spark.reusable(built)  # no digest recorded: built again
+    spark.record(built)
+    assert spark.reusable(built)
+
+    built.write_bytes(b"the archive as changed")  # another process, or a half-written copy
+    assert not spark.reusable(built)
+    spark.record(built)
+    built.chmod(0o664)  # the group may write it
+    assert not spark.reusable(built)
+    built.chmod(0o644)
+    folder.chmod(0o777)  # anyone may replace it
+    assert not spark.reusable(built)
+    folder.chmod(0o755)
+    assert spark.reusable(built)
