@@ -63,7 +63,7 @@ from airflow_tfos.testing.webhdfs_http import (
     normalize,
     shut,
 )
-from airflow_tfos.testing.webhdfs_namespace import Namespace, requested_mode
+from airflow_tfos.testing.webhdfs_namespace import NAMENODE_ACCESS, Namespace, requested_mode
 from airflow_tfos.testing.webhdfs_tokens import DelegationTokens, KerberosGate
 
 __all__ = ["HOST", "PREFIX", "RemoteError", "RequestRecord", "WebHDFSEmulator"]
@@ -295,8 +295,8 @@ class WebHDFSEmulator:
                 f"Operation category {category} is not supported in state standby. Visit https://s.apache.org/sbnn-error",
             )
         with self._lock:
-            if op not in ("CREATE", "APPEND"):  # as in Hadoop, the datanode's step finds out about those
-                self._namespace.check_access(path, user, write=op not in READ_OPS)
+            if op not in ("CREATE", "APPEND", "RENAME"):  # as in Hadoop, the datanode's step checks those
+                self._namespace.check_access(path, user, NAMENODE_ACCESS.get(op, "write"))
             if op == "GETFILESTATUS":
                 self._namespace.require(path, f"File does not exist: {path}")
                 return 200, {"FileStatus": self._namespace.status(path)}, {}
@@ -344,15 +344,16 @@ class WebHDFSEmulator:
                 return 200, {"boolean": True}, {}
             if op == "RENAME":
                 if "destination" not in query:
-                    raise RemoteError("IllegalArgumentException", 'Required param "destination" for op: RENAME is null')
+                    raise RemoteError(
+                        "IllegalArgumentException", "Required param destination for op: RENAME is null or empty"
+                    )
                 dst = normalize(query["destination"])
-                self._namespace.check_access(dst, user, write=True)
+                self._namespace.check_access(path, user, "delete")  # out of the source's folder
+                self._namespace.check_access(dst, user, "create")  # into the destination's
                 options = {o.strip().upper() for o in query.get("renameoptions", "").split(",") if o.strip()}
                 return 200, self._namespace.rename(path, dst, options), {}
-            if op == "OPEN":
-                local = self._namespace.require(path, f"File does not exist: {path}")
-                if os.path.isdir(local):
-                    raise RemoteError("FileNotFoundException", f"Path is not a file: {path}")
+            if op == "OPEN":  # a folder is redirected too: the datanode's step finds it is no file
+                self._namespace.require(path, f"File {path} not found.")
             if op == "APPEND":
                 self._namespace.require(path, f"File does not exist: {path}")
         # CREATE, APPEND, OPEN: the data goes through the datanode.
@@ -368,7 +369,8 @@ class WebHDFSEmulator:
     ) -> None:
         """Store an upload (CREATE or APPEND); raises :class:`RemoteError`."""
         with self._lock:
-            self._namespace.check_access(path, user, write=True)
+            exists = os.path.exists(self.local_path(path))
+            self._namespace.check_access(path, user, "create" if op == "CREATE" and not exists else "write")
             local = self.local_path(path)
             if op == "CREATE":
                 if os.path.isdir(local):
@@ -391,13 +393,20 @@ class WebHDFSEmulator:
     def datanode_read(self, path: str, user: str, query: dict[str, str]) -> bytes:
         """The bytes an OPEN asks for (``offset``, ``length``); raises :class:`RemoteError`."""
         with self._lock:
-            self._namespace.check_access(path, user, write=False)
+            self._namespace.check_access(path, user, "read")
             local = self.local_path(path)
+            if os.path.isdir(local):
+                raise RemoteError("FileNotFoundException", f"Path is not a file: {path}")
             if not os.path.isfile(local):
-                raise RemoteError("FileNotFoundException", f"File does not exist: {path}")
+                raise RemoteError("FileNotFoundException", f"File {path} not found.")
             offset, length = int(query.get("offset") or 0), query.get("length")
             if offset < 0 or (length is not None and int(length) < 0):
-                raise RemoteError("IllegalArgumentException", "offset and length must not be negative")
+                bad = "offset" if offset < 0 else "length"
+                raise RemoteError(
+                    "IllegalArgumentException",
+                    f'Invalid value for webhdfs parameter "{bad}": java.lang.IllegalArgumentException: Invalid '
+                    f"parameter range: {bad} = {query.get(bad)} < 0",
+                )
             with open(local, "rb") as f:
                 f.seek(offset)
                 return f.read() if length is None else f.read(int(length))

@@ -45,6 +45,14 @@ READ_OPS = _OPS["GET"]
 TOKEN_OPS = {"GETDELEGATIONTOKEN", "RENEWDELEGATIONTOKEN", "CANCELDELEGATIONTOKEN"}
 
 
+#: What follows the message of an error a datanode answers, as Hadoop 3.5's datanodes send it (the namenode's
+#: stack frames, which the DFSClient inside the datanode carried over).
+DATANODE_STACK = (
+    "\n\tat org.apache.hadoop.hdfs.server.namenode.FSNamesystem.startFileInt(FSNamesystem.java:2850)"
+    "\n\tat org.apache.hadoop.hdfs.server.namenode.NameNodeRpcServer.create(NameNodeRpcServer.java:815)\n"
+)
+
+
 class RemoteError(Exception):
     """An error the emulator answers as ``{"RemoteException": ...}`` with the exception's HTTP code."""
 
@@ -203,7 +211,8 @@ class _Handler(BaseHTTPRequestHandler):
             if op not in _OPS.get(method, ()):
                 raise RemoteError(
                     "IllegalArgumentException",
-                    f'Invalid value for webhdfs parameter "op": No enum constant for {method} op {op or "(none)"}',
+                    'Invalid value for webhdfs parameter "op": java.lang.IllegalArgumentException: '
+                    f"{op or '(none)'} is not a valid {method} operation.",
                 )
             data = self._read_body() if method in ("PUT", "POST") else b""
             gate = getattr(emulator, "kerberos", None)
@@ -225,7 +234,10 @@ class _Handler(BaseHTTPRequestHandler):
                 location = {"Location": f"hdfs://{emulator.url.split('://', 1)[1]}{quote(path)}"}
                 self._send(201 if op == "CREATE" else 200, b"", "application/octet-stream", location)
         except RemoteError as exc:
-            self._send_json(exc.status, exc.body())
+            body = exc.body()
+            if name == "datanode":  # Hadoop's datanodes send the namenode's stack trace along in the message
+                body["RemoteException"]["message"] += DATANODE_STACK
+            self._send_json(exc.status, body)
 
     def _authenticate(self, gate: Any, name: str, op: str, path: str, query: dict[str, str]):
         """``(user, query)`` of a request to a Kerberized emulator, or ``(None, query)`` once it was answered 401."""

@@ -37,6 +37,22 @@ def requested_mode(query: dict[str, str]) -> int | None:
     return mode
 
 
+#: What a namenode request checks before it answers (see :attr:`Namespace.ACCESS`); others check ``write``.
+NAMENODE_ACCESS = {
+    "GETFILESTATUS": "traverse",
+    "LISTSTATUS": "list",
+    "GETCONTENTSUMMARY": "list",
+    "OPEN": "read",
+    "MKDIRS": "create",
+    "DELETE": "delete",
+    "SETPERMISSION": "traverse",  # and the owner's, checked by the op
+    "GETHOMEDIRECTORY": "traverse",
+    "GETDELEGATIONTOKEN": "traverse",
+    "RENEWDELEGATIONTOKEN": "traverse",
+    "CANCELDELEGATIONTOKEN": "traverse",
+}
+
+
 class Namespace:
     """The owners, permissions and read-only switches of an emulator's paths, and the rules that use them.
 
@@ -51,25 +67,42 @@ class Namespace:
         self.modes: dict[str, int] = {}  # permissions given by clients (MKDIRS, CREATE, SETPERMISSION)
         self.read_only: list[tuple[str, str | None, bool]] = []
 
-    def check_access(self, path: str, user: str, *, write: bool) -> None:
-        """Raise ``AccessControlException`` unless ``user`` may reach ``path`` (``x`` on the directories above it,
-        ``r`` or ``w`` on it, where a permission was given) and no read-only switch covers it."""
+    #: What each kind of request needs, as Hadoop's FSPermissionChecker asks it: ``x`` on every directory
+    #: above the path, then the bits on one inode: the path itself, its parent, or its nearest existing
+    #: ancestor (what MKDIRS and CREATE make a folder in).
+    ACCESS = {
+        "traverse": (None, "", 0),
+        "read": ("self", "READ", 0o4),
+        "list": ("self", "READ_EXECUTE", 0o5),
+        "write": ("self", "WRITE", 0o2),
+        "create": ("ancestor", "WRITE", 0o2),
+        "delete": ("parent", "WRITE", 0o2),
+    }
+
+    def check_access(self, path: str, user: str, action: str) -> None:
+        """Raise ``AccessControlException`` unless ``user`` may do ``action`` (a key of :attr:`ACCESS`) at ``path``,
+        as HDFS decides where a permission was given, and no read-only switch covers it."""
+        where, access, bits = self.ACCESS[action]
         if user != self.emulator.superuser:
             parts = [p for p in path.split("/") if p]
-            for i in range(len(parts) + 1):
-                inode = "/" + "/".join(parts[:i])
-                mode = self.modes.get(inode)
-                if mode is None or self.owners.get(inode, self.emulator.superuser) == user:
-                    continue
-                access, bit = ("EXECUTE", 0o001) if i < len(parts) else ("WRITE", 0o002) if write else ("READ", 0o004)
-                if not mode & bit:
-                    kind = "d" if os.path.isdir(self.emulator.local_path(inode)) else "-"
-                    rwx = "".join(c if mode & (1 << (8 - j)) else "-" for j, c in enumerate("rwxrwxrwx"))
-                    raise RemoteError(
-                        "AccessControlException",
-                        f'Permission denied: user={user}, access={access}, inode="{inode}":'
-                        f"{self.owners.get(inode, self.emulator.superuser)}:{SUPERGROUP}:{kind}{rwx}",
-                    )
+            inodes = ["/" + "/".join(parts[:i]) for i in range(len(parts) + 1)]
+            existing = [i for i in inodes if os.path.exists(self.emulator.local_path(i))]
+            # x on each directory above the path (those that exist; a missing one ends the walk)
+            for inode in existing:
+                if inode != inodes[-1] and os.path.isdir(self.emulator.local_path(inode)):
+                    self._require_bits(inode, user, "EXECUTE", 0o1)
+            checked = {
+                "self": inodes[-1] if inodes[-1] in existing else None,
+                "parent": inodes[-2] if len(inodes) > 1 and inodes[-2] in existing else None,
+                "ancestor": next((i for i in reversed(existing) if i != inodes[-1]), None),
+            }.get(where)
+            if where == "ancestor" and inodes[-1] in existing:
+                checked = None  # MKDIRS of a folder that is there; CREATE over a file checks the file
+            if action == "list" and checked is not None and not os.path.isdir(self.emulator.local_path(checked)):
+                checked = None  # a file lists as itself, as its status
+            if checked is not None:
+                self._require_bits(checked, user, access, bits)
+        write = action in ("write", "create", "delete")
         for prefix, who, unreadable in self.read_only:
             inside = path == prefix or path.startswith(prefix.rstrip("/") + "/")
             if inside and who in (None, user) and (write or unreadable):
@@ -79,6 +112,20 @@ class Namespace:
                     f'Permission denied: user={user}, access={access}, inode="{prefix}":'
                     f"{self.emulator.superuser}:{SUPERGROUP}:drwxr-xr-x",
                 )
+
+    def _require_bits(self, inode: str, user: str, access: str, bits: int) -> None:
+        """``AccessControlException`` as Hadoop words it unless ``user`` has ``bits`` on ``inode`` (only where a
+        permission was given; an owner's bits are not checked: the owner of such a path may do anything)."""
+        mode = self.modes.get(inode)
+        owner = self.owners.get(inode, self.emulator.superuser)
+        if mode is None or owner == user or mode & bits == bits:
+            return
+        kind = "d" if os.path.isdir(self.emulator.local_path(inode)) else "-"
+        rwx = "".join(c if mode & (1 << (8 - j)) else "-" for j, c in enumerate("rwxrwxrwx"))
+        raise RemoteError(
+            "AccessControlException",
+            f'Permission denied: user={user}, access={access}, inode="{inode}":{owner}:{SUPERGROUP}:{kind}{rwx}',
+        )
 
     def status(self, path: str, suffix: str = "") -> dict[str, Any]:
         """The ``FileStatus`` of ``path``, with ``suffix`` as its ``pathSuffix`` (its name in a listing)."""
@@ -162,7 +209,7 @@ class Namespace:
             raise RemoteError("IOException", f"rename destination {dst} is a directory or file under source {src}")
         if os.path.exists(dst_local):
             if "OVERWRITE" not in options:
-                raise RemoteError("FileAlreadyExistsException", f"rename destination {dst} already exists.")
+                raise RemoteError("FileAlreadyExistsException", f"rename destination {dst} already exists")
             if os.path.isdir(src_local) != os.path.isdir(dst_local):
                 raise RemoteError("IOException", f"Source {src} and destination {dst} must both be directories")
             if os.path.isdir(dst_local) and os.listdir(dst_local):
@@ -184,5 +231,7 @@ class Namespace:
                 dirs += 1
                 files += len(names)
                 length += sum(os.path.getsize(os.path.join(folder, n)) for n in names)
-        summary = {"directoryCount": dirs, "fileCount": files, "length": length, "quota": -1}
-        return {"ContentSummary": {**summary, "spaceConsumed": length, "spaceQuota": -1, "typeQuota": {}}}
+        summary = {"directoryCount": dirs, "ecPolicy": "", "fileCount": files, "length": length, "quota": -1}
+        snapshots = {f"snapshot{k}": 0 for k in ("DirectoryCount", "FileCount", "Length", "SpaceConsumed")}
+        # one replica of each block here: the space consumed is the length
+        return {"ContentSummary": {**summary, **snapshots, "spaceConsumed": length, "spaceQuota": -1, "typeQuota": {}}}

@@ -54,6 +54,11 @@ def transient_reason(exc: BaseException) -> str | None:
     return None
 
 
+def without_stack(message: str) -> str:
+    """A RemoteException's message without the Java stack frames a datanode appends (``\\n\\tat ...``)."""
+    return message.split("\n\tat ", 1)[0].strip()
+
+
 def translate(exc: Exception, what: str, path: str, url: str, config: WebHDFSConfig) -> Exception:
     """The error to raise for a failure that is not transient: the built-in ``OSError`` a local file system
     would raise where there is one (not found, exists, permission), else :class:`WebHDFSError`; each names the
@@ -74,7 +79,7 @@ def translate(exc: Exception, what: str, path: str, url: str, config: WebHDFSCon
         return exc
     if not isinstance(exc, HdfsError):
         return WebHDFSError(f"WebHDFS {what} {path} at {url} failed: {redacted_error(exc)}")
-    remote, message = getattr(exc, "exception", None), redact_credentials(str(exc).strip())
+    remote, message = getattr(exc, "exception", None), redact_credentials(without_stack(str(exc)))
     user = config.effective_user() or "(the Kerberos principal)"
     if remote == "FileNotFoundException":
         return FileNotFoundError(errno.ENOENT, f"no such file or directory on HDFS ({message})", path)

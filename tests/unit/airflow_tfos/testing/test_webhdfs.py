@@ -1,7 +1,7 @@
-"""The WebHDFS emulator speaks the documented protocol: JSON shapes, HTTP codes, redirects, HA and faults.
-
-Checked with raw HTTP requests (what the documentation specifies) and through the ``hdfs`` package
-(what our storage and Airflow's WebHDFSHook use).
+"""What only the WebHDFS emulator does: its request log and local files, read-only switches, HA by a switch,
+and faults, checked with raw HTTP requests and through the ``hdfs`` package (what our storage and Airflow's
+WebHDFSHook use). The protocol itself (shapes, codes, redirects, errors) is asked of the emulator and of Hadoop's
+own NameNode alike in ``tests/integration/hadoop/test_webhdfs_protocol.py``.
 """
 
 from __future__ import annotations
@@ -13,11 +13,6 @@ import pytest
 import requests
 
 from airflow_tfos.testing.webhdfs import PREFIX, WebHDFSEmulator
-
-FILE_STATUS_KEYS = {
-    "accessTime", "blockSize", "childrenNum", "fileId", "group", "length", "modificationTime", "owner",
-    "pathSuffix", "permission", "replication", "storagePolicy", "type",
-}  # fmt: skip
 
 
 def call(url: str, path: str, op: str, method: str = "GET", data: bytes | None = None, **params):
@@ -58,112 +53,8 @@ class TestShapes:
         with open(emu.local_path("/d/f.txt"), "rb") as f:
             assert f.read() == b"hello"
 
-    def test_create_without_overwrite_refuses_an_existing_file(self, emu):
-        create(emu, "/f", b"one")
-        _, again = create(emu, "/f", b"two", overwrite="false")
-        assert "already exists" in remote_exception(
-            again, 403, "FileAlreadyExistsException", "org.apache.hadoop.fs.FileAlreadyExistsException"
-        )
-        _, replaced = create(emu, "/f", b"two", overwrite="true")
-        assert replaced.status_code == 201
-        assert requests.get(f"{emu.url}{PREFIX}/f?op=OPEN", timeout=10).content == b"two"
-
-    def test_file_status_and_listing_shapes(self, emu):
-        create(emu, "/dir/b", b"12345")
-        create(emu, "/dir/a", b"1")
-        status = call(emu.url, "/dir/b", "GETFILESTATUS").json()
-        assert set(status) == {"FileStatus"} and set(status["FileStatus"]) == FILE_STATUS_KEYS
-        assert status["FileStatus"]["type"] == "FILE" and status["FileStatus"]["length"] == 5
-        assert status["FileStatus"]["pathSuffix"] == "" and status["FileStatus"]["owner"] == "alice"
-        listing = call(emu.url, "/dir", "LISTSTATUS").json()
-        assert set(listing) == {"FileStatuses"} and set(listing["FileStatuses"]) == {"FileStatus"}
-        entries = listing["FileStatuses"]["FileStatus"]
-        assert [e["pathSuffix"] for e in entries] == ["a", "b"]
-        assert all(set(e) == FILE_STATUS_KEYS for e in entries)
-        one = call(emu.url, "/dir/a", "LISTSTATUS").json()["FileStatuses"]["FileStatus"]
-        assert len(one) == 1 and one[0]["pathSuffix"] == ""  # a file lists as itself
-        assert call(emu.url, "/dir", "GETFILESTATUS").json()["FileStatus"]["type"] == "DIRECTORY"
-
-    def test_content_summary_and_home_directory(self, emu):
-        create(emu, "/s/x/1", b"abc")
-        create(emu, "/s/2", b"de")
-        summary = call(emu.url, "/s", "GETCONTENTSUMMARY").json()["ContentSummary"]
-        assert summary["directoryCount"] == 2 and summary["fileCount"] == 2 and summary["length"] == 5
-        assert summary["quota"] == -1 and summary["spaceQuota"] == -1
-        assert call(emu.url, "/", "GETHOMEDIRECTORY", user="bob").json() == {"Path": "/user/bob"}
-
-    def test_missing_paths_are_file_not_found_404(self, emu):
-        for op in ("GETFILESTATUS", "LISTSTATUS", "OPEN", "GETCONTENTSUMMARY"):
-            message = remote_exception(
-                call(emu.url, "/nope", op), 404, "FileNotFoundException", "java.io.FileNotFoundException"
-            )
-            assert "/nope" in message
-
-    def test_open_redirects_to_the_datanode_with_offset_and_length(self, emu):
-        create(emu, "/f", b"0123456789")
-        redirect = call(emu.url, "/f", "OPEN", offset=3, length=4)
-        assert redirect.status_code == 307 and redirect.headers["Location"].startswith(emu.datanode_url)
-        assert requests.get(redirect.headers["Location"], timeout=10).content == b"3456"
-        assert requests.get(f"{emu.url}{PREFIX}/f?op=OPEN&offset=8", timeout=10).content == b"89"
-
-    def test_append_is_two_steps(self, emu):
-        create(emu, "/f", b"ab")
-        first = call(emu.url, "/f", "APPEND", "POST")
-        assert first.status_code == 307
-        assert requests.post(first.headers["Location"], data=b"cd", timeout=10).status_code == 200
-        assert requests.get(f"{emu.url}{PREFIX}/f?op=OPEN", timeout=10).content == b"abcd"
-
-    def test_mkdirs_and_delete(self, emu):
-        assert call(emu.url, "/a/b/c", "MKDIRS", "PUT").json() == {"boolean": True}
-        create(emu, "/a/b/c/f", b"x")
-        not_empty = call(emu.url, "/a", "DELETE", "DELETE")
-        remote_exception(
-            not_empty, 403, "PathIsNotEmptyDirectoryException", "org.apache.hadoop.fs.PathIsNotEmptyDirectoryException"
-        )
-        assert call(emu.url, "/a", "DELETE", "DELETE", recursive="true").json() == {"boolean": True}
-        assert call(emu.url, "/a", "DELETE", "DELETE", recursive="true").json() == {"boolean": False}
-        create(emu, "/file", b"x")
-        remote_exception(
-            call(emu.url, "/file", "MKDIRS", "PUT"),
-            403,
-            "FileAlreadyExistsException",
-            "org.apache.hadoop.fs.FileAlreadyExistsException",
-        )
-
-    def test_a_bad_op_is_illegal_argument_400(self, emu):
-        remote_exception(
-            call(emu.url, "/", "NOPE"), 400, "IllegalArgumentException", "java.lang.IllegalArgumentException"
-        )
-        remote_exception(
-            call(emu.url, "/", "MKDIRS", "GET"), 400, "IllegalArgumentException", "java.lang.IllegalArgumentException"
-        )
-
 
 class TestRename:
-    def test_plain_rename_answers_a_boolean_with_hdfs_semantics(self, emu):
-        create(emu, "/src", b"s")
-        create(emu, "/taken", b"t")
-        call(emu.url, "/dir", "MKDIRS", "PUT")
-        assert call(emu.url, "/missing", "RENAME", "PUT", destination="/x").json() == {"boolean": False}
-        assert call(emu.url, "/src", "RENAME", "PUT", destination="/taken").json() == {"boolean": False}
-        assert call(emu.url, "/src", "RENAME", "PUT", destination="/no/parent").json() == {"boolean": False}
-        assert call(emu.url, "/src", "RENAME", "PUT", destination="/dir").json() == {"boolean": True}
-        assert call(emu.url, "/dir/src", "GETFILESTATUS").status_code == 200  # moved into the directory
-        assert call(emu.url, "/dir/src", "RENAME", "PUT", destination="/moved").json() == {"boolean": True}
-
-    def test_rename_options_follow_rename2(self, emu):
-        create(emu, "/a", b"new")
-        create(emu, "/b", b"old")
-        refused = call(emu.url, "/a", "RENAME", "PUT", destination="/b", renameoptions="NONE")
-        assert "already exists" in remote_exception(
-            refused, 403, "FileAlreadyExistsException", "org.apache.hadoop.fs.FileAlreadyExistsException"
-        )
-        done = call(emu.url, "/a", "RENAME", "PUT", destination="/b", renameoptions="OVERWRITE")
-        assert done.status_code == 200 and done.content == b""
-        assert requests.get(f"{emu.url}{PREFIX}/b?op=OPEN", timeout=10).content == b"new"
-        missing = call(emu.url, "/a", "RENAME", "PUT", destination="/c", renameoptions="NONE")
-        remote_exception(missing, 404, "FileNotFoundException", "java.io.FileNotFoundException")
-
     def test_a_server_without_rename_options_answers_the_plain_rename(self):
         with WebHDFSEmulator(rename_options=False) as emu:
             create(emu, "/a", b"1")

@@ -119,7 +119,7 @@ class TestStorageContract:
 class TestErrors:
     def test_a_missing_file_is_file_not_found_and_rundir_reads_none(self, emu):
         storage = storage_of(emu)
-        with pytest.raises(FileNotFoundError, match="File does not exist: /nope"):
+        with pytest.raises(FileNotFoundError, match="File /nope not found"):
             storage.read_bytes(emu.uri("/nope"))
         assert RunDir(emu.uri("/runs/none"), storage).read_status() is None
 
