@@ -269,8 +269,9 @@ class YarnHook(BaseHook):
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 raise YarnError(
-                    f"application {app_id} is still {state or 'not killed'} {timeout:g} s after the kill request; "
-                    "raise the kill timeout, or look at the RM and NodeManager logs"
+                    f"application {app_id} is not killed {timeout:g} s after the kill request (the RM still answers "
+                    f"HTTP {reply.status}, state {state or 'unknown'}); raise the kill timeout, or look at the RM and "
+                    "NodeManager logs"
                 )
             log.info("kill of %s in progress (HTTP %s, state %s)", app_id, reply.status, state)
             yield Sleep(min(poll_interval, remaining))

@@ -1,7 +1,8 @@
 """A WebHDFS protocol emulator: namenode(s) and a datanode over HTTP on 127.0.0.1, backed by a temp directory.
 
 Written from the public WebHDFS REST documentation (``/webhdfs/v1/<path>?op=...``) for tests of this
-package and of users' DAGs, where no Hadoop can run::
+package and of users' DAGs, where no Hadoop runs, and held to Hadoop 3.5's own NameNode and DataNodes by
+``tests/integration/hadoop/test_webhdfs_protocol.py``::
 
     with WebHDFSEmulator() as hdfs:
         storage = WebHDFSStorage(hdfs.config())
@@ -19,8 +20,10 @@ DELETE (``recursive``), MKDIRS, GETFILESTATUS, LISTSTATUS, GETCONTENTSUMMARY, GE
 Permissions: ``permission`` (octal) on MKDIRS and CREATE, and SETPERMISSION (owner or superuser only),
 are kept and reported in ``FileStatus.permission``; a directory created by MKDIRS with a permission gives
 its new parents that permission plus ``u+wx``, as HDFS does. Only permissions set that way are enforced:
-a user who does not own such a path (and is not the superuser) needs its ``other`` bits (``x`` on the
-directories above, ``r``/``w`` on the path itself), else ``AccessControlException``. Groups are not
+a user who does not own such a path (and is not the superuser) needs its ``other`` bits where HDFS looks
+(``x`` on the directories above; ``w`` on the parent to DELETE or RENAME away, on the nearest existing
+ancestor to MKDIRS, CREATE or RENAME into; ``r-x`` on a folder to list it, ``r`` on a file to read it,
+``w`` on it to APPEND), else ``AccessControlException``, worded as Hadoop words it. Groups are not
 emulated (nobody but the owner is in a path's group). Owners, permissions and these rules are kept by
 :mod:`airflow_tfos.testing.webhdfs_namespace`.
 

@@ -1,7 +1,9 @@
 """An emulator of YARN's ResourceManager REST API, for tests of this package and of users' DAGs.
 
-Written from Hadoop's ``ResourceManagerRest.md``: it answers the documented JSON shapes
-(``{"apps": {"app": [...]}}``, ``{"apps": null}`` when empty, ``{"app": {...}}``, ``{"state": ...}``),
+Written from Hadoop's ``ResourceManagerRest.md`` and held to Hadoop 3.5's own ResourceManager by
+``tests/integration/hadoop/test_yarn_protocol.py``: it answers the JSON shapes (``{"apps": {"app": [...]}}``,
+``{"apps": {}}`` when none matches, ``{"app": {...}}`` with no ``trackingUrl`` before the master registered,
+queues by their full path, ``{"state": ...}``),
 the 202-then-200 kill, ``RemoteException`` errors, and, with ``ha=True``, a standby RM that redirects
 REST calls to the active one (HTTP 307 with ``Location``, as ``RMWebAppFilter`` does). It also serves
 the RM's ``/conf`` servlet (``yarn.scheduler.maximum-allocation-*``) and ``new-application`` (whose
@@ -45,7 +47,8 @@ __all__ = ["RecordedRequest", "ResourceManagerEmulator"]
 
 log = logging.getLogger(__name__)
 
-KILLED_DIAGNOSTICS = "Application killed by user."
+#: What the RM says of an application killed through its API (Hadoop 3.5's words), by the application's user.
+KILLED_DIAGNOSTICS = "Application {app_id} was killed by user {user}"
 STANDBY_MODES = ("redirect", "error")
 
 
@@ -402,7 +405,7 @@ class ResourceManagerEmulator(RestApiMixin):
         if app.pid is not None:
             self._poll_process(app)
         elif app.kill_requested_at is not None and time.monotonic() - app.kill_requested_at >= self.kill_delay:
-            self.set_state(app.app_id, "KILLED", "KILLED", KILLED_DIAGNOSTICS)
+            self.set_state(app.app_id, "KILLED", "KILLED", KILLED_DIAGNOSTICS.format(app_id=app.app_id, user=app.user))
 
     def _poll_process(self, app: App) -> None:
         with self._lock:
@@ -420,7 +423,8 @@ class ResourceManagerEmulator(RestApiMixin):
                 return
             if app.kill_requested_at is not None:
                 signal_group(app.pid, app.pgid, 9)  # leftovers of the group go with it, as with a container
-                self.set_state(app.app_id, "KILLED", "KILLED", KILLED_DIAGNOSTICS)
+                killed = KILLED_DIAGNOSTICS.format(app_id=app.app_id, user=app.user)
+                self.set_state(app.app_id, "KILLED", "KILLED", killed)
             elif code == 0:
                 self.set_state(app.app_id, "FINISHED", "SUCCEEDED", "")
             elif code == UNKNOWN_EXIT:

@@ -84,16 +84,15 @@ def app_json(app: App, base_url: str, cluster_timestamp: int) -> dict[str, Any]:
     now_ms = int(time.time() * 1000)
     launched = app.state in ("RUNNING", *TERMINAL_STATES)
     container = f"container_{cluster_timestamp}_{app.app_id.rsplit('_', 1)[1]}_01_000001"
-    return {
+    shown = {
         "id": app.app_id,
         "user": app.user,
         "name": app.name,
-        "queue": app.queue,
+        "queue": app.queue if "." in app.queue else f"root.{app.queue}",  # the capacity scheduler's full path
         "state": app.state,
         "finalStatus": app.final_status,
         "progress": app.progress,
         "trackingUI": "History" if app.terminal else ("ApplicationMaster" if launched else "UNASSIGNED"),
-        "trackingUrl": (f"{base_url}/cluster/app/{app.app_id}" if app.terminal else f"{base_url}/proxy/{app.app_id}/"),
         "diagnostics": app.diagnostics,
         "clusterId": cluster_timestamp,
         "applicationType": app.app_type,
@@ -120,6 +119,11 @@ def app_json(app: App, base_url: str, cluster_timestamp: int) -> dict[str, Any]:
         "unmanagedApplication": False,
         "amNodeLabelExpression": "",
     }
+    if app.terminal:
+        shown["trackingUrl"] = f"{base_url}/cluster/app/{app.app_id}"
+    elif launched:  # Hadoop gives none before the application master registered
+        shown["trackingUrl"] = f"{base_url}/proxy/{app.app_id}/"
+    return shown
 
 
 def cluster_info(cluster_timestamp: int, ha_state: str, ha: bool) -> dict[str, Any]:
@@ -362,8 +366,7 @@ class RestApiMixin:
         bad = sorted(s for s in states if s.upper() not in YARN_STATES)
         if bad:
             message = (
-                f"java.lang.Exception: Invalid application-state {bad[0]} specified. It should be one of "
-                + ", ".join(YARN_STATES)
+                f"Invalid application-state {bad[0].upper()} specified. It should be one of [{', '.join(YARN_STATES)}]"
             )
             _send(handler, 400, {"RemoteException": _remote("BadRequestException", message)})
             return
@@ -379,24 +382,28 @@ class RestApiMixin:
                 if (not states or app.state.lower() in states)
                 and (not tags or tags & set(app.tags))
                 and (not users or app.user.lower() in users)
-                and (not queues or app.queue.lower() in queues)
+                and (not queues or {app.queue.lower(), f"root.{app.queue.lower()}"} & queues)
                 and (not types or app.app_type.lower() in types)
             ]
         if limit > 0:
             apps = apps[:limit]
-        _send(handler, 200, {"apps": {"app": apps} if apps else None})
+        _send(handler, 200, {"apps": {"app": apps} if apps else {}})  # Hadoop 3.5: {} (its docs say null)
 
     def _answer_app(
         self, handler: _Handler, method: str, app_id: str, state_only: bool, body: bytes, user: str, base: str
     ) -> None:
         if not APP_ID_RE.match(app_id):
-            message = f"java.lang.IllegalArgumentException: Invalid ApplicationId: {app_id}"
+            message = (
+                f"Invalid ApplicationId prefix: {app_id}. The valid ApplicationId should start with prefix application"
+                if not app_id.startswith("application_")
+                else f"Invalid ApplicationId: {app_id}"
+            )
             _send(handler, 400, {"RemoteException": _remote("BadRequestException", message)})
             return
         with self._lock:
             app = self._apps.get(app_id)
             if app is None:
-                message = f"java.lang.Exception: app with id: {app_id} not found"
+                message = f"app with id: {app_id} not found"
                 _send(handler, 404, {"RemoteException": _remote("NotFoundException", message)})
                 return
             self._refresh(app)
@@ -415,7 +422,7 @@ class RestApiMixin:
                 _send(handler, 200, {"state": app.state})
                 return
             if target != "KILLED":
-                message = "java.lang.Exception: Only 'KILLED' is allowed as a target state."
+                message = "Only 'KILLED' is allowed as a target state."
                 _send(handler, 400, {"RemoteException": _remote("BadRequestException", message)})
                 return
             if not app.terminal:
@@ -423,4 +430,5 @@ class RestApiMixin:
             if app.terminal:
                 _send(handler, 200, {"state": app.state})
             else:
-                _send(handler, 202, {"state": app.state}, headers={"Location": f"{base}{APPS_PATH}/{app_id}"})
+                # the RM's own state of the application while it saves the kill (not one of the REST API's)
+                _send(handler, 202, {"state": "FINAL_SAVING"}, headers={"Location": f"{base}{APPS_PATH}/{app_id}"})
