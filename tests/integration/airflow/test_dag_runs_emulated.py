@@ -1,12 +1,12 @@
 """Real DAG runs (``airflow dags test`` on SQLite) on the YARN path, with run directories on HDFS: both reached
 through their protocol emulators, which run here, in the test's process, for what the Hadoop lab does not do
-yet: a lifecycle's launch that is not serving within ready_timeout leaves nothing running, and the standby
-NameNode and ResourceManager of an HA pair, listed first in HADOOP_CONF_DIR. (Training on YARN, exported to
-HDFS and run again, is tested on Hadoop's own YARN and HDFS: tests/integration/hadoop/.)
+yet: a lifecycle's launch that is not serving within ready_timeout leaves nothing running. (Training on YARN from
+HADOOP_CONF_DIR alone, exported to HDFS and run again, its OpenLineage parent, and an HA pair of NameNodes, are
+tested on Hadoop's own YARN and HDFS: tests/integration/hadoop/.)
 
 - HDFS: :class:`~airflow_tfos.testing.webhdfs.WebHDFSEmulator` (an active and a standby namenode), reached
   through a ``webhdfs`` connection (Airflow side) and the settings TFoSHook hands the driver in its private
-  properties file (Spark side); in the last test through Hadoop's configuration files alone.
+  properties file (Spark side).
 - YARN: :class:`~airflow_tfos.testing.yarn.ResourceManagerEmulator` (an active and a standby RM) and a
   stand-in ``spark-submit``
   (tests/integration/airflow/yarn_driver_fakes.py) that starts the REAL driver on ``local-cluster[2,1,1024]``
@@ -19,7 +19,6 @@ itself by, so a shutdown here ends in a kill after its grace.
 
 from __future__ import annotations
 
-import getpass
 import json
 import os
 import subprocess
@@ -41,8 +40,7 @@ from airflow_tfos.shared.storage.webhdfs_config import WEBHDFS_ENV
 from airflow_tfos.testing.webhdfs import WebHDFSEmulator
 from airflow_tfos.testing.yarn import ResourceManagerEmulator
 from tests.conftest import REPO
-from tests.integration.airflow.yarn_driver_fakes import CONTAINER_ENV, YarnDriverBroker, read_calls, write_spark_submit
-from tests.support.hadoop_site import ha_cluster_conf
+from tests.integration.airflow.yarn_driver_fakes import CONTAINER_ENV, YarnDriverBroker, write_spark_submit
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(420)]
 
@@ -73,14 +71,6 @@ def tail(done: subprocess.CompletedProcess, broker: YarnDriverBroker | None = No
     for submission in broker.submissions if broker else []:
         text += f"\n--- driver of {submission['app_id']} ---\n" + submission["log"].read_text()[-3000:]
     return text
-
-
-def lineage_events(path: Path, job: str) -> list[dict]:
-    """The OpenLineage events the file transport wrote for ``job`` (one JSON event per line)."""
-    if not path.exists():
-        return []
-    events = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-    return [e for e in events if e.get("job", {}).get("name") == job]
 
 
 @dataclass
@@ -245,66 +235,3 @@ def test_a_failed_launch_on_yarn_leaves_nothing_running_and_the_shutdown_still_r
         f"failed launch on YARN: {len(seen)} processes of the application seen ({', '.join(kinds)}); the last "
         f"seen alive {last_alive[0] - started:.1f} s after the run began; the DAG run took {ended - started:.0f} s\n"
     )
-
-
-def test_a_training_run_knows_the_cluster_from_its_configuration_folder_alone(emulated, tmp_path):
-    """Issue 21: no yarn and no webhdfs connection; HADOOP_CONF_DIR as a cluster ships it (HA namenodes and
-    ResourceManagers, each listed standby first) takes the run to YARN and its run directory to HDFS. The task's
-    OpenLineage parent job reaches the application's Spark settings."""
-    hdfs, rm, dag_id = emulated.hdfs, emulated.rm, "tfos_em_conf_dir"
-    standby_nn, active_nn = hdfs.urls[1 - hdfs.active], hdfs.urls[hdfs.active]
-    standby_rm, active_rm = rm.addresses[1 - rm.active_index], rm.addresses[rm.active_index]
-    conf_dir = ha_cluster_conf(
-        tmp_path / "hadoop-conf",
-        nameservice=NAMESERVICE,
-        namenodes=[standby_nn.split("://")[1], active_nn.split("://")[1]],
-        rms=[standby_rm, active_rm],
-    )
-    calls, lineage = tmp_path / "spark-submit-calls.jsonl", tmp_path / "openlineage.jsonl"
-    env = {
-        k: v for k, v in emulated.env.items() if k not in ("AIRFLOW_CONN_YARN_TFOS_EM", "AIRFLOW_CONN_WEBHDFS_TFOS_EM")
-    }
-    env.update(
-        {
-            "HADOOP_CONF_DIR": str(conf_dir),
-            "AIRFLOW_TFOS_RUN_DIR_BASE": f"hdfs://{NAMESERVICE}/tfos-conf-runs",
-            "FAKE_SPARK_SUBMIT_CALLS": str(calls),
-            "AIRFLOW__OPENLINEAGE__TRANSPORT": json.dumps(
-                {"type": "file", "log_file_path": str(lineage), "append": True}
-            ),
-        }
-    )
-    first_rm_request, first_nn_request = len(rm.requests), len(hdfs.requests)
-    started = time.monotonic()
-    done = dags_test(env, dag_id=dag_id, date="2026-11-23")
-    took = time.monotonic() - started
-    assert succeeded(done), tail(done, emulated.broker)
-
-    (submission,) = emulated.submissions(dag_id)
-    assert WEBHDFS_ENV in submission["env"]  # the driver got the files' HDFS settings through the submission
-    app = rm.application(submission["app_id"])
-    assert (app["state"], app["finalStatus"]) == ("FINISHED", "SUCCEEDED")
-    asked = rm.requests[first_rm_request:]
-    standby_index, active_index = 1 - rm.active_index, rm.active_index
-    assert any(r.rm == standby_index for r in asked), "the standby RM listed first was never asked"
-    assert any(r.rm == active_index and submission["app_id"] in r.path for r in asked)
-
-    run_dir = default_run_dir(
-        f"hdfs://{NAMESERVICE}/tfos-conf-runs", dag_id, "train", datetime(2026, 11, 23, tzinfo=UTC), ""
-    )
-    user = os.environ.get("HADOOP_USER_NAME") or getpass.getuser()  # no connection names one: as spark-submit
-    rundir = RunDir(run_dir, storage=WebHDFSStorage(hdfs.config(user=user, nameservice=NAMESERVICE)))
-    export = rundir.export_success()
-    assert export is not None and export["step"] == 4
-    assert (Path(hdfs.local_path(run_dir.split(NAMESERVICE, 1)[1])) / "export" / "saved_model.pb").is_file()
-    servers = {r.server for r in list(hdfs.requests)[first_nn_request:]}
-    assert {f"namenode{1 - hdfs.active}", f"namenode{hdfs.active}"} <= servers  # the standby first, then the active
-
-    # the OpenLineage parent job: the run id of the task's own OpenLineage events is on the command line
-    (argv,) = read_calls(calls)
-    conf = dict(argv[i + 1].split("=", 1) for i, a in enumerate(argv) if a == "--conf")
-    events = lineage_events(lineage, f"{dag_id}.train")
-    assert events, "no OpenLineage event for the training task"
-    assert {e["run"]["runId"] for e in events} == {conf["spark.openlineage.parentRunId"]}
-    assert conf["spark.openlineage.parentJobName"] == f"{dag_id}.train"
-    sys.stdout.write(f"training from HADOOP_CONF_DIR alone: the DAG run took {took:.0f} s\n")

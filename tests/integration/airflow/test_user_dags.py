@@ -174,10 +174,7 @@ def test_a_dag_with_its_module_beside_it_trains_reruns_as_a_no_op_and_trains_aga
     scored = pq.read_table(env["USER_PREDICTIONS"]).to_pydict()
     assert len(scored["prediction"]) == 600  # batch inference with the exported model, every row once
 
-    again = dags_test(env)
-    assert again.returncode == 0, (again.stdout + again.stderr)[-6000:]
-    assert len(rundir.events("submit")) == 1  # the same code, the same spec: nothing submitted
-
+    # (the same code and spec run again submit nothing: the last run below, and on YARN in tests/integration/hadoop)
     (dags / "my_training.py").write_text(TRAINING_MODULE.format(version=2))
     changed = dags_test(env, skip="^score$")  # scoring after a retrain is checked below, after the backfill
     out = changed.stdout + changed.stderr

@@ -115,6 +115,14 @@ def test_a_users_module_trains_on_yarn_from_hdfs_files_and_a_rerun_submits_nothi
         spec["spec_hash"],
         60,
     )
+    # ...and the application's Spark settings (the history server's REST API) name that task's run as its parent
+    history = spark_on_lab.settings["spark.yarn.historyServer.address"]
+    api = f"http://{history}/api/v1/applications/{app['id']}"
+    attempt = json.loads(page(api))["attempts"][-1].get("attemptId")  # cluster mode on YARN: attempt "1"
+    environment = json.loads(page(f"{api}/{attempt}/environment" if attempt else f"{api}/environment"))
+    properties = dict(environment["sparkProperties"])
+    assert properties["spark.openlineage.parentJobName"] == f"{DAG_ID}.train"
+    assert properties["spark.openlineage.parentRunId"] == complete["run"]["runId"]
 
     again = lab_airflow.airflow("dags", "test", DAG_ID, DAY)
     assert ended_well(again), tail(again)

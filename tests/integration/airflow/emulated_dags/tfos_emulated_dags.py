@@ -79,18 +79,3 @@ with DAG("tfos_em_launch_fails", schedule=None, start_date=datetime(2026, 11, 1)
         task_id="shutdown", launch_task_id="launch", grace_secs=30, poll_interval=1.0, trigger_rule="all_done", **CONNS
     )
     launch >> feed >> shutdown
-
-with DAG("tfos_em_conf_dir", schedule=None, start_date=datetime(2026, 11, 1), catchup=False):
-    # neither a yarn nor a webhdfs connection: the ResourceManagers and the namenodes come from the cluster's
-    # configuration folder (HADOOP_CONF_DIR, which the test sets); only the spark connection says "yarn"
-    TFoSTrainOperator(
-        task_id="train",
-        train_fn="tests.support.programs:recoverable_training",
-        args={"steps_per_epoch": 4, "epochs": 1, "every": 2, "progress": False},
-        num_nodes=2,
-        conf=CONF,
-        spark_conn_id="spark_tfos_em",
-        yarn_conn_id="yarn_not_defined",
-        executor_memory="768m",
-        poll_interval=1.0,
-    )
