@@ -51,7 +51,6 @@ AIRFLOW_GROUP = [
     "tests/unit/airflow_tfos/testing/test_yarn.py",
     "tests/integration/spark/test_adoption_trust.py",
     "tests/integration/spark/test_lease_standalone.py",
-    "tests/integration/spark/test_local_backend.py",
     "tests/integration/kerberos/test_adoption_trust.py",
     "tests/integration/kerberos/test_sensors.py",
     "tests/project/test_provider.py",

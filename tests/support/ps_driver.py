@@ -6,7 +6,7 @@ Starts ``local-cluster[num_nodes,1,...]`` (one TF node per one-core executor, on
 runs each scenario in turn, printing ``RESULT <scenario> <json>`` with the chief's return value and
 ``ended_after``: the seconds from the chief's return to the run's end as the driver saw it.
 Scenarios: ``unfed``, ``count_ids``, ``count_file_ids`` and ``keras_files`` (InputMode.TENSORFLOW: TFRecord
-files read by the workers), ``keras``, ``recover`` (a test kills a worker while it trains).
+files read by the workers), ``keras``.
 """
 
 from __future__ import annotations
@@ -134,12 +134,6 @@ def run_scenario(sc, spark, num_nodes: int, run_dir: str, scenario: str) -> dict
             validation_data=linear_frame(spark, 640, 7),
             feed=feed,
             **kwargs,
-        )
-    elif scenario == "recover":
-        args = {"steps": 40, "every": 5, "sleep": 0.25}
-        feed = Feed(features="x", label="y", batch_size=16)
-        tf_run = TFClusterRun(
-            sc, ps_programs.ps_recoverable, args, data=linear_frame(spark, 800, 3), feed=feed, max_attempts=3, **kwargs
         )
     else:
         raise SystemExit(f"unknown scenario {scenario}")

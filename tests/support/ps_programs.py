@@ -241,46 +241,6 @@ def ps_keras_fit_files(args, ctx):
     }
 
 
-def ps_recoverable(args, ctx):
-    """Fed PS training with the chief's own checkpoints every args['every'] steps, resumable after a lost node.
-
-    The chief records its progress (step, attempt) after every step and sleeps a little, so that a test
-    can kill a worker mid-training; each attempt records the step it restored.
-    """
-    import tensorflow as tf
-
-    if ctx.job_name in ("ps", "worker"):
-        _serve(ctx)
-        return None
-    strategy, coordinator = _coordinator()
-    with strategy.scope():
-        weight = tf.Variable(0.0)
-        step = tf.Variable(0, dtype=tf.int64)
-    manager = tf.train.CheckpointManager(
-        tf.train.Checkpoint(weight=weight, step=step), str(Path(ctx.run_dir) / "ps-checkpoints"), max_to_keep=2
-    )
-    manager.restore_or_initialize()
-    _write(ctx, f"restore{ctx.attempt}", {"step": int(step.numpy())})
-    iterator = iter(coordinator.create_per_worker_dataset(ctx.dataset_fn))
-
-    @tf.function
-    def train(iterator):
-        x, y = next(iterator)
-        weight.assign_add(0.01 * tf.reduce_mean(tf.cast(y, tf.float32) - weight * x[:, 0]))
-        step.assign_add(1)
-
-    progress = Path(ctx.run_dir) / "progress-chief.json"
-    while int(step.numpy()) < args["steps"]:
-        coordinator.schedule(train, args=(iterator,))
-        coordinator.join()
-        done = int(step.numpy())
-        if done % args["every"] == 0:
-            manager.save(checkpoint_number=done)
-        progress.write_text(json.dumps({"step": done, "attempt": ctx.attempt}))
-        time.sleep(args.get("sleep", 0.2))
-    return {"step": int(step.numpy()), "attempt": ctx.attempt, "returned_at": time.time()}
-
-
 def ps_mixed_types(args, ctx):
     """Strings, ragged arrays and sparse vectors under parameter servers: each step, on a worker, reduces its
     batch's rows (a string's length, a ragged row's sum, a sparse row's dot product with 1..size) into

@@ -7,15 +7,11 @@ has too few executors, and a process holds one SparkContext.
 from __future__ import annotations
 
 import json
-import os
-import signal
 import subprocess
 import sys
-import time
 
 import pytest
 
-from airflow_tfos.shared.rundir import RunDir
 from tests.conftest import REPO
 from tests.support.helpers import read_records
 from tests.support.ps_driver import BATCH, FILE_BATCH, FILE_ROWS, ID_ROWS, MIXED_ROWS, MIXED_SIZE, mixed_row
@@ -144,42 +140,3 @@ def test_keras_fit_on_files_read_by_the_workers_converges(two_workers):
 def test_the_run_ends_within_seconds_of_the_chief_returning(two_workers):
     ended_after = {name: result["ended_after"] for name, result in two_workers["results"].items()}
     assert ended_after and all(value < END_WITHIN for value in ended_after.values()), ended_after
-
-
-def _chief_progress(run_dir, min_step: int, within: float = 240) -> dict:
-    deadline = time.monotonic() + within
-    while time.monotonic() < deadline:
-        try:
-            record = json.loads((run_dir / "progress-chief.json").read_text())
-            if record["step"] >= min_step and record["attempt"] == 0:
-                return record
-        except (OSError, ValueError):
-            pass
-        time.sleep(0.05)
-    raise AssertionError(f"the chief did not reach step {min_step} within {within} s")
-
-
-def test_a_worker_lost_under_parameter_servers_restarts_the_stage_from_the_last_checkpoint(tmp_path):
-    driver = subprocess.Popen(
-        _command(4, tmp_path, ["recover"]), cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
-    )
-    run_dir = tmp_path / "recover"
-    try:
-        _chief_progress(run_dir, min_step=12)
-        os.kill(read_records(str(run_dir), "node")["worker:0"]["pid"], signal.SIGKILL)
-        step_at_kill = json.loads((run_dir / "progress-chief.json").read_text())["step"]
-        out, err = driver.communicate(timeout=400)
-    finally:
-        if driver.poll() is None:
-            driver.kill()
-            driver.communicate()
-    result = _results(driver.returncode, out, err, ["recover"])["recover"]
-    assert result["step"] == 40 and result["attempt"] >= 1  # the planned steps, on a fresh TF cluster
-    restored = read_records(str(run_dir), f"restore{result['attempt']}")["chief:0"]["step"]
-    assert restored > 0 and restored % 5 == 0  # from a checkpoint the chief saved before the loss
-    # The coordinator may run a few more steps on the other worker before the stage fails: at most one
-    # checkpoint interval (+1 for the progress file lagging a step) is trained again.
-    assert restored >= step_at_kill - (5 + 1), (step_at_kill, restored)
-    failed = RunDir(str(run_dir)).events("attempt_failed")
-    assert failed[0]["retrying"] and "worker:0" in failed[0]["reason"], failed
-    assert "process killed by SIGKILL" in failed[0]["reason"]
