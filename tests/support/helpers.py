@@ -122,3 +122,16 @@ def report_visitation(cell: str, ids: list[int], every_row_once: int, repeated: 
         f"{repeated} repeated, {dropped} left out",
         flush=True,
     )
+
+
+def webhdfs_remote_exception(response, status: int, exception: str, java_class: str) -> str:
+    """Assert that a WebHDFS answer is Hadoop's error: ``status``, JSON, one ``RemoteException`` of ``exception``
+    (``java_class``) with exactly its three fields; return its message."""
+    assert response.status_code == status, (response.status_code, response.text)
+    assert response.headers["Content-Type"].split(";")[0] == "application/json"
+    body = response.json()
+    assert set(body) == {"RemoteException"}
+    assert set(body["RemoteException"]) == {"exception", "javaClassName", "message"}
+    assert body["RemoteException"]["exception"] == exception
+    assert body["RemoteException"]["javaClassName"] == java_class
+    return body["RemoteException"]["message"]

@@ -14,6 +14,7 @@ import pytest
 import requests
 
 from airflow_tfos.testing.webhdfs import PREFIX, WebHDFSEmulator
+from tests.support.helpers import webhdfs_remote_exception as remote_exception
 
 pytestmark = pytest.mark.real_hadoop
 
@@ -83,17 +84,6 @@ def target(request):
     assert target.call(target.base, "SETPERMISSION", "PUT", user=superuser, permission="777").status_code == 200
     yield target
     target.call(target.base, "DELETE", "DELETE", user=superuser, recursive="true")
-
-
-def remote_exception(response, status: int, exception: str, java_class: str) -> str:
-    assert response.status_code == status, (response.status_code, response.text)
-    assert response.headers["Content-Type"].split(";")[0] == "application/json"
-    body = response.json()
-    assert set(body) == {"RemoteException"}
-    assert set(body["RemoteException"]) == {"exception", "javaClassName", "message"}
-    assert body["RemoteException"]["exception"] == exception
-    assert body["RemoteException"]["javaClassName"] == java_class
-    return body["RemoteException"]["message"]
 
 
 def test_create_is_two_steps_through_a_datanode(target):

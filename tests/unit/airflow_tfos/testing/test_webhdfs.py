@@ -13,6 +13,7 @@ import pytest
 import requests
 
 from airflow_tfos.testing.webhdfs import PREFIX, WebHDFSEmulator
+from tests.support.helpers import webhdfs_remote_exception as remote_exception
 
 
 def call(url: str, path: str, op: str, method: str = "GET", data: bytes | None = None, **params):
@@ -25,17 +26,6 @@ def create(emu: WebHDFSEmulator, path: str, data: bytes, **params):
     first = call(emu.url, path, "CREATE", "PUT", **params)
     assert first.status_code == 307, first.text
     return first, requests.put(first.headers["Location"], data=data, timeout=10)
-
-
-def remote_exception(response, status: int, exception: str, java_class: str) -> str:
-    assert response.status_code == status, (response.status_code, response.text)
-    assert response.headers["Content-Type"] == "application/json"
-    body = response.json()
-    assert set(body) == {"RemoteException"}
-    assert set(body["RemoteException"]) == {"exception", "javaClassName", "message"}
-    assert body["RemoteException"]["exception"] == exception
-    assert body["RemoteException"]["javaClassName"] == java_class
-    return body["RemoteException"]["message"]
 
 
 class TestShapes:
