@@ -72,6 +72,11 @@ class StallError(TFoSRuntimeError):
     stalled nodes and the last step each reached (a fresh TF cluster is tried while attempts are left)."""
 
 
+class HungStageError(TFoSRuntimeError):
+    """Every TF node ended but Spark's stage did not: an executor stopped answering (the attempt is cancelled and
+    a fresh TF cluster returns the result from the latest checkpoint while attempts are left)."""
+
+
 class RunCancelledError(TFoSRuntimeError):
     """The run's Spark stage was cancelled before it finished."""
 

@@ -36,5 +36,8 @@ ATTEMPT_FAILED = "attempt_failed"
 #: Executors of a failed attempt that did not end its tasks were dropped (``run_id``, ``attempt``, ``executors``:
 #: ``executor_id``, ``host``, ``reason`` each).
 EXECUTORS_DROPPED = "executors_dropped"
+#: Every deciding TF node ended but Spark's stage did not within ``grace`` seconds (``run_id``, ``attempt``,
+#: ``ended``: node -> the time it ended, ``grace``): the attempt was cancelled (runtime/driver/ended.py).
+STAGE_HUNG = "stage_hung"
 #: The stall watchdog fired (``run_id``, ``attempt``, ``timeout``, ``nodes``: ``node``, ``step``, ``secs`` each).
 STALL = "stall"

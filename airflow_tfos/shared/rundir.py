@@ -399,6 +399,19 @@ class RunDir:
         """Replace ``nodes/<node>.json``: one training node's global step and phase (``chief-0``...)."""
         self._write_json(record, NODES, f"{node.replace(':', '-')}.json")
 
+    def mark_node_ended(self, node: str, *, run_id: str | None, attempt: int) -> dict[str, Any]:
+        """Record in ``nodes/<node>.json`` that the node's process ended its program (``ended``: the time), keeping
+        the step it last reported in this attempt; the driver's end watch reads it."""
+        name = f"{node.replace(':', '-')}.json"
+        before = self._read_json(NODES, name) or {}
+        if before.get("run_id") != run_id or before.get("attempt", 0) != attempt:
+            before = {}  # an earlier attempt's record: its step is not this one's
+        now = time.time()
+        record = {**before, "worker": node, "run_id": run_id, "attempt": attempt, "phase": "finished", "ended": now}
+        record.update(step=before.get("step"), time=now)
+        self._write_json(record, NODES, name)
+        return record
+
     def node_progress(self) -> list[dict[str, Any]]:
         """Every node's latest ``nodes/<node>.json`` record (none before the nodes report)."""
         try:

@@ -351,6 +351,10 @@ def recoverable_training(args, ctx):
             time.sleep(args.get("sleep", 0.2))
 
     callbacks = [Progress()] if record_progress else []  # fit_resumable adds progress_callback itself
+    if args.get("freeze"):  # one node stops its executor's JVM and trains on (the end watch's drill)
+        from tests.integration.hadoop.dags.lab_training import drill_callbacks
+
+        callbacks += drill_callbacks(args, ctx, checkpointer)
     slow_at, slow_secs = args.get("slow_save_at"), args.get("slow_save_secs", 0)
     if slow_at and ctx.is_chief and ctx.attempt == 0:  # one save made slower than stall_timeout
         save = checkpointer._save

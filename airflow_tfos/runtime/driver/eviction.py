@@ -17,14 +17,19 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from typing import Any
+
+from airflow_tfos.runtime.errors import decode_node_failure
 
 log = logging.getLogger(__name__)
 
 #: How long the failed attempt's other tasks may take to end after the failure before the executors still
 #: running one count as not answering (a killed task stops its node process within its kill grace, 5 s).
 DROP_GRACE_SECS = 10.0
+#: The same after an attempt whose nodes had all ended was cancelled (:mod:`.ended`): its tasks have no
+#: process left to stop, and the run has already waited for them.
+ENDED_DROP_GRACE_SECS = 5.0
 RUNNING = "RUNNING"
 
 
@@ -64,6 +69,7 @@ def executors_to_drop(
     failed_node: str | None = None,
     stalled: Mapping[str, int] | None = None,
     last_steps: Mapping[str, int] | None = None,
+    ended: Collection[str] = (),
     waited: float = DROP_GRACE_SECS,
 ) -> list[Drop]:
     """Decide which executors of a failed attempt to drop.
@@ -78,6 +84,7 @@ def executors_to_drop(
     :param failed_node: the node whose failure ended the attempt, if one did.
     :param stalled: the stall watchdog's nodes and the last step each reached, when it ended the attempt.
     :param last_steps: the last global step each node reported.
+    :param ended: the nodes whose process had ended when the attempt was cancelled (:mod:`.ended`).
     :param waited: seconds between the failure and the look at the tasks, for the message.
     """
     stalled, last_steps = dict(stalled or {}), dict(last_steps or {})
@@ -89,6 +96,8 @@ def executors_to_drop(
             continue
         if task.node in stalled:
             why = f"its TF node {task.node} stalled at step {stalled[task.node]}"
+        elif task.node in ended:
+            why = f"its TF node {task.node} ended, but the executor does not answer"
         elif task.node in last_steps:
             why = f"its TF node {task.node} (last step {last_steps[task.node]}) is cut off or hangs"
         else:
@@ -191,3 +200,37 @@ def _remove_from_scheduler(sc, backend, drop: Drop) -> None:
 def describe(drops: Sequence[Drop]) -> list[dict[str, Any]]:
     """The drops as JSON fields for the run's events."""
     return [dataclasses.asdict(d) for d in drops]
+
+
+def drop_unanswering(
+    sc,
+    job_group: str,
+    jobs_before: set[int],
+    nodes: Sequence[str],
+    error: BaseException,
+    stall,
+    hung,
+    last_steps: Mapping[str, int],
+) -> list[dict[str, Any]]:
+    """After an attempt of ``job_group`` failed (``error``; the stall watchdog's ``stall`` or the end watch's
+    ``hung`` report when one of them ended it), drop the executors still running one of its tasks once the
+    others ended theirs; return what was dropped, as the event's fields. Never raises: Spark's heartbeat
+    timeout still applies when this cannot look."""
+    try:
+        jobs = job_ids(sc, job_group) - jobs_before
+        waited = ENDED_DROP_GRACE_SECS if hung is not None else DROP_GRACE_SECS
+        tasks = wait_for_tasks(sc, jobs, nodes, waited)
+        failure = decode_node_failure(error)
+        drops = executors_to_drop(
+            tasks,
+            failed_node=f"{failure.job_name}:{failure.task_index}" if failure is not None else None,
+            stalled={n.node: n.step for n in stall.nodes} if stall is not None else None,
+            last_steps=last_steps,
+            ended=hung.ended if hung is not None else (),
+            waited=waited,
+        )
+        accepted = set(drop_executors(sc, drops))
+    except Exception as exc:
+        log.warning("cannot look for executors to drop in %s: %s", job_group, exc)
+        return []
+    return describe([d for d in drops if d.executor_id in accepted])

@@ -22,23 +22,12 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from airflow_tfos.runtime.driver.checks import check_cluster, snapshot_resources
-from airflow_tfos.runtime.driver.eviction import (
-    DROP_GRACE_SECS,
-    describe,
-    drop_executors,
-    executors_to_drop,
-    is_local,
-    wait_for_tasks,
-)
+from airflow_tfos.runtime.driver.ended import EndWatch, HungStage
+from airflow_tfos.runtime.driver.eviction import drop_unanswering, is_local
 from airflow_tfos.runtime.driver.eviction import job_ids as group_job_ids
 from airflow_tfos.runtime.driver.stage import check_data_args, frame_stage, rdd_stage, retryable, translate
 from airflow_tfos.runtime.driver.watchdog import StallMonitor, StallReport
-from airflow_tfos.runtime.errors import (
-    RunTimeoutError,
-    StallError,
-    TFoSRuntimeError,
-    decode_node_failure,
-)
+from airflow_tfos.runtime.errors import HungStageError, RunTimeoutError, StallError, TFoSRuntimeError
 from airflow_tfos.runtime.feed.rows import RowFeed
 from airflow_tfos.runtime.node.cluster import decider_ids, plan_roles
 from airflow_tfos.runtime.node.job import NodeJob
@@ -167,6 +156,7 @@ class TFClusterRun:
         #: TensorBoard's log directory: the spec's, else ``<run_dir>/tensorboard`` when TensorBoard is on
         self.log_dir = spec.log_dir or (join(run_dir, "tensorboard") if spec.tensorboard and run_dir else None)
         self._stall: StallReport | None = None
+        self._hung: HungStage | None = None
         self.cluster_id = uuid.uuid4().hex[:12]
         self.job_group = f"airflow-tfos-{self.cluster_id}"
         self._thread: threading.Thread | None = None
@@ -289,21 +279,25 @@ class TFClusterRun:
         for attempt in range(self.spec.max_attempts):
             self._fence(attempt)
             self._event(events.ATTEMPT, attempt=attempt)
-            monitor = self._watch(attempt)
+            self._hung = None
+            watches = [w for w in (self._watch(attempt), self._watch_end(attempt)) if w is not None]
             jobs_before = self._job_ids()
             try:
                 self._outcome = self._stage(dataclasses.replace(job, attempt=attempt))
                 return
             except BaseException as exc:  # re-raised on the caller's thread by wait()
                 stall, self._stall = self._stall, None
+                hung, self._hung = self._hung, None
                 self._error = StallError(stall.message()) if stall is not None else exc
+                if hung is not None and stall is None:
+                    self._error = HungStageError(hung.message())
                 exc = self._error
                 last = attempt + 1 >= self.spec.max_attempts
                 if self._cancelled or not retryable(exc):
                     return
                 reason = str(self._translate(exc)).splitlines()[0][:500]
                 self._event(events.ATTEMPT_FAILED, attempt=attempt, reason=reason, retrying=not last)
-                if not last and (dropped := self._drop_unanswering(attempt, jobs_before, exc, stall)):
+                if not last and (dropped := self._drop_unanswering(attempt, jobs_before, exc, stall, hung)):
                     self._event(events.EXECUTORS_DROPPED, attempt=attempt, executors=dropped)
                 if last:
                     log.error(
@@ -323,8 +317,8 @@ class TFClusterRun:
                 )
                 self._error = None
             finally:
-                if monitor is not None:
-                    monitor.stop()
+                for watch in watches:
+                    watch.stop()
 
     def _job_ids(self) -> set[int] | None:
         if is_local(self.sc.master):
@@ -335,30 +329,21 @@ class TFClusterRun:
             return None
 
     def _drop_unanswering(
-        self, attempt: int, jobs_before: set[int] | None, error: BaseException, stall: StallReport | None
+        self,
+        attempt: int,
+        jobs_before: set[int] | None,
+        error: BaseException,
+        stall: StallReport | None,
+        hung: HungStage | None,
     ) -> list[dict[str, Any]]:
         """Drop the executors that still run a task of the failed attempt once the others ended theirs (a host
         cut off, a JVM that hangs), so the next attempt is placed on the others instead of waiting for Spark's
         heartbeat timeout (:mod:`airflow_tfos.runtime.driver.eviction`); return what was dropped."""
         if jobs_before is None:
             return []
-        try:
-            jobs = group_job_ids(self.sc, self.job_group) - jobs_before
-            nodes = [role.label for role in self.roles]
-            tasks = wait_for_tasks(self.sc, jobs, nodes, DROP_GRACE_SECS)
-            failure = decode_node_failure(error)
-            drops = executors_to_drop(
-                tasks,
-                failed_node=f"{failure.job_name}:{failure.task_index}" if failure is not None else None,
-                stalled={n.node: n.step for n in stall.nodes} if stall is not None else None,
-                last_steps=self._last_steps(attempt),
-                waited=DROP_GRACE_SECS,
-            )
-            accepted = set(drop_executors(self.sc, drops))
-        except Exception as exc:  # never a reason to fail the run: Spark's heartbeat timeout still applies
-            log.warning("TF cluster %s: cannot look for executors to drop: %s", self.cluster_id, exc)
-            return []
-        return describe([d for d in drops if d.executor_id in accepted])
+        nodes = [role.label for role in self.roles]
+        last_steps = self._last_steps(attempt)
+        return drop_unanswering(self.sc, self.job_group, jobs_before, nodes, error, stall, hung, last_steps)
 
     def _last_steps(self, attempt: int) -> dict[str, int]:
         if not self.run_dir:
@@ -396,6 +381,22 @@ class TFClusterRun:
         monitor = StallMonitor(read, self.spec.stall_timeout, on_stall)
         monitor.start()
         return monitor
+
+    def _watch_end(self, attempt: int) -> EndWatch | None:
+        """Watch for every deciding node's end while the stage runs on (:mod:`airflow_tfos.runtime.driver.ended`);
+        None without a run directory or executors to drop (local mode)."""
+        if not self.run_dir or is_local(self.sc.master):
+            return None
+        deciders = [role.label for role in self.roles if role.executor_id in decider_ids(self.roles)]
+
+        def on_hung(hung: HungStage) -> None:
+            self._hung = hung
+            self._event(events.STAGE_HUNG, attempt=attempt, ended=hung.ended, grace=hung.grace)
+            self.sc.cancelJobGroup(self.job_group)  # the others' tasks end; the unanswering ones are dropped
+
+        watch = EndWatch(RunDir(self.run_dir).node_progress, self.cluster_id, attempt, deciders, on_hung)
+        watch.start()
+        return watch
 
     def _fence(self, attempt: int) -> None:
         """Make ``attempt`` the only one whose checkpoints and exports the run directory accepts."""

@@ -13,6 +13,7 @@ from typing import Any
 
 from airflow_tfos.runtime.errors import (
     ClusterConfigError,
+    HungStageError,
     NodeFailedError,
     RunCancelledError,
     StallError,
@@ -57,7 +58,7 @@ def rdd_stage(rdd, job: NodeJob) -> list[tuple[int, bytes, str]]:
 def translate(error: BaseException, cluster_id: str, num_nodes: int, cancelled: bool) -> BaseException:
     """The error a failed stage raises: a node's own failure (decoded from Spark's text), a cancellation, a
     cluster too large for the slots, or Spark's failure as it is."""
-    if isinstance(error, (FeedConfigError, StallError)):
+    if isinstance(error, (FeedConfigError, StallError, HungStageError)):
         return error
     failure = decode_node_failure(error)
     if failure is not None and failure.kind == "input":
@@ -74,7 +75,7 @@ def translate(error: BaseException, cluster_id: str, num_nodes: int, cancelled: 
 
 def retryable(error: BaseException) -> bool:
     """Whether a fresh TF cluster may get past ``error``: infrastructure, not the program or its input."""
-    if isinstance(error, StallError):
+    if isinstance(error, (StallError, HungStageError)):
         return True
     if isinstance(error, (FeedConfigError, ClusterConfigError, KeyboardInterrupt)):
         return False

@@ -181,6 +181,20 @@ def _record_end(ctx, ok: bool) -> None:
         log.warning("cannot record the node's memory in %s: %s", ctx.run_dir, exc)
 
 
+def _record_ended(ctx) -> None:
+    """Record that this node's program ended and its result is written: the driver's end watch
+    (runtime/driver/ended.py) ends an attempt whose nodes all ended but whose Spark stage does not."""
+    if not ctx.run_dir:
+        return
+    from airflow_tfos.shared.rundir import RunDir
+
+    fields = _node_fields(ctx)
+    try:
+        RunDir(ctx.run_dir).mark_node_ended(fields["worker"], run_id=fields.get("run_id"), attempt=ctx.attempt)
+    except Exception as exc:  # then Spark's heartbeat timeout is what ends a stage an executor hangs
+        log.warning("cannot record the node's end in %s: %s", ctx.run_dir, exc)
+
+
 def _load_payload(node_dir: Path):
     try:
         with open(node_dir / PAYLOAD, "rb") as f:
@@ -326,6 +340,7 @@ def main(argv: list[str]) -> int:
     tmp.write_bytes(data)
     tmp.replace(node_dir / RESULT)
     log.info("node %s:%d finished main_fun", ctx.job_name, ctx.task_index)
+    _record_ended(ctx)
     return 0
 
 

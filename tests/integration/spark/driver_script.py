@@ -4,7 +4,8 @@
 
 Scenarios: ``sleep`` (runs until interrupted), ``gpu`` (a local cluster whose workers discover a
 stub GPU through a discovery script), ``recover`` (checkpointed training that a test disturbs), ``stall``
-(the same, with a stall watchdog of 4 s and one checkpoint save of 6 s).
+(the same, with a stall watchdog of 4 s and one checkpoint save of 6 s), ``freeze`` (the same, one node's
+executor JVM stopped while its TF process trains on to the end).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import json
 import os
 import stat
 import sys
+import time
 from pathlib import Path
 
 from tests.conftest import local_cluster_conf
@@ -40,6 +42,8 @@ def main(scenario: str, run_dir: str) -> int:
     from airflow_tfos.runtime import TFClusterRun
 
     conf = gpu_conf(Path(run_dir)) if scenario == "gpu" else local_cluster_conf(2, app_name="airflow-tfos-driver")
+    if scenario == "freeze":  # three one-core executors for two nodes: a replacement starts on the spare
+        conf = local_cluster_conf(3, app_name="airflow-tfos-driver").set("spark.cores.max", "2")
     sc = SparkContext(conf=conf)
     sc.setLogLevel("ERROR")
     try:
@@ -59,6 +63,15 @@ def main(scenario: str, run_dir: str) -> int:
                 sc, programs.recoverable_training, args, num_nodes=2, run_dir=run_dir, max_attempts=3, stall_timeout=4
             )
             print("RESULT " + json.dumps(tf_run.start().wait(600)), flush=True)
+        elif scenario == "freeze":
+            # worker:0 stops its executor's JVM at step 10 and trains on to step 60: the run must end soon after
+            # its nodes did, not when Spark's heartbeat times out (120 s, Spark's default)
+            args = {"steps_per_epoch": 20, "epochs": 3, "every": 5, "sleep": 0.1}
+            args["freeze"] = {"attempt": 0, "node": "worker:0", "step": 10}
+            tf_run = TFClusterRun(sc, programs.recoverable_training, args, num_nodes=2, run_dir=run_dir, max_attempts=3)
+            result = tf_run.start().wait(600)
+            print(f"ENDED {time.time()}", flush=True)
+            print("RESULT " + json.dumps(result), flush=True)
         elif scenario == "gpu":
             result = TFClusterRun(sc, programs.report_context, num_nodes=2, gpus_per_node=1, run_dir=run_dir)
             print("RESULT " + json.dumps(result.start().wait()), flush=True)

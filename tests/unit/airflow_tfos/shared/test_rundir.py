@@ -223,3 +223,16 @@ def test_the_spec_an_application_works_on(rundir):
     assert rundir.application_spec_hash("application_1_0001") == "older"  # what its driver read
     rundir.write_status("RUNNING", application_id="application_1_0002", spec_hash="newer")
     assert rundir.application_spec_hash("application_1_0002") == "newer"
+
+
+def test_a_nodes_end_keeps_the_step_of_its_own_attempt_only(rundir):
+    rundir.write_node_progress("worker:0", {"worker": "worker:0", "run_id": "c1", "attempt": 0, "step": 42})
+    ended = rundir.mark_node_ended("worker:0", run_id="c1", attempt=0)
+    assert (ended["step"], ended["phase"], ended["attempt"]) == (42, "finished", 0)
+    assert abs(ended["ended"] - time.time()) < 5
+    assert rundir.node_progress() == [ended]
+    # a new attempt's node that reported no step yet: the old attempt's step is not its own
+    again = rundir.mark_node_ended("worker:0", run_id="c1", attempt=1)
+    assert again["step"] is None and again["attempt"] == 1
+    other = rundir.mark_node_ended("chief:0", run_id="c2", attempt=0)
+    assert other["worker"] == "chief:0" and other["step"] is None

@@ -54,3 +54,12 @@ def test_nothing_is_dropped_in_local_mode():
     assert not is_local("local-cluster[2,1,1024]") and not is_local("spark://10.231.77.11:7077")
     (drop,) = executors_to_drop(tasks(("chief:0", "1", "RUNNING")))
     assert drop_executors(SimpleNamespace(master="local[2]"), [drop]) == []  # never reaches the JVM
+
+
+def test_a_node_that_ended_while_its_executor_hangs_is_named_so():
+    seen = tasks(("chief:0", "1", "KILLED"), ("worker:0", "2", "RUNNING"))
+    (drop,) = executors_to_drop(seen, ended=["chief:0", "worker:0"], last_steps={"worker:0": 60}, waited=5)
+    assert drop.message() == (
+        "dropping executor 2 on 10.231.77.16: its TF node worker:0 ended, but the executor does not answer; "
+        "its task did not end within 5 s of the attempt's failure"
+    )
