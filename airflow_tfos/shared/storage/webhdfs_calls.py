@@ -17,6 +17,7 @@ from collections.abc import Callable
 from typing import Any
 
 from airflow_tfos.shared.storage.webhdfs_config import split_uri
+from airflow_tfos.shared.storage.webhdfs_datanodes import with_exclusions
 
 _SESSION_CLASS: type | None = None
 
@@ -24,17 +25,26 @@ _SESSION_CLASS: type | None = None
 def session_class() -> type:
     """A ``requests.Session`` whose own ``verify`` (the configured CA bundle, or False) wins over
     ``REQUESTS_CA_BUNDLE`` / ``CURL_CA_BUNDLE``: plain requests lets those variables replace a session's
-    bundle, so a cluster's own CA would be ignored wherever the machine sets them."""
+    bundle, so a cluster's own CA would be ignored wherever the machine sets them; and which asks the namenode
+    to leave the datanodes of its ``exclusions`` out of its redirects."""
     global _SESSION_CLASS
     if _SESSION_CLASS is None:
         import requests
 
         class ConfiguredVerifySession(requests.Session):
+            #: the datanodes the namenode is asked to leave out of its redirects (webhdfs_datanodes.py)
+            exclusions = None
+
             def merge_environment_settings(self, url, proxies, stream, verify, cert):
                 settings = super().merge_environment_settings(url, proxies, stream, verify, cert)
                 if verify is None and self.verify is not True:
                     settings["verify"] = self.verify
                 return settings
+
+            def request(self, method, url, *args, **kwargs):
+                if "params" in kwargs:
+                    kwargs["params"] = with_exclusions(kwargs["params"], self.exclusions)
+                return super().request(method, url, *args, **kwargs)
 
         _SESSION_CLASS = ConfiguredVerifySession
     return _SESSION_CLASS

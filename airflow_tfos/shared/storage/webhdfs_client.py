@@ -32,6 +32,12 @@ from airflow_tfos.shared.storage.webhdfs_calls import (
     session_class,
 )
 from airflow_tfos.shared.storage.webhdfs_config import WebHDFSConfig, config_for_uri, split_uri
+from airflow_tfos.shared.storage.webhdfs_datanodes import (
+    NAMENODE_INFO,
+    DatanodeExclusions,
+    failed_datanode,
+    transfer_addresses,
+)
 from airflow_tfos.shared.storage.webhdfs_errors import (
     TRANSIENT_REMOTE,
     raise_for_server_error,
@@ -67,6 +73,7 @@ class WebHDFSStorage:
         self._clients: list[Any] | None = None
         self._active = 0
         self._lock = threading.Lock()
+        self._datanodes = DatanodeExclusions(self._transfer_addresses)
 
     def __repr__(self) -> str:
         return f"WebHDFSStorage(namenodes={list(self.config.namenodes)}, user={self.config.effective_user()!r})"
@@ -76,11 +83,15 @@ class WebHDFSStorage:
     def _make_clients(self) -> list[Any]:
         from hdfs import InsecureClient
 
+        library_log = logging.getLogger("hdfs.client")
+        if library_log.level == logging.NOTSET:  # one INFO line per request in every task's log: unless asked for
+            library_log.setLevel(logging.WARNING)
         clients = []
         for url in self.config.namenodes:
             session = session_class()()
             session.verify = self.config.verify
             session.hooks["response"].append(raise_for_server_error)
+            session.exclusions = self._datanodes
             if self.config.auth == "kerberos":
                 from airflow_tfos.shared.storage.kerberos import SpnegoAuth, install_log_redaction
 
@@ -114,7 +125,15 @@ class WebHDFSStorage:
             except Exception as exc:
                 reason = transient_reason(exc)
                 error = translate(exc, what, path, url, self.config) if reason is None else None
-                if reason is not None:
+                datanode = failed_datanode(exc, list(config.namenodes)) if reason is not None else None
+                if datanode is not None:  # the namenode's redirect led to a datanode that does not answer
+                    failures.append((f"{url}'s redirect to the datanode {datanode}", reason))
+                    left_out = self._datanodes.failed(datanode)
+                    log.warning(
+                        "WebHDFS %s %s: the datanode %s did not answer (%s); trying again without it (%s)",
+                        what, path, datanode, reason, left_out,
+                    )  # fmt: skip
+                elif reason is not None:
                     failures.append((url, reason))
                     level = logging.INFO if reason in TRANSIENT_REMOTE else logging.WARNING  # a standby is normal
                     log.log(level, "WebHDFS %s %s on %s failed (%s); trying again", what, path, url, reason)
@@ -136,6 +155,16 @@ class WebHDFSStorage:
             if time.monotonic() >= deadline:
                 break
         raise unavailable(what, path, failures, self.config)
+
+    def _transfer_addresses(self) -> dict[str, str]:
+        """The datanodes' transfer addresses by HTTP address, from the active namenode's JMX."""
+        clients = self._clients or []
+        index = self._active if self._active < len(clients) else 0
+        reply = clients[index]._session.get(
+            self.config.namenodes[index].rstrip("/") + NAMENODE_INFO, timeout=self.config.timeout
+        )
+        reply.raise_for_status()
+        return transfer_addresses(reply.json())
 
     # --- delegation tokens (auth="kerberos") ---------------------------------------------------------
 
