@@ -17,6 +17,7 @@ XComs, and call these steps in order (``already_done``, ``reattach_or_submit``, 
 from __future__ import annotations
 
 import logging
+import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -397,6 +398,13 @@ class TrainingRun(ApplicationRun):
         error = status.get("error")
         diagnostics = (app.diagnostics or "").strip().splitlines()
         ended = f"application {app.app_id} ended {app.state}/{app.final_status}"
+        if app.state == "KILLED":  # killed from outside (the RM's REST API, yarn application -kill): that first
+            who = re.search(r"killed by user (\S+)", app.diagnostics or "")
+            by = f" by user {who.group(1)}" if who else ""
+            raise AirflowException(
+                f"application {app.app_id} was killed{by} ({ended}{'; ' + diagnostics[0] if diagnostics else ''}); "
+                f"{resume}"
+            )
         if error:  # the driver's own words first
             raise AirflowException(f"{error} ({ended}{'; ' + diagnostics[0] if diagnostics else ''}); {resume}")
         raise AirflowException(

@@ -352,7 +352,9 @@ def fit_resumable(
     the run has one (:meth:`RunCheckpointer.restore`, which it calls; calling it first is harmless).
     With ``progress`` (default) it reports progress to the run directory
     (:func:`airflow_tfos.runtime.program.keras_progress.progress_callback`; pass ``progress=False`` when ``callbacks``
-    holds one of your own). Returns the histories of the fits it ran.
+    holds one of your own). Returns the histories of the fits it ran: none when the checkpoint it restored had
+    trained every epoch (a fresh TF cluster after the last one had finished, e.g. once an executor stopped
+    answering at the end): take the model's metrics from ``model.evaluate`` then, not from the histories.
     """
     dataset = one_pass_per_epoch(dataset, steps_per_epoch)
     start = checkpointer.restore()
@@ -397,6 +399,8 @@ def fit_resumable(
                     reason=why_not,
                     attempt=checkpointer.ctx.attempt,
                 )
+    if epoch >= epochs:
+        log.info("restored step %d: all %d epochs were trained already, nothing left to fit", start, epochs)
     if epoch < epochs:
         start_epoch(dataset, epoch)
         saver.position = (0, 0)  # fit's own epoch numbers count from initial_epoch
