@@ -2,7 +2,7 @@
 
 Written from the public WebHDFS REST documentation (``/webhdfs/v1/<path>?op=...``) for tests of this
 package and of users' DAGs, where no Hadoop runs, and held to Hadoop 3.5's own NameNode and DataNodes by
-``tests/integration/hadoop/test_webhdfs_protocol.py``::
+``tests/integration/hadoop/test_webhdfs_conformance.py``::
 
     with WebHDFSEmulator() as hdfs:
         storage = WebHDFSStorage(hdfs.config())

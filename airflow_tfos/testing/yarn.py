@@ -1,7 +1,7 @@
 """An emulator of YARN's ResourceManager REST API, for tests of this package and of users' DAGs.
 
 Written from Hadoop's ``ResourceManagerRest.md`` and held to Hadoop 3.5's own ResourceManager by
-``tests/integration/hadoop/test_yarn_protocol.py``: it answers the JSON shapes (``{"apps": {"app": [...]}}``,
+``tests/integration/hadoop/test_yarn_conformance.py``: it answers the JSON shapes (``{"apps": {"app": [...]}}``,
 ``{"apps": {}}`` when none matches, ``{"app": {...}}`` with no ``trackingUrl`` before the master registered,
 queues by their full path, ``{"state": ...}``),
 the 202-then-200 kill, ``RemoteException`` errors, and, with ``ha=True``, a standby RM that redirects

@@ -1,7 +1,7 @@
 """What only the WebHDFS emulator does: its request log and local files, read-only switches, HA by a switch,
 and faults, checked with raw HTTP requests and through the ``hdfs`` package (what our storage and Airflow's
 WebHDFSHook use). The protocol itself (shapes, codes, redirects, errors) is asked of the emulator and of Hadoop's
-own NameNode alike in ``tests/integration/hadoop/test_webhdfs_protocol.py``.
+own NameNode alike in ``tests/integration/hadoop/test_webhdfs_conformance.py``.
 """
 
 from __future__ import annotations

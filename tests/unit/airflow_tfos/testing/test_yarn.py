@@ -1,7 +1,7 @@
 """What only the ResourceManager emulator does, over raw HTTP: applications whose state a test sets or that a local
 process backs, HA by a switch, faults, refused users, the conf servlet. The REST API itself (shapes, filters, the
 kill, errors) is asked of the emulator and of Hadoop's own RM alike in
-``tests/integration/hadoop/test_yarn_protocol.py``."""
+``tests/integration/hadoop/test_yarn_conformance.py``."""
 
 from __future__ import annotations
 
