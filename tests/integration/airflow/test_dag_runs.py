@@ -4,7 +4,7 @@ lifecycle run (launch, feed, shutdown) run again after its spec changed, past it
 request; concurrent publish runs racing on one model registry.
 
 The DAGs are in tests/integration/airflow/dags/tfos_it_dags.py. Fresh runs and reruns are run by
-test_dag_runs_emulated.py (YARN and HDFS emulators), by the example DAGs' tests and by the failure
+test_dag_runs_kerberos.py (YARN and HDFS emulators, Kerberized), by the example DAGs' tests and by the failure
 drills (tests/drills: a real scheduler and triggerer; a retry after the driver is killed, resuming from
 its checkpoint; an executor kill; a UI "Clear"); launch / feed / shutdown, twice, by the lifecycle
 example's test.

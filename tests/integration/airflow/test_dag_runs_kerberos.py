@@ -26,7 +26,7 @@ from airflow_tfos.shared.storage.webhdfs_config import WEBHDFS_ENV
 from airflow_tfos.testing.webhdfs import WebHDFSEmulator
 from airflow_tfos.testing.yarn import ResourceManagerEmulator
 from tests.conftest import REPO
-from tests.integration.airflow.test_dag_runs_emulated import DAG_ID, DAGS, NAMESERVICE, dags_test, succeeded, tail
+from tests.integration.airflow.emulated import DAG_ID, DAGS, NAMESERVICE, dags_test, succeeded, tail
 from tests.integration.airflow.yarn_driver_fakes import YarnDriverBroker, write_spark_submit
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(420)]

@@ -7,16 +7,20 @@ with Maven's line naming the artifact."""
 from __future__ import annotations
 
 import importlib.util
+import io
 import os
 import sys
 import time
+import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 
 from tests.conftest import REPO
+from tests.integration.hadoop.airflow_lab import AirflowOnLab
 
 
 def _load_lab_script() -> Any:
@@ -133,3 +137,46 @@ def spark_on_lab(hadoop_lab) -> SparkOnLab:
     done = hadoop.spark_setup(hadoop_lab.conf_dir, env_mode="link")
     hadoop_lab.timings.update(done["timings"], spark_setup_s=round(time.monotonic() - started, 1))
     return SparkOnLab(hadoop_lab.conf_dir, done["settings"])
+
+
+#: Where the DAG tests of dags/ keep their run directories on the lab's HDFS (``[tfos] run_dir_base``).
+LAB_RUNS = "/lab-runs"
+#: y = x . [2, -3] + 1: what the users' two workers must find
+WEIGHTS, BIAS = np.array([2.0, -3.0], dtype="float32"), 1.0
+
+
+def write_parquet(hadoop_lab: Lab, folder: str, files: int = 2, rows: int = 400) -> None:
+    """``files`` Parquet files of ``rows`` rows each on the lab's HDFS, through the project's WebHDFS storage."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from airflow_tfos.shared.storage import storage_for
+
+    rng = np.random.default_rng(11)
+    storage = storage_for(hadoop_lab.uri(folder))
+    for index in range(files):
+        x = rng.uniform(-1, 1, size=(rows, 2)).astype("float32")
+        table = pa.table({"x": pa.array(x.tolist(), type=pa.list_(pa.float32())), "y": x @ WEIGHTS + BIAS})
+        out = io.BytesIO()
+        pq.write_table(table, out)
+        storage.write_bytes(hadoop_lab.uri(f"{folder}/part-{index}.parquet"), out.getvalue())
+
+
+@pytest.fixture(scope="package")
+def lab_airflow(spark_on_lab, hadoop_lab, tmp_path_factory) -> AirflowOnLab:
+    """One Airflow home reading dags/ (a user's DAGs and their training module), its Parquet data on the lab."""
+    data = f"/lab/linear-{uuid.uuid4().hex[:8]}"
+    write_parquet(hadoop_lab, data)
+    archive = spark_on_lab.settings["spark.yarn.dist.archives"].split("#", 1)[0]
+    home = tmp_path_factory.mktemp("airflow-lab-dag")
+    return AirflowOnLab.start(
+        spark_on_lab,
+        hadoop_lab,
+        home,
+        Path(__file__).parent / "dags",
+        AIRFLOW__TFOS__RUN_DIR_BASE=f"hdfs://{LAB_RUNS}",
+        LAB_DATA=f"hdfs://{data}",
+        LAB_PACKED_ENV=archive,
+        # the cluster has no default Python environment: the operator names it
+        SPARK_CONF_DIR=str(spark_on_lab.conf_dir_without_env(home / "spark-conf")),
+    )

@@ -5,12 +5,14 @@
 Scenarios: ``sleep`` (runs until interrupted), ``gpu`` (a local cluster whose workers discover a
 stub GPU through a discovery script), ``recover`` (checkpointed training that a test disturbs), ``stall``
 (the same, with a stall watchdog of 4 s and one checkpoint save of 6 s), ``freeze`` (the same, one node's
-executor JVM stopped while its TF process trains on to the end).
+executor JVM stopped while its TF process trains on to the end), ``remote`` (the same training, its run directory
+a URI such as ``hdfs://``, the storage's log on stderr).
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import os
 import stat
 import sys
@@ -62,6 +64,12 @@ def main(scenario: str, run_dir: str) -> int:
             tf_run = TFClusterRun(
                 sc, programs.recoverable_training, args, num_nodes=2, run_dir=run_dir, max_attempts=3, stall_timeout=4
             )
+            print("RESULT " + json.dumps(tf_run.start().wait(600)), flush=True)
+        elif scenario == "remote":
+            # the "recover" training with its run directory where the URI says (hdfs://...), the storage's log shown
+            logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s [%(name)s] %(message)s")
+            args = {"steps_per_epoch": 20, "epochs": 3, "every": 5, "sleep": 0.4, "progress": False}
+            tf_run = TFClusterRun(sc, programs.recoverable_training, args, num_nodes=2, run_dir=run_dir, max_attempts=3)
             print("RESULT " + json.dumps(tf_run.start().wait(600)), flush=True)
         elif scenario == "freeze":
             # worker:0 stops its executor's JVM at step 10 and trains on to step 60: the run must end soon after

@@ -1,7 +1,6 @@
-"""The DAGs run by tests/integration/airflow/test_dag_runs_emulated.py: training submitted to YARN (the ResourceManager
-emulator and a stand-in spark-submit that starts the real driver) with its run directory on HDFS (the
-WebHDFS emulator); a lifecycle whose launch fails; training whose cluster is known only from Hadoop's
-configuration files.
+"""The DAG run by tests/integration/airflow/test_dag_runs_kerberos.py: training submitted to YARN (the
+ResourceManager emulator and a stand-in spark-submit that starts the real driver) with its run directory on HDFS
+(the WebHDFS emulator).
 
 The run directory is the default one (``[tfos] run_dir_base`` comes from ``AIRFLOW_TFOS_RUN_DIR_BASE``, an
 ``hdfs://`` URI), so a rerun of the same DAG run finds the same directory. The connections come from
@@ -15,12 +14,7 @@ from datetime import datetime
 
 from airflow.sdk import DAG
 
-from airflow_tfos.operators import (
-    TFoSFeedOperator,
-    TFoSLaunchClusterOperator,
-    TFoSShutdownClusterOperator,
-    TFoSTrainOperator,
-)
+from airflow_tfos.operators import TFoSTrainOperator
 from airflow_tfos.sensors import TFoSCheckpointSensor
 
 WEBHDFS_CONN = "webhdfs_tfos_em"
@@ -56,26 +50,3 @@ with DAG("tfos_em_train", schedule=None, start_date=datetime(2026, 11, 1), catch
         timeout=60,
     )
     train >> exported
-
-with DAG("tfos_em_launch_fails", schedule=None, start_date=datetime(2026, 11, 1), catchup=False):
-    # the application on YARN cannot serve within ready_timeout: its TF nodes first train on ``data`` (here they
-    # sleep), so the launch kills it and fails; the feed never runs, and the shutdown (all_done) finds the
-    # launch's run by launch_task_id, with no XCom to render
-    launch = TFoSLaunchClusterOperator(
-        task_id="launch",
-        train_fn="tests.support.programs:fail_on",
-        args={"job": "none", "index": -1, "others_sleep": 600},
-        num_nodes=2,
-        input_mode="TENSORFLOW",
-        data={"format": "parquet", "path": "hdfs://emuns/tfos-data/never-read"},
-        ready_timeout=float(os.environ.get("TFOS_EM_READY_TIMEOUT", "20")),
-        conf=CONF,
-        executor_memory="768m",
-        poll_interval=1.0,
-        **CONNS,
-    )
-    feed = TFoSFeedOperator(task_id="feed", launch_task_id="launch", poll_interval=1.0, **CONNS)
-    shutdown = TFoSShutdownClusterOperator(
-        task_id="shutdown", launch_task_id="launch", grace_secs=30, poll_interval=1.0, trigger_rule="all_done", **CONNS
-    )
-    launch >> feed >> shutdown
