@@ -51,7 +51,7 @@ def _wait(check, within: float, what: str) -> None:
         time.sleep(0.1)
 
 
-def test_a_training_run_goes_on_while_the_namenodes_fail_over_and_back(ha_lab, monkeypatch):
+def test_drill_a_training_run_goes_on_while_the_namenodes_fail_over_and_back(ha_lab, monkeypatch):
     """A TF cluster on a local Spark cluster, its run directory on the HA pair (``hdfs://lab/...``; both
     namenodes from ``HADOOP_CONF_DIR``, handed to the driver as a training task hands them, and by the driver to
     every TF node): the pair is failed over and back while it trains; checkpoints keep landing, the chief's log
