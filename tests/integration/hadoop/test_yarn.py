@@ -100,16 +100,20 @@ def _application_master(app_id: str) -> int:
 def test_an_application_whose_master_is_killed_fails_and_the_task_removes_what_it_staged(backend, hadoop_lab, tmp_path):
     # The application master's JVM dies as on a lost node or under the kernel's OOM killer: Spark has no chance to
     # remove its staging folder (it does when it ends its last attempt itself); the task that sees it failed does.
-    tag = f"tfos-lab-{uuid.uuid4().hex[:8]}"
-    app_id = backend.submit(submission(tmp_path, tag, "600"))
-    assert [app.app_id for app in backend.find_by_tag(tag)] == [app_id]  # found by its tag
-    running = wait_for(backend, app_id, lambda s: s.state == "RUNNING" or s.is_terminal, timeout=180)
-    assert running.state == "RUNNING", running
-    os.kill(_application_master(app_id), signal.SIGKILL)
-    failed = wait_for(backend, app_id, lambda s: s.is_terminal, timeout=120)
-    assert (failed.state, failed.final_status) == ("FAILED", "FAILED"), failed
-    staging = f"/user/{getpass.getuser()}/.sparkStaging/{app_id}"
-    assert hadoop_lab.inspect(staging)[staging], "Spark removed its staging folder itself: nothing left to test"
+    for _ in range(2):  # once in a while the staging folder was gone already (seen once in a full run): once more
+        tag = f"tfos-lab-{uuid.uuid4().hex[:8]}"
+        app_id = backend.submit(submission(tmp_path, tag, "600"))
+        assert [app.app_id for app in backend.find_by_tag(tag)] == [app_id]  # found by its tag
+        running = wait_for(backend, app_id, lambda s: s.state == "RUNNING" or s.is_terminal, timeout=180)
+        assert running.state == "RUNNING", running
+        os.kill(_application_master(app_id), signal.SIGKILL)
+        failed = wait_for(backend, app_id, lambda s: s.is_terminal, timeout=120)
+        assert (failed.state, failed.final_status) == ("FAILED", "FAILED"), failed
+        staging = f"/user/{getpass.getuser()}/.sparkStaging/{app_id}"
+        if hadoop_lab.inspect(staging)[staging]:
+            break
+    else:
+        raise AssertionError("Spark removed its staging folder itself, twice: nothing left to test")
 
     TFoSHook(spark_conn_id=SPARK_CONN, yarn_conn_id="yarn_hadoop_lab").clean_up(failed)  # what the task's end does
     assert hadoop_lab.inspect(staging)[staging] is None
