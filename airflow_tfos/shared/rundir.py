@@ -407,8 +407,8 @@ class RunDir:
         if before.get("run_id") != run_id or before.get("attempt", 0) != attempt:
             before = {}  # an earlier attempt's record: its step is not this one's
         now = time.time()
-        record = {**before, "worker": node, "run_id": run_id, "attempt": attempt, "phase": "finished", "ended": now}
-        record.update(step=before.get("step"), time=now)
+        record = {**before, "worker": node, "run_id": run_id, "attempt": attempt, "step": before.get("step")}
+        record.update(phase="finished", ended=now, time=now)
         self._write_json(record, NODES, name)
         return record
 
