@@ -67,6 +67,16 @@ def get_provider_info() -> dict:
                         "example": "hdfs://nameservice1/user/airflow/tfos-runs",
                         "default": None,
                     },
+                    "local_paths_shared": {
+                        "description": "Whether every host of the Spark cluster mounts local paths at the same "
+                        "place (NFS): with a YARN master, operators refuse a local run directory, warm start, "
+                        "log directory, model or output unless this (or the operator's local_paths_shared) is "
+                        "True, since the containers run on other hosts.",
+                        "version_added": "0.2.0",
+                        "type": "boolean",
+                        "example": None,
+                        "default": "False",
+                    },
                     "serve_reports": {
                         "description": "Serve training reports (report.html and its PNG plots) from the "
                         "api-server under tfos/reports/, the target of the Training report extra link; "

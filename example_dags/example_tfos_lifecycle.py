@@ -12,7 +12,7 @@
     batch_inference  scores the day's data with the model in service
 
 Settings as in example_tfos_nightly.py (``TFOS_EXAMPLE_BASE``, the ``tfos_spark`` connection). The part
-between the START and END markers is the README's lifecycle example, verbatim (a test compares them).
+between the START and END markers is docs/airflow.md's lifecycle example, verbatim (a test compares them).
 """
 
 from __future__ import annotations
@@ -66,7 +66,7 @@ with DAG(
     launch = TFoSLaunchClusterOperator(  # returns once the TF cluster takes feeds
         task_id="launch", spark_conn_id=SPARK_CONN,
         train_fn="airflow_tfos.runtime.examples.digits:train_fed",
-        args={"epochs": 8, "checkpoint_every": 10}, num_nodes=2, executor_memory="1g",
+        args={"epochs": 8, "checkpoint_every": 10}, num_workers=2, executor_memory="1g",
         validation_data={"format": "parquet", "path": f"{DATA}/test"},
         feed={"features": ["pixels"], "label": "label", "batch_size": 32},
     )

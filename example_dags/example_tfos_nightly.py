@@ -4,8 +4,8 @@ Each run owns its run directory (derived from the DAG, the task and the logical 
 reruns of old dates are safe, and a retry of ``train`` resumes from that run's latest checkpoint.
 
     prepare_data        Spark job: the day's training, held-out and to-be-scored data (Parquet)
-    model_in_service    the model in service before this run: where training starts from (warm start)
-    train               2 TF workers fed from Spark; checkpoints; resumes on retry; exports with metrics
+    train               2 TF workers fed from Spark, starting from the model in service before this run (warm
+                        start); checkpoints; resumes on retry; exports with metrics
     exported            waits for the export (never a half-written one) and returns its step
     evaluate            the new model's accuracy on the held-out data, against the model in service
     publish             copies the model into the registry; puts it in service only if not worse
@@ -25,8 +25,7 @@ from pathlib import Path
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 from airflow.sdk import DAG, task
 
-from airflow_tfos.hooks.registry import ModelRegistryHook
-from airflow_tfos.operators import TFoSInferenceOperator, TFoSPublishModelOperator, TFoSTrainOperator
+from airflow_tfos.operators import ModelInService, TFoSInferenceOperator, TFoSPublishModelOperator, TFoSTrainOperator
 from airflow_tfos.sensors import TFoSCheckpointSensor
 
 BASE = os.environ.get("TFOS_EXAMPLE_BASE") or os.path.join(
@@ -62,24 +61,16 @@ with DAG(
         durable=False,
     )
 
-    @task
-    def model_in_service(registry: str, version: str) -> str:
-        """Return the model that was in service before this run's version ("" on the first night: a task that
-        returns None leaves no XCom, and Airflow would log the missing one as an error)."""
-        return ModelRegistryHook(registry).model_in_service_before(version) or ""
-
-    warm_start = model_in_service(REGISTRY, "{{ ts_nodash }}")
-
     train = TFoSTrainOperator(
         task_id="train",
         spark_conn_id=SPARK_CONN,
         train_fn="airflow_tfos.runtime.examples.digits:train_fed",
         args={"epochs": 12, "batch_size": 32, "checkpoint_every": 20},
-        num_nodes=2,
+        num_workers=2,
         data={"format": "parquet", "path": f"{DATA}/train"},
         validation_data={"format": "parquet", "path": f"{DATA}/test"},
         feed={"features": ["pixels"], "label": "label", "batch_size": 32},
-        warm_start=warm_start,
+        warm_start=ModelInService(REGISTRY),  # the model in service before tonight's version (none: from scratch)
         executor_memory="1g",
         deferrable=True,
         poll_interval=5,
@@ -125,4 +116,4 @@ with DAG(
         deferrable=True,
     )
 
-    prepare_data >> warm_start >> train >> exported >> evaluate(train.output) >> publish >> batch_inference
+    prepare_data >> train >> exported >> evaluate(train.output) >> publish >> batch_inference

@@ -56,7 +56,7 @@ with DAG(
         task_id="train",
         spark_conn_id=SPARK_CONN,
         train_fn="airflow_tfos.runtime.examples.digits:train_fed",
-        num_nodes=2,
+        num_workers=2,
         data={"format": "parquet", "path": f"{DATA}/train"},
         validation_data={"format": "parquet", "path": f"{DATA}/test"},
         feed={"features": ["pixels"], "label": "label", "batch_size": 32},

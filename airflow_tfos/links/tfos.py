@@ -119,3 +119,31 @@ class TrainingReportLink(BaseOperatorLink):
         if not run_dir or not isinstance(run_dir, str):
             return ""
         return report_link(run_dir, getattr(operator, "webhdfs_conn_id", None), dag_id=ti_key.dag_id)
+
+
+def push_tensorboard_url(op: Any) -> None:
+    """Push where TensorBoard serves ``op``'s run (tensorboard.json, written by the node that serves it) under the
+    TensorBoard link's key while the application runs; an empty link once it stopped, or when the address is not an
+    http(s) URL (dropped with a warning, once). ``op``: a training operator of
+    :mod:`airflow_tfos.operators.application`, with its task instance known."""
+    if not getattr(op, "tensorboard", False) or op._ti is None:
+        return
+    try:
+        record = op.run_dir_contents.read_tensorboard()
+    except Exception as exc:
+        op.log.warning("cannot read where TensorBoard serves the run: %s", exc)
+        return
+    found = str(record.get("url") or "") if isinstance(record, dict) else ""
+    if found and found == op._tensorboard_found:
+        return  # unchanged since the last look (a refused one is warned about once)
+    op._tensorboard_found = found
+    url = link_url(found, "TensorBoard", op.log) or ""
+    if url == op.link_targets.get(TENSORBOARD_URL_KEY, ""):
+        return
+    if url:
+        op.log.info("TensorBoard serves the run at %s", url)
+        op.link_targets[TENSORBOARD_URL_KEY] = url
+    else:
+        op.link_targets.pop(TENSORBOARD_URL_KEY, None)
+    op._ti.xcom_push(key=TENSORBOARD_URL_KEY, value=url)
+    op._ti.xcom_push(key=TensorBoardLink().xcom_key, value=url)  # what the UI shows while the task runs

@@ -34,10 +34,10 @@ from airflow_tfos.links.tfos import (
     TENSORBOARD_URL_KEY,
     TRACKING_URL_KEY,
     SparkApplicationLink,
-    TensorBoardLink,
     link_url,
+    push_tensorboard_url,
 )
-from airflow_tfos.operators.checks import check_at_parse_time, check_rendered
+from airflow_tfos.operators.checks import check_at_parse_time, check_paths_reach_the_cluster, check_rendered
 from airflow_tfos.operators.run import ApplicationRun, AppResources
 from airflow_tfos.shared.rundir import REPORT_HTML
 from airflow_tfos.shared.spec import spec_hash
@@ -82,6 +82,13 @@ class _TFoSApplicationOperator(ResumableJobMixin, BaseOperator):
     :param executor_cores: cores per executor.
     :param executor_memory: JVM heap per executor.
     :param tf_memory_mb: memory of each TF process, off the JVM heap; sets the executor's memory overhead.
+    :param driver_memory: the driver's JVM heap (``spark.driver.memory``; on YARN the application master's
+        container), as ``SparkSubmitOperator`` spells it. None: Spark's default.
+    :param yarn_queue: the YARN queue the application is submitted to (``spark.yarn.queue``). None: the default.
+    :param name: the application's name (templated; default ``tfos <dag>.<task> <run>``).
+    :param local_paths_shared: with a YARN master, a local path (the run directory, a warm start, a log directory,
+        a model or an output) is refused, since the containers run on other hosts; True when every host mounts
+        such paths at the same place (NFS). Default ``[tfos] local_paths_shared`` (False).
     :param poll_interval: seconds between state polls.
     :param deferrable: wait in the triggerer (default ``[operators] default_deferrable``).
     :param durable: keep the application id in the task's durable state (ResumableJobMixin).
@@ -90,11 +97,14 @@ class _TFoSApplicationOperator(ResumableJobMixin, BaseOperator):
     :param ship_code: zip the user's functions' package and ship it with ``--py-files``.
     """
 
-    template_fields: Sequence[str] = ("run_dir", "env", "conf", "py_files", "archives", "files", "packed_env")
+    template_fields: Sequence[str] = ("run_dir", "env", "conf", "py_files", "archives", "files", "packed_env", "name",
+                                      "yarn_queue")  # fmt: skip
     ui_color = "#f4a460"
 
     #: Key of the application id in the task's durable state (ResumableJobMixin).
     external_id_key = STATE_APPLICATION_ID
+    #: Spec fields that an argument of another name sets (the spec's messages name the argument).
+    spec_argument_names: dict[str, str] = {}
 
     def __init__(
         self,
@@ -109,6 +119,10 @@ class _TFoSApplicationOperator(ResumableJobMixin, BaseOperator):
         executor_cores: int = 1,
         executor_memory: str = "2g",
         tf_memory_mb: int | None = None,
+        driver_memory: str | None = None,
+        yarn_queue: str | None = None,
+        name: str | None = None,
+        local_paths_shared: bool = conf.getboolean("tfos", "local_paths_shared", fallback=False),
         poll_interval: float = 15.0,
         deferrable: bool = conf.getboolean("operators", "default_deferrable", fallback=False),
         durable: bool = True,
@@ -131,6 +145,10 @@ class _TFoSApplicationOperator(ResumableJobMixin, BaseOperator):
         self.executor_cores = executor_cores
         self.executor_memory = executor_memory
         self.tf_memory_mb = tf_memory_mb
+        self.driver_memory = driver_memory
+        self.yarn_queue = yarn_queue
+        self.name = name
+        self.local_paths_shared = local_paths_shared
         self.poll_interval = poll_interval
         self.deferrable = deferrable
         self.py_files = py_files
@@ -188,6 +206,14 @@ class _TFoSApplicationOperator(ResumableJobMixin, BaseOperator):
     def defer_timeout(self) -> timedelta | None:
         """How long a deferred wait may take before Airflow fails it (None: no limit)."""
         return None
+
+    def cluster_paths(self) -> dict[str, Any]:
+        """The rendered paths the application's driver or nodes read or write, by argument name (what must be
+        on storage every host reaches when the containers run elsewhere)."""
+        return {"run_dir": self.run_dir}
+
+    def resolve_inputs(self, context: Context) -> None:
+        """Resolve what is looked up at run time (after rendering, before the spec is built); nothing here."""
 
     def check_parameters(self) -> None:
         """What every such operator checks at DAG parse time (no I/O), after its own: the run directory, the
@@ -252,6 +278,8 @@ class _TFoSApplicationOperator(ResumableJobMixin, BaseOperator):
         request is done already."""
         self.run_dir = self.resolve_run_dir(context)
         check_rendered(self)  # the templated arguments, now rendered: before anything is written or submitted
+        check_paths_reach_the_cluster(self, self.hook.master)  # a lookup of the connection; no call to the cluster
+        self.resolve_inputs(context)
         context["ti"].xcom_push(key=RUN_DIR_KEY, value=self.run_dir)
         context["ti"].xcom_push(key=REPORT_URL_KEY, value=self.run_dir_contents.path(REPORT_HTML))
         run = self.run()
@@ -263,14 +291,15 @@ class _TFoSApplicationOperator(ResumableJobMixin, BaseOperator):
 
     def app_resources(self, ti: Any) -> AppResources:
         """How this task's application is submitted."""
+        submit_conf = {"spark.driver.memory": self.driver_memory, "spark.yarn.queue": self.yarn_queue}
         return AppResources(
-            name=f"tfos {ti.dag_id}.{ti.task_id} {os.path.basename(self.run_dir)}",
+            name=self.name or f"tfos {ti.dag_id}.{ti.task_id} {os.path.basename(self.run_dir)}",
             num_nodes=self.num_executors(),
             executor_cores=self.executor_cores,
             executor_memory=self.executor_memory,
             tf_memory_mb=self.tf_memory_mb,
             gpus_per_node=self.gpus_per_executor(),
-            conf=self.conf,
+            conf={**{key: value for key, value in submit_conf.items() if value}, **self.conf},
         )
 
     def finish(self, app: AppState) -> dict[str, Any]:
@@ -375,30 +404,8 @@ class _TFoSApplicationOperator(ResumableJobMixin, BaseOperator):
             self.link_targets[TRACKING_URL_KEY] = url
 
     def push_tensorboard_url(self) -> None:
-        """Push where TensorBoard serves the run (tensorboard.json, written by the node that serves it) under the
-        TensorBoard link's key while the application runs; an empty link once it stopped, or when the address
-        is not an http(s) URL (dropped with a warning, once)."""
-        if not getattr(self, "tensorboard", False) or self._ti is None:
-            return
-        try:
-            record = self.run_dir_contents.read_tensorboard()
-        except Exception as exc:
-            self.log.warning("cannot read where TensorBoard serves the run: %s", exc)
-            return
-        found = str(record.get("url") or "") if isinstance(record, dict) else ""
-        if found and found == self._tensorboard_found:
-            return  # unchanged since the last look (a refused one is warned about once)
-        self._tensorboard_found = found
-        url = link_url(found, "TensorBoard", self.log) or ""
-        if url == self.link_targets.get(TENSORBOARD_URL_KEY, ""):
-            return
-        if url:
-            self.log.info("TensorBoard serves the run at %s", url)
-            self.link_targets[TENSORBOARD_URL_KEY] = url
-        else:
-            self.link_targets.pop(TENSORBOARD_URL_KEY, None)
-        self._ti.xcom_push(key=TENSORBOARD_URL_KEY, value=url)
-        self._ti.xcom_push(key=TensorBoardLink().xcom_key, value=url)  # what the UI shows while the task runs
+        """Push where TensorBoard serves the run under the TensorBoard link's key (see :func:`push_tensorboard_url`)."""
+        push_tensorboard_url(self)
 
     def wait(self, app: AppState) -> dict[str, Any]:
         """Wait until the application has done this task's work (or defer); return the result."""
@@ -453,6 +460,7 @@ class _TFoSApplicationOperator(ResumableJobMixin, BaseOperator):
             self.log.info(RESUMED_WITHOUT_EVENT)
             return self.execute(context)
         self.run_dir = self.resolve_run_dir(context)
+        self.resolve_inputs(context)
         if event.get("status") != DONE:
             raise AirflowException(f"lost track of the application: {event.get('message')}")
         app = AppState.from_json(event["app"])

@@ -10,11 +10,13 @@ settings) is checked here. No I/O.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from typing import Any
+from urllib.parse import urlsplit
 
 from airflow_tfos.hooks.errors import RunConfigError, TFoSConfigError
-from airflow_tfos.hooks.run_dir import check_run_dir, templated
+from airflow_tfos.hooks.run_dir import check_run_dir, run_dir_base, templated
 from airflow_tfos.hooks.spark_conf import memory_mb
 from airflow_tfos.operators.errors import RenderedArgumentError
 from airflow_tfos.shared.spec import SpecError, parse_spec
@@ -26,6 +28,12 @@ MEMORY_SETTINGS = (
     "spark.executor.memory",
     "spark.executor.memoryOverhead",
 )
+
+
+#: Arguments that set one Spark setting each (``SparkSubmitOperator``'s spelling), which ``conf`` may not set too.
+SETTING_ARGUMENTS = {"driver_memory": "spark.driver.memory", "yarn_queue": "spark.yarn.queue"}
+#: The opt-out of :func:`check_paths_reach_the_cluster`, as an argument and as a setting.
+SHARED_OPT_OUT = "local_paths_shared=True (or [tfos] local_paths_shared = True)"
 
 
 def rendered(value: Any) -> bool:
@@ -62,6 +70,8 @@ def check_spec(op: Any, *, pending: Callable[[Any], bool] = rendered) -> None:
         parse_spec(op.build_spec(code=False).to_json(), pending=pending)
     except SpecError as exc:
         message = str(exc).removeprefix("spec.json ")
+        for field, argument in op.spec_argument_names.items():  # the argument the user wrote, not the spec's field
+            message = re.sub(rf"(?<![\w.'])'?{field}'?(?![\w(])", argument, message)
         raise RunConfigError(f"{where(op)}: {message}") from None
 
 
@@ -81,6 +91,11 @@ def check_arguments(op: Any, *, pending: Callable[[Any], bool] = rendered) -> No
     if not is_count(op.executor_cores, 1):
         raise RunConfigError(f"{task}: executor_cores must be an integer >= 1, got {op.executor_cores!r}")
     check_memory(op.executor_memory, "executor_memory", task)
+    if op.driver_memory is not None:
+        check_memory(op.driver_memory, "driver_memory", task)
+    for name, value in (("yarn_queue", op.yarn_queue), ("name", op.name)):
+        if value is not None and not pending(value) and (not isinstance(value, str) or not value.strip()):
+            raise RunConfigError(f"{task}: {name} must be a non-empty string or None, got {value!r}")
     if op.tf_memory_mb is not None and not is_count(op.tf_memory_mb, 1):
         raise RunConfigError(f"{task}: tf_memory_mb must be an integer >= 1 (MiB) or None, got {op.tf_memory_mb!r}")
     if not pending(op.conf):
@@ -89,6 +104,11 @@ def check_arguments(op: Any, *, pending: Callable[[Any], bool] = rendered) -> No
         for name in MEMORY_SETTINGS:
             if name in op.conf and not pending(op.conf[name]):
                 check_memory(op.conf[name], f"conf[{name!r}]", task)
+        for argument, setting in SETTING_ARGUMENTS.items():
+            if getattr(op, argument) is not None and setting in op.conf:
+                raise RunConfigError(
+                    f"{task}: {argument} and conf[{setting!r}] set the same Spark setting: give one of them"
+                )
     check_spec(op, pending=pending)
 
 
@@ -104,3 +124,34 @@ def check_rendered(op: Any) -> None:
         check_arguments(op)
     except RunConfigError as exc:
         raise RenderedArgumentError(str(exc)) from exc
+
+
+def is_local_path(path: str) -> bool:
+    """Whether ``path`` names this host's file system: no scheme, or ``file://``."""
+    scheme = urlsplit(path).scheme.lower()
+    return scheme in ("", "file")
+
+
+def check_paths_reach_the_cluster(op: Any, master: str) -> None:
+    """Raise :class:`RenderedArgumentError` naming the argument and the fix when the Spark master is YARN and one
+    of the rendered paths the application uses (:meth:`cluster_paths`) is on this Airflow worker's own disk: the
+    driver and the TF nodes run in containers on other hosts and cannot reach it. Unless the operator says that
+    every host mounts such paths (``local_paths_shared``); checked before anything is written or submitted."""
+    if not str(master).startswith("yarn") or op.local_paths_shared:
+        return
+    for name, path in op.cluster_paths().items():
+        if not isinstance(path, str) or not path or not is_local_path(path):
+            continue
+        if name == "run_dir" and op._run_dir_as_written is None:
+            fix = (
+                f"set [tfos] run_dir_base (or $AIRFLOW_TFOS_RUN_DIR_BASE) to an HDFS folder, e.g. "
+                f"hdfs://<nameservice>/user/<you>/tfos-runs (now {run_dir_base()!r}), or pass run_dir='hdfs://...'"
+            )
+        else:
+            fix = f"give {name} as an hdfs:// (or webhdfs://) URI"
+        raise RenderedArgumentError(
+            f"{where(op)}: {name} {path!r} is on the local disk of the host that runs this task, but the Spark "
+            f"master is {master!r}: the application's driver and TF nodes run in YARN containers on other hosts, "
+            f"which cannot reach it. {fix[0].upper()}{fix[1:]}; if every host mounts this path at the same place "
+            f"(NFS), pass {SHARED_OPT_OUT}"
+        )

@@ -23,6 +23,8 @@ if TYPE_CHECKING:
     from airflow_tfos.hooks.backends.state import AppState
     from airflow_tfos.shared.storage import Storage
 
+#: The SavedModel signature scored with unless ``signature`` names another.
+DEFAULT_SIGNATURE = "serving_default"
 #: Spark's commit marker in a written output directory.
 SUCCESS_MARKER = "_SUCCESS"
 
@@ -101,13 +103,18 @@ class TFoSInferenceOperator(_TFoSApplicationOperator):
         column named after it (``output_col`` is then unused).
     :param batch_size: rows per model call.
     :param num_executors: executors to score on.
+    :param signature: the SavedModel signature to call.
     Other parameters (connections, ``conf``, ``env``, executor resources, ``run_dir``, ``deferrable``,
     ``durable``, shipping) as :class:`TFoSTrainOperator`; the training settings do not apply.
     """
 
-    template_fields: Sequence[str] = ("run_dir", "data", "model_path", "output_path", "conf", "env")
+    template_fields: Sequence[str] = (
+        "run_dir", "data", "model_path", "output_path", "conf", "env", "py_files", "archives", "files", "packed_env",
+        "name", "yarn_queue",
+    )  # fmt: skip
     template_fields_renderers = {"data": "json", "conf": "json"}
     operator_extra_links = (SparkApplicationLink(), TrainingReportLink())
+    spec_argument_names = {"num_nodes": "num_executors"}
 
     def __init__(
         self,
@@ -121,6 +128,7 @@ class TFoSInferenceOperator(_TFoSApplicationOperator):
         model_outputs: str | Sequence[str] | None = None,
         batch_size: int = 1024,
         num_executors: int = 2,
+        signature: str = DEFAULT_SIGNATURE,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -135,6 +143,7 @@ class TFoSInferenceOperator(_TFoSApplicationOperator):
         )
         self.batch_size = batch_size
         self.num_nodes = num_executors
+        self.signature = signature
         where = f"TFoSInferenceOperator {self.task_id!r}"
         if not self.features:
             raise RunConfigError(f"{where}: features must name at least one column")
@@ -144,6 +153,8 @@ class TFoSInferenceOperator(_TFoSApplicationOperator):
             raise RunConfigError(f"{where}: num_executors must be an integer >= 1, got {num_executors!r}")
         if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1:
             raise RunConfigError(f"{where}: batch_size must be an integer >= 1, got {batch_size!r}")
+        if not isinstance(signature, str) or not signature:
+            raise RunConfigError(f"{where}: signature must name one of the SavedModel's signatures, got {signature!r}")
         self.check_parameters()
 
     def build_spec(self, *, code: bool = True) -> RunSpec:
@@ -158,6 +169,8 @@ class TFoSInferenceOperator(_TFoSApplicationOperator):
             inference["output"] = self.model_output
         if self.model_outputs is not None:
             inference["outputs"] = self.model_outputs
+        if self.signature != DEFAULT_SIGNATURE:  # the default is left out: the specs of earlier runs stay the same
+            inference["signature"] = self.signature
         return RunSpec(
             kind="inference",
             num_nodes=self.num_nodes,
@@ -179,6 +192,9 @@ class TFoSInferenceOperator(_TFoSApplicationOperator):
 
     def num_executors(self) -> int:
         return self.num_nodes
+
+    def cluster_paths(self) -> dict[str, Any]:
+        return {**super().cluster_paths(), "model_path": self.model_path, "output_path": self.output_path}
 
     @cached_property
     def output_storage(self) -> Storage:

@@ -20,11 +20,13 @@ application id are :class:`~airflow_tfos.operators.application._TFoSApplicationO
 from __future__ import annotations
 
 import time
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import fields
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
+from airflow.exceptions import AirflowProviderDeprecationWarning
 from airflow.sdk.exceptions import AirflowException
 
 from airflow_tfos.hooks.backends.state import AppState
@@ -33,6 +35,7 @@ from airflow_tfos.hooks.user_code import import_path_of
 from airflow_tfos.links.tfos import SparkApplicationLink, TensorBoardLink, TrainingReportLink
 from airflow_tfos.operators.application import _TFoSApplicationOperator, shipped_code
 from airflow_tfos.operators.run import TrainingRun, last_submitted
+from airflow_tfos.operators.warm_start import ModelInService
 from airflow_tfos.shared.events import LAUNCH_FAILED
 from airflow_tfos.shared.spec import RunSpec, SpecError, split_import_path
 from airflow_tfos.triggers.tfos import APP_ENDED, DONE, TFoSRunDirTrigger, watch_arguments
@@ -43,7 +46,9 @@ if TYPE_CHECKING:
 
 
 #: Spec fields the operators take under another argument name (the others take the field's own name).
-SPEC_ARGUMENTS = {"timeout": "training_timeout", "serve_idle_secs": "idle_timeout"}
+SPEC_ARGUMENTS = {"num_nodes": "num_workers", "timeout": "training_timeout", "serve_idle_secs": "idle_timeout"}
+#: TF nodes that train when ``num_workers`` is not given.
+DEFAULT_NUM_WORKERS = 2
 #: Spec fields no argument sets: derived when the spec is built, stored with it, or inference's own.
 DERIVED_SPEC_FIELDS = frozenset({"code", "spec_hash", "inference"})
 
@@ -70,10 +75,13 @@ class _TFoSRunOperator(_TFoSApplicationOperator):
         "archives",
         "files",
         "packed_env",
+        "name",
+        "yarn_queue",
     )
     template_fields_renderers = {"args": "json", "data": "json", "feed": "json", "conf": "json"}
     operator_extra_links = (SparkApplicationLink(), TensorBoardLink(), TrainingReportLink())
 
+    spec_argument_names = SPEC_ARGUMENTS
     #: Whether the application serves feed requests until stopped (the lifecycle operators).
     serve = False
     #: What the application does (spec.json ``kind``).
@@ -86,12 +94,12 @@ class _TFoSRunOperator(_TFoSApplicationOperator):
         *,
         train_fn: str | Callable | None = None,
         args: dict | list | None = None,
-        num_nodes: int = 2,
+        num_workers: int | None = None,
         input_mode: str = RunSpec.input_mode,
         data: dict | None = RunSpec.data,
         validation_data: dict | None = RunSpec.validation_data,
         feed: dict | None = RunSpec.feed,
-        warm_start: str | None = RunSpec.warm_start,
+        warm_start: str | ModelInService | None = RunSpec.warm_start,
         num_ps: int = RunSpec.num_ps,
         master_node: str | None = RunSpec.master_node,
         eval_node: bool = RunSpec.eval_node,
@@ -105,20 +113,23 @@ class _TFoSRunOperator(_TFoSApplicationOperator):
         tensorboard: bool = RunSpec.tensorboard,
         log_dir: str | None = RunSpec.log_dir,
         feed_functions: Sequence[str] = (),
+        num_nodes: int | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
+        num_workers = self._num_workers(num_workers, num_nodes)
         try:
             self.train_fn = import_path_of(train_fn) if train_fn is not None else None
         except UserCodeError as exc:
             raise RunConfigError(f"{type(self).__name__} {self.task_id!r}: {exc}") from None
         self.args = args
-        self.num_nodes = num_nodes
+        self.num_workers = num_workers
         self.input_mode = input_mode
         self.data = data
         self.validation_data = validation_data
         self.feed = feed
         self.warm_start = warm_start
+        self._warm_start_found: str | None = None  # what a ModelInService named, once resolved
         self.num_ps = num_ps
         self.master_node = master_node
         self.eval_node = eval_node
@@ -133,6 +144,28 @@ class _TFoSRunOperator(_TFoSApplicationOperator):
         self.log_dir = log_dir
         self.feed_functions = list(feed_functions)  # not templated: a DAG run's conf cannot widen it
         self._check_parameters()
+
+    def _num_workers(self, num_workers: int | None, num_nodes: int | None) -> int:
+        """``num_workers``, or the old spelling ``num_nodes`` (same meaning: the nodes that train), warned about."""
+        if num_nodes is None:
+            return DEFAULT_NUM_WORKERS if num_workers is None else num_workers
+        if num_workers is not None:
+            raise RunConfigError(
+                f"{type(self).__name__} {self.task_id!r}: give num_workers (num_nodes is its old spelling), not both"
+            )
+        warnings.warn(
+            f"{type(self).__name__} {self.task_id!r}: num_nodes is now spelled num_workers: the TF nodes that train "
+            "(the chief included; parameter servers and the evaluator come on top), as before. run()'s num_nodes "
+            "counts every node. The spec and its hash are the same either way: a run resumes as it would have.",
+            AirflowProviderDeprecationWarning,
+            stacklevel=3,
+        )
+        return num_nodes
+
+    @property
+    def num_nodes(self) -> int:
+        """The old spelling of :attr:`num_workers`."""
+        return self.num_workers
 
     # --- checks at DAG parse time (no I/O) ---------------------------------------------------------------
 
@@ -156,8 +189,19 @@ class _TFoSRunOperator(_TFoSApplicationOperator):
             the code is a new request; False at parse time, which does no I/O.
         """
         settings = {name: getattr(self, SPEC_ARGUMENTS.get(name, name)) for name in spec_arguments()}
+        if isinstance(self.warm_start, ModelInService):  # unresolved at parse time, which checks the rest
+            settings["warm_start"] = self._warm_start_found
         settings["warm_start"] = settings["warm_start"] or None  # "" from an upstream task: no model yet
         return RunSpec(**settings, code=shipped_code(self.user_code if code else None))
+
+    def cluster_paths(self) -> dict[str, Any]:
+        warm_start = self.warm_start.registry if isinstance(self.warm_start, ModelInService) else self.warm_start
+        return {**super().cluster_paths(), "warm_start": warm_start, "log_dir": self.log_dir}
+
+    def resolve_inputs(self, context: Context) -> None:
+        """Look up the model in service that ``warm_start=ModelInService(...)`` names (after rendering)."""
+        if isinstance(self.warm_start, ModelInService):
+            self._warm_start_found = self.warm_start.lookup(webhdfs_conn_id=self.webhdfs_conn_id, log=self.log)
 
     def user_functions(self) -> list[str]:
         """Import paths of the user's functions the application runs (``train_fn``, data functions)."""
@@ -174,7 +218,7 @@ class _TFoSRunOperator(_TFoSApplicationOperator):
 
     def num_executors(self) -> int:
         """Executors the application needs: one per TF node."""
-        return self.num_nodes + self.num_ps + (1 if self.eval_node else 0)
+        return self.num_workers + self.num_ps + (1 if self.eval_node else 0)
 
     def gpus_per_executor(self) -> int:
         return self.gpus_per_node
@@ -207,7 +251,8 @@ class TFoSTrainOperator(_TFoSRunOperator):
 
     :param train_fn: the training function, ``package.module:function`` (``main_fun(args, ctx)``).
     :param args: passed to ``train_fn`` (templated; JSON).
-    :param num_nodes: TF workers (chief included).
+    :param num_workers: TF nodes that train: the chief and the workers (parameter servers and the evaluator come
+        on top). ``num_nodes``, its old spelling, still works with a deprecation warning (the same spec and hash).
     :param input_mode: ``SPARK`` (Spark feeds ``data``) or ``TENSORFLOW`` (nodes read files themselves).
     :param data: what to train on (templated): ``{"format": "parquet"|"csv"|"table"|"tfrecord"|"function", ...}``.
     :param validation_data: fed beside ``data`` in SPARK mode (templated).
@@ -216,9 +261,10 @@ class TFoSTrainOperator(_TFoSRunOperator):
         ``..``; a templated one must render to a folder under ``[tfos] run_dir_base``.
     :param allow_run_dir_outside_base: let a templated ``run_dir`` render to a folder outside
         ``[tfos] run_dir_base`` (only when nobody but the DAG's authors decides what it renders to).
-    :param warm_start: an exported model to start from, e.g. the previous day's (templated). An empty string means
-        none: what an upstream task returns when there is no model yet (a task that returns None leaves no XCom,
-        and Airflow logs the missing XCom as an error).
+    :param warm_start: an exported model to start from when the run has no checkpoint yet (templated), or
+        ``ModelInService(registry)``: the model a registry had in service before this run's version, looked up by
+        the task (none yet: from scratch). An empty string means none too: what an upstream task returns when there
+        is no model yet (a task that returns None leaves no XCom, and Airflow logs the missing XCom as an error).
     :param num_ps: parameter servers. :param master_node: ``chief``/``master``/None.
     :param eval_node: add an evaluator node.
     :param keras: ``auto``, ``tf_keras`` or ``keras3``.
@@ -329,6 +375,7 @@ class TFoSLaunchClusterOperator(_TFoSRunOperator):
 
     def launch_complete(self, context: Context, event: dict[str, Any]) -> Any:
         self.run_dir = self.resolve_run_dir(context)
+        self.resolve_inputs(context)
         if event.get("status") == DONE:  # the backend's id, not the one the driver knows itself by
             app_id = last_submitted(self.run_dir_contents) or event["result"].get("application_id")
             return {"application_id": app_id, "run_dir": self.run_dir}

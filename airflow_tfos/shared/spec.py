@@ -34,6 +34,9 @@ from airflow_tfos.shared.feed import Feed
 
 INPUT_MODES = ("SPARK", "TENSORFLOW")
 DATA_FORMATS = ("table", "parquet", "csv", "tfrecord", "function")
+#: The formats Spark reads for the driver: what input_mode SPARK feeds, and what batch inference scores. TFRecord
+#: files are read by the TF nodes themselves (input_mode TENSORFLOW, ``ctx.dataset()``).
+SPARK_FORMATS = ("table", "parquet", "csv", "function")
 
 KINDS = ("train", "inference")
 #: Which Keras the nodes use: ``auto`` (Keras 2 from tf-keras when installed), ``tf_keras`` or ``keras3``.
@@ -213,6 +216,9 @@ def parse_spec(raw: Any, *, pending: Callable[[Any], bool] = _never) -> RunSpec:
         if not isinstance(path, str):
             raise SpecError(f"spec.json feed_functions[{index}] must be a string 'package.module:function'")
         split_import_path(path, f"feed_functions[{index}]")
+    if spec.input_mode == "SPARK":
+        for name in ("data", "validation_data"):
+            check_read_by_spark(getattr(spec, name), name, "input_mode SPARK feeds what Spark reads")
     if spec.input_mode == "SPARK" and spec.data is not None and not spec.feed:
         raise SpecError("spec.json input_mode SPARK with data needs 'feed' (features, label, batch_size)")
     if spec.feed is not None:
@@ -252,6 +258,7 @@ def _check_inference(spec: RunSpec, pending: Callable[[Any], bool]) -> None:
             "spec.json kind inference needs 'data' (what to score) and 'inference' (model_path, features, ...)"
         )
     check_data(spec.data, "data", pending=pending)
+    check_read_by_spark(spec.data, "data", "batch inference reads it with Spark")
     if pending(spec.inference):
         return
     unknown_keys(spec.inference, _INFERENCE_FIELDS, "spec.json inference")
@@ -280,6 +287,18 @@ def check_data(data: Any, name: str, *, pending: Callable[[Any], bool] = _never)
         raise SpecError(f"spec.json {name} with format {fmt!r} needs {needs!r}")
     if fmt == "function" and not pending(data["function"]):
         split_import_path(data["function"], f"{name}.function")
+
+
+def check_read_by_spark(data: Any, name: str, why: str) -> None:
+    """Raise :class:`SpecError` naming the fix when ``data`` (checked by :func:`check_data`) is in a format that only
+    the TF nodes read (TFRecord), where Spark must read it."""
+    fmt = data.get("format") if isinstance(data, dict) else None
+    if isinstance(fmt, str) and fmt in DATA_FORMATS and fmt not in SPARK_FORMATS:
+        raise SpecError(
+            f"spec.json {name}.format {fmt!r} is read by the TF nodes themselves, but {why} "
+            f"({', '.join(SPARK_FORMATS)}): use input_mode TENSORFLOW and read the files in train_fn "
+            f"(ctx.shard_files() and tfrecord_dataset()), or write the data as Parquet"
+        )
 
 
 #: Options of Spark's file sources that a feed request may set (matched case-insensitively, as Spark does).

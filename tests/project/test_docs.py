@@ -30,7 +30,10 @@ FROM_EXAMPLE = re.compile(r"<!-- from (example_dags/[\w/]+\.py) -->\s*\n```pytho
 ARGUMENT_TABLE = re.compile(r"^\| Argument \| Default \| Meaning \|\n\|[-|]+\|\n((?:\|.*\n?)*)", re.MULTILINE)
 ROW = re.compile(r"^\| `(\w+)` \| (.+?) \|", re.MULTILINE)
 #: Defaults read from Airflow's configuration when the DAG is parsed: the table names the setting.
-CONFIGURED_DEFAULTS = {"deferrable": "`[operators] default_deferrable`"}
+CONFIGURED_DEFAULTS = {
+    "deferrable": "`[operators] default_deferrable`",
+    "local_paths_shared": "`[tfos] local_paths_shared`",
+}
 
 
 def lines_of(text: str) -> list[str]:
@@ -175,7 +178,18 @@ def anchor(heading: str) -> str:
     return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
 
 
-MY_PAGES = ["installation.md", "connections.md", "sensors.md", "troubleshooting.md", "operators"]
+MY_PAGES = [
+    "installation.md",
+    "connections.md",
+    "sensors.md",
+    "troubleshooting.md",
+    "operators",
+    "native-api.md",
+    "run-directory.md",
+    "airflow.md",
+    "migration.md",
+    "benchmarks.md",
+]
 
 
 def test_links_between_the_pages_reach_a_page_and_a_heading():
@@ -195,3 +209,17 @@ def test_links_between_the_pages_reach_a_page_and_a_heading():
 def test_anchor_is_githubs():
     assert anchor("## `TFoSCheckpointSensor`".lstrip("# ")) == "tfoscheckpointsensor"
     assert anchor("Storage and HDFS") == "storage-and-hdfs"
+
+
+#: A file a page shows whole: ``<!-- file docs/quickstart/my_dag.py -->`` before its block.
+WHOLE_FILE = re.compile(r"<!-- file ((?:docs|example_dags)/[\w/]+\.py) -->\s*\n```python\n(.*?)\n```", re.DOTALL)
+
+
+def test_the_quickstart_shows_its_dag_folder_whole_as_the_suite_runs_it():
+    """docs/quickstart/ is the DAG folder tests/integration/hadoop/test_quickstart.py runs on the Hadoop lab: the page
+    shows each of its files whole, byte for byte."""
+    shown = dict(WHOLE_FILE.findall((DOCS / "quickstart-yarn.md").read_text()))
+    folder = {f"docs/quickstart/{p.name}" for p in (DOCS / "quickstart").glob("*.py")}
+    assert set(shown) == folder == {"docs/quickstart/my_training.py", "docs/quickstart/my_dag.py"}
+    for path, block in shown.items():
+        assert block + "\n" == (REPO / path).read_text(), f"docs/quickstart-yarn.md shows {path} otherwise than it is"

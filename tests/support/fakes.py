@@ -25,6 +25,11 @@ class FakeBackend:
     backend = "local"
     lease_owner = "fake-worker"
 
+    @property
+    def master(self) -> str:
+        """The spark connection's master, as TFoSHook says it: YARN for the YARN backend."""
+        return "yarn" if self.backend == "yarn" else "local-cluster[2,1,1024]"
+
     def __init__(self) -> None:
         self.apps: dict[str, AppState] = {}
         self.submitted: list[dict[str, Any]] = []

@@ -31,7 +31,7 @@ SPARK_CONF = {
 }
 COMMON = {
     "train_fn": "tests.support.programs:spec_training",
-    "num_nodes": 2,
+    "num_workers": 2,
     "data": DATA,
     "feed": FEED,
     "spark_conn_id": "spark_tfos_drill",
@@ -72,7 +72,7 @@ with DAG(
     TFoSTrainOperator(
         task_id="train",
         args={"epochs": 40, "every": 5, "sleep": 0.3},
-        **{**COMMON, "num_nodes": 1, "spark_conn_id": "spark_tfos_drill_one"},
+        **{**COMMON, "num_workers": 1, "spark_conn_id": "spark_tfos_drill_one"},
     )
 
 # TensorBoard on, waited for in the worker (a deferred task cannot update its links), then published by loss.
@@ -88,7 +88,7 @@ with DAG(
         task_id="train",
         args={"epochs": 2, "every": 10, "sleep": 0.3},
         tensorboard=True,
-        **{**COMMON, "num_nodes": 1, "spark_conn_id": "spark_tfos_drill_one", "deferrable": False},
+        **{**COMMON, "num_workers": 1, "spark_conn_id": "spark_tfos_drill_one", "deferrable": False},
     )
     publish = TFoSPublishModelOperator(
         task_id="publish",

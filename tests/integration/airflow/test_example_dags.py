@@ -40,7 +40,6 @@ def test_example_dags_parse_with_the_expected_tasks():
     nightly = bag.dags["tfos_nightly_digits"]
     assert set(nightly.task_ids) == {
         "prepare_data",
-        "model_in_service",
         "train",
         "exported",
         "evaluate",
@@ -48,7 +47,7 @@ def test_example_dags_parse_with_the_expected_tasks():
         "batch_inference",
     }
     assert nightly.max_active_runs == 1 and nightly.catchup is False
-    assert nightly.get_task("train").upstream_task_ids == {"model_in_service"}
+    assert nightly.get_task("train").upstream_task_ids == {"prepare_data"}  # the warm start is the task's own lookup
     assert nightly.get_task("train").retries == 2
     lifecycle = bag.dags["tfos_lifecycle_digits"]
     assert lifecycle.get_task("shutdown").trigger_rule == "all_done"
@@ -65,14 +64,14 @@ def test_example_dags_parse_with_the_expected_tasks():
     }  # fmt: skip
 
 
-def test_the_readme_lifecycle_example_is_the_example_dag_as_written():
-    """The README's lifecycle block is the example DAG's body between its START and END markers, so what a
-    reader copies is what test_lifecycle_example_... runs."""
+def test_the_docs_lifecycle_example_is_the_example_dag_as_written():
+    """docs/airflow.md's lifecycle block is the example DAG's body between its START and END markers, so what
+    a reader copies is what test_lifecycle_example_... runs."""
     source = (EXAMPLES / "example_tfos_lifecycle.py").read_text()
     body = textwrap.dedent(source.split("# [START lifecycle]\n")[1].split("    # [END lifecycle]")[0])
-    readme = (REPO / "README.md").read_text()
-    blocks = re.findall(r"```python\n(.*?)```", readme, re.S)
-    assert body in blocks, "README's lifecycle example differs from example_dags/example_tfos_lifecycle.py"
+    page = (REPO / "docs" / "airflow.md").read_text()
+    blocks = re.findall(r"```python\n(.*?)```", page, re.S)
+    assert body in blocks, "docs/airflow.md's lifecycle example differs from example_dags/example_tfos_lifecycle.py"
 
 
 @pytest.fixture(scope="module")
@@ -152,9 +151,10 @@ class TestNightlyDemo:
         # progress reached the task log while training
         log = (demo.DEMO / "logs" / f"tfos_nightly_digits-{DAY2}.log").read_text()
         assert "step 168/168 (100%)" in log and "steps/s" in log
-        # the first night, with no model in service yet, logs no error for a missing XCom
+        # the warm start is the registry's answer, looked up by the training task: none the first night
         first_log = (demo.DEMO / "logs" / f"tfos_nightly_digits-{DAY1}.log").read_text()
-        assert "model_in_service" in first_log and "XCom not found" not in first_log
+        assert "warm start: no model in service in " in first_log and "training from scratch" in first_log
+        assert f"warm start: the model in service in {registry.uri} before version 20261121T000000, " in log
 
     def test_the_demo_run_again_skips_the_days_airflow_finished(self, demo):
         before, decisions = local_apps(demo), ModelRegistry(str(demo.DEMO / "models" / "digits")).decisions()

@@ -57,7 +57,7 @@ from my_training import main_fun
 
 TRAINING = {
     "train_fn": main_fun,
-    "num_nodes": 2,
+    "num_workers": 2,
     "data": {"format": "parquet", "path": os.environ["USER_DATA"]},
     "feed": {"features": ["x"], "label": "y", "batch_size": 30},
     "spark_conn_id": "spark_user",

@@ -33,7 +33,7 @@ def train_op(run_dir, **kwargs) -> TFoSTrainOperator:
         "task_id": "train",
         "train_fn": "pkg.mod:main_fun",
         "args": {"epochs": 2},
-        "num_nodes": 2,
+        "num_workers": 2,
         "data": DATA,
         "feed": FEED,
         "run_dir": str(run_dir),
@@ -75,8 +75,8 @@ class TestParseTimeChecks:
             train_op(tmp_path, train_fn="pkg.mod.main_fun")
 
     def test_nodes_must_be_at_least_one(self, tmp_path):
-        with pytest.raises(RunConfigError, match="num_nodes must be at least 1, got 0"):
-            train_op(tmp_path, num_nodes=0)
+        with pytest.raises(RunConfigError, match="num_workers must be at least 1, got 0"):
+            train_op(tmp_path, num_workers=0)
 
     def test_unknown_input_mode(self, tmp_path):
         with pytest.raises(RunConfigError, match="input_mode must be one of SPARK, TENSORFLOW"):
@@ -385,7 +385,7 @@ class TestDurableState:
         op = TFoSLaunchClusterOperator(
             task_id="launch",
             train_fn="pkg.mod:main_fun",
-            num_nodes=2,
+            num_workers=2,
             run_dir=str(tmp_path),
             poll_interval=0.01,
             ship_code=False,
@@ -523,7 +523,7 @@ class TestLifecycle:
         op = TFoSLaunchClusterOperator(
             task_id="launch",
             train_fn="pkg.mod:main_fun",
-            num_nodes=2,
+            num_workers=2,
             run_dir=str(tmp_path),
             poll_interval=0.01,
             ship_code=False,
@@ -542,7 +542,7 @@ class TestLifecycle:
         op = TFoSLaunchClusterOperator(
             task_id="launch",
             train_fn="pkg.mod:main_fun",
-            num_nodes=2,
+            num_workers=2,
             run_dir=str(tmp_path),
             poll_interval=0.01,
             ship_code=False,
@@ -557,7 +557,7 @@ class TestLifecycle:
         op = TFoSLaunchClusterOperator(
             task_id="launch",
             train_fn="pkg.mod:main_fun",
-            num_nodes=2,
+            num_workers=2,
             run_dir=str(tmp_path),
             poll_interval=0.01,
             ship_code=False,
@@ -574,7 +574,7 @@ class TestLifecycle:
 
     def test_a_deferred_launch_that_timed_out_stops_what_it_submitted(self, tmp_path):
         op = TFoSLaunchClusterOperator(
-            task_id="launch", train_fn="pkg.mod:main_fun", num_nodes=2, run_dir=str(tmp_path), ship_code=False
+            task_id="launch", train_fn="pkg.mod:main_fun", num_workers=2, run_dir=str(tmp_path), ship_code=False
         )
         backend = FakeBackend()
         app = backend.add("application_1_0007", "RUNNING")
@@ -588,7 +588,7 @@ class TestLifecycle:
         op = TFoSLaunchClusterOperator(
             task_id="launch",
             train_fn="pkg.mod:main_fun",
-            num_nodes=2,
+            num_workers=2,
             run_dir=str(tmp_path),
             poll_interval=0.01,
             ship_code=False,

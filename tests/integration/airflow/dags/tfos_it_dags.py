@@ -52,7 +52,7 @@ with DAG("tfos_it_launch_fails", schedule=None, start_date=START, catchup=False)
     launch = TFoSLaunchClusterOperator(
         task_id="launch",
         train_fn="tests.support.programs:spec_training",
-        num_nodes=2,
+        num_workers=2,
         feed=FEED,
         ready_timeout=float(os.environ.get("TFOS_IT_READY_TIMEOUT", "3")),
         **COMMON,
@@ -77,7 +77,7 @@ with DAG("tfos_it_lifecycle", schedule=None, start_date=START, catchup=False):
         task_id="launch",
         train_fn="tests.support.programs:spec_training",
         args={"epochs": int(os.environ.get("TFOS_IT_EPOCHS", "1")), "every": 5},
-        num_nodes=2,
+        num_workers=2,
         feed=FEED,
         ready_timeout=240,
         idle_timeout=120,

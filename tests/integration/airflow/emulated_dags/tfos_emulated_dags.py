@@ -34,7 +34,7 @@ with DAG("tfos_em_train", schedule=None, start_date=datetime(2026, 11, 1), catch
         train_fn="tests.support.programs:recoverable_training",
         # 10 steps per epoch, a checkpoint every 5; progress files are local-only, so off on HDFS
         args={"steps_per_epoch": 10, "epochs": 1, "every": 5, "progress": False},
-        num_nodes=2,
+        num_workers=2,
         conf=CONF,
         **CONNS,
         executor_memory="768m",

@@ -36,7 +36,7 @@ def lab_train(**args) -> TFoSTrainOperator:
         train_fn="lab_training:train",
         input_mode="TENSORFLOW",
         args={"data": DATA, "batch_size": 20, "steps_per_epoch": 20, **args},
-        num_nodes=2,
+        num_workers=2,
         deferrable=True,
         poll_interval=2,
         **ON_LAB,
@@ -74,7 +74,7 @@ with DAG("tfos_lab_launch_fails", schedule=None, start_date=datetime(2026, 11, 1
     launch = TFoSLaunchClusterOperator(
         task_id="launch",
         train_fn="lab_training:sleep_long",
-        num_nodes=2,
+        num_workers=2,
         input_mode="TENSORFLOW",
         data={"format": "parquet", "path": DATA},
         ready_timeout=30,

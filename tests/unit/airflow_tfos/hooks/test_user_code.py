@@ -53,7 +53,7 @@ def train_op(tmp_path, **kwargs) -> TFoSTrainOperator:
     options = {
         "task_id": "train",
         "train_fn": "user_training:main_fun",
-        "num_nodes": 2,
+        "num_workers": 2,
         "input_mode": "TENSORFLOW",
         "run_dir": str(tmp_path / "run"),
         "poll_interval": 0.01,

@@ -10,7 +10,7 @@ import pytest
 from airflow.sdk.exceptions import AirflowFailException
 
 from airflow_tfos.hooks.errors import RunConfigError
-from airflow_tfos.operators import TFoSFeedOperator, TFoSInferenceOperator, TFoSLaunchClusterOperator
+from airflow_tfos.operators import ModelInService, TFoSFeedOperator, TFoSInferenceOperator, TFoSLaunchClusterOperator
 from airflow_tfos.shared.rundir import RunDir
 from airflow_tfos.shared.spec import DATA_FORMATS, RunSpec, SpecError, parse_spec
 from tests.conftest import REPO
@@ -359,3 +359,117 @@ def test_the_spec_choices_are_the_runtimes():
     assert own == [] and plan.BALANCE_MODES is feed.BALANCE_MODES
     assert set(spec.MASTER_NODES) == {cluster.CHIEF, cluster.MASTER, None}
     assert FEED_KEYS.split(", ") == sorted(feed.Feed.__dataclass_fields__)
+
+
+class TestTrapsOfANewcomer:
+    """Mistakes a first DAG makes, each refused before anything is written or submitted, with the fix named."""
+
+    def yarn_op(self, tmp_path, backend=None, **kwargs):
+        op = train_op(tmp_path, **kwargs)
+        backend = backend or FakeBackend()
+        backend.backend = "yarn"  # what TFoSHook says for a spark connection whose master is yarn
+        use_backend(op, backend)
+        return op, backend
+
+    def test_a_local_run_dir_with_a_yarn_master_is_refused_before_anything_is_written(self, tmp_path):
+        op, backend = self.yarn_op(tmp_path / "run")
+        with pytest.raises(AirflowFailException) as caught:
+            op.prepare(make_context())
+        assert str(caught.value).startswith(
+            f"TFoSTrainOperator 'train': run_dir '{tmp_path / 'run'}' is on the local disk of the host that runs "
+            "this task, but the Spark master is 'yarn': the application's driver and TF nodes run in YARN containers "
+            "on other hosts, which cannot reach it. Give run_dir as an hdfs:// (or webhdfs://) URI; if every host "
+            "mounts this path at the same place (NFS), pass local_paths_shared=True"
+        )
+        assert backend.submitted == [] and not (tmp_path / "run").exists()
+
+    def test_the_default_run_dir_names_the_setting_to_change(self, tmp_path, monkeypatch):
+        monkeypatch.setenv("AIRFLOW_TFOS_RUN_DIR_BASE", str(tmp_path / "runs"))
+        op, _ = self.yarn_op(tmp_path / "run")
+        op.run_dir = op._run_dir_as_written = None  # no run_dir argument: the default one
+        with pytest.raises(AirflowFailException, match=r"run_dir '.*' is on the local disk .* Set \[tfos\] "
+                           r"run_dir_base \(or \$AIRFLOW_TFOS_RUN_DIR_BASE\) to an HDFS folder"):  # fmt: skip
+            op.prepare(make_context())
+
+    @pytest.mark.parametrize(
+        ("argument", "value"),
+        [("warm_start", "/models/last"), ("log_dir", "file:///tmp/tb"), ("warm_start", "ModelInService")],
+    )
+    def test_a_local_warm_start_log_dir_or_registry_is_refused_too(self, tmp_path, argument, value):
+        if value == "ModelInService":
+            value = ModelInService(str(tmp_path / "models"))
+        op, backend = self.yarn_op("hdfs://nn/runs/r", **{argument: value})
+        with pytest.raises(AirflowFailException, match=rf"'train': {argument} '.*' is on the local disk"):
+            op.prepare(make_context())
+        assert backend.submitted == []
+
+    def test_local_paths_every_host_mounts_are_allowed_when_the_dag_says_so(self, tmp_path):
+        op, _ = self.yarn_op(tmp_path / "run", local_paths_shared=True)
+        assert op.prepare(make_context()) is None  # nothing done yet: the task would submit now
+
+    def test_a_local_master_takes_local_paths(self, tmp_path):
+        op = train_op(tmp_path / "run")
+        use_backend(op, FakeBackend())
+        assert op.prepare(make_context()) is None
+
+    def test_inference_checks_its_model_and_output_too(self, tmp_path):
+        op = TFoSInferenceOperator(
+            task_id="score", model_path="/models/current", data={"format": "parquet", "path": "hdfs://nn/d"},
+            features=["x"], output_path="hdfs://nn/out", run_dir="hdfs://nn/runs/s",
+        )  # fmt: skip
+        backend = FakeBackend()
+        backend.backend = "yarn"
+        use_backend(op, backend)
+        with pytest.raises(AirflowFailException, match=r"'score': model_path '/models/current' is on the local disk"):
+            op.prepare(make_context("score"))
+
+    @pytest.mark.parametrize("argument", ["data", "validation_data"])
+    def test_tfrecord_files_in_spark_input_mode_fail_the_dag_import(self, tmp_path, argument):
+        with pytest.raises(RunConfigError) as caught:
+            train_op(tmp_path, **{argument: {"format": "tfrecord", "path": "hdfs://nn/data/day"}})
+        assert str(caught.value) == (
+            f"TFoSTrainOperator 'train': {argument}.format 'tfrecord' is read by the TF nodes themselves, but "
+            "input_mode SPARK feeds what Spark reads (table, parquet, csv, function): use input_mode TENSORFLOW "
+            "and read the files in train_fn (ctx.shard_files() and tfrecord_dataset()), or write the data as Parquet"
+        )
+
+    def test_tfrecord_files_in_tensorflow_input_mode_are_fine(self, tmp_path):
+        train_op(tmp_path, input_mode="TENSORFLOW", feed=None, data={"format": "tfrecord", "path": "hdfs://nn/d"})
+
+    def test_num_nodes_still_works_with_a_warning_and_the_same_spec(self, tmp_path):
+        with pytest.warns(Warning, match=r"'train': num_nodes is now spelled num_workers: .* The spec and its hash "
+                          "are the same either way"):  # fmt: skip
+            old = train_op(tmp_path, num_workers=None, num_nodes=3)
+        new = train_op(tmp_path, num_workers=3)
+        assert old.build_spec(code=False).to_json() == new.build_spec(code=False).to_json()
+        assert new.build_spec(code=False).num_nodes == 3 and new.num_executors() == 3
+        with raises("give num_workers \\(num_nodes is its old spelling\\), not both"):
+            train_op(tmp_path, num_workers=2, num_nodes=2)
+
+    def test_the_spec_check_names_the_argument_the_dag_wrote(self, tmp_path):
+        with raises(r"'train': num_workers must be at least 1, got 0$"):
+            train_op(tmp_path, num_workers=0)
+
+    def test_driver_memory_queue_and_name_reach_the_submission_as_spark_submit_spells_them(self, tmp_path):
+        op = train_op(tmp_path / "run", driver_memory="3g", yarn_queue="nightly", name="churn {{ ds }}")
+        op.render_template_fields({"ds": "2026-11-21"})
+        resources = op.app_resources(make_context()["ti"])
+        assert resources.name == "churn 2026-11-21"
+        assert resources.conf == {"spark.driver.memory": "3g", "spark.yarn.queue": "nightly"}
+        assert train_op(tmp_path / "run").app_resources(make_context()["ti"]).conf == {}
+        with raises(r"driver_memory and conf\['spark.driver.memory'\] set the same Spark setting: give one of them"):
+            train_op(tmp_path, driver_memory="3g", conf={"spark.driver.memory": "2g"})
+        with raises("driver_memory must be a Spark memory size"):
+            train_op(tmp_path, driver_memory="lots")
+
+    def test_inference_templates_what_it_ships_and_takes_a_signature(self, tmp_path):
+        op = TFoSInferenceOperator(
+            task_id="score", model_path="/m", data={"format": "table", "table": "t"}, features=["x"],
+            output_path=str(tmp_path / "out"), packed_env="{{ params.env }}", py_files=["{{ params.zip }}"],
+            signature="predict_proba",
+        )  # fmt: skip
+        op.render_template_fields({"params": {"env": "hdfs://nn/envs/env.tar.gz#environment", "zip": "/code.zip"}})
+        assert (op.packed_env, op.py_files) == ("hdfs://nn/envs/env.tar.gz#environment", ["/code.zip"])
+        assert op.build_spec(code=False).inference["signature"] == "predict_proba"
+        op.signature = "serving_default"  # the default is left out of the spec: earlier runs keep their hash
+        assert "signature" not in op.build_spec(code=False).inference

@@ -48,7 +48,7 @@ def train_op(tmp_path, **kwargs) -> TFoSTrainOperator:
     options = {
         "task_id": "train",
         "train_fn": "pkg.mod:main_fun",
-        "num_nodes": 2,
+        "num_workers": 2,
         "data": {"format": "parquet", "path": "/data/day=2026-11-21"},
         "feed": FEED,
         "run_dir": str(tmp_path / "run"),

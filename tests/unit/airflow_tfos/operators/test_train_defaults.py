@@ -30,7 +30,8 @@ def test_every_setting_has_one_default_the_specs():
     for callable_ in (TFClusterRun.__init__, TFoSTrainOperator.__init__, TFoSLaunchClusterOperator.__init__):
         for name, default in _defaults(callable_).items():
             field_name = argument.get(name, name)
-            if field_name in spec_defaults and name not in ("num_nodes", "env", "train_fn"):  # given, or added to
+            given = ("num_workers", "num_nodes", "env", "train_fn")  # given, or added to
+            if field_name in spec_defaults and name not in given:
                 wanted = spec_defaults[field_name]
                 if isinstance(default, tuple):  # a sequence argument's immutable default: the spec's empty list
                     default = list(default)

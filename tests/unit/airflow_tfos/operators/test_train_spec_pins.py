@@ -29,7 +29,7 @@ def train_full() -> TFoSTrainOperator:
         task_id="t",
         train_fn="pkg.mod:main_fun",
         args={"epochs": 2},
-        num_nodes=3,
+        num_workers=3,
         num_ps=1,
         master_node="master",
         eval_node=True,
