@@ -196,9 +196,11 @@ def _record_ended(ctx) -> None:
 
 
 def _load_payload(node_dir: Path):
+    from airflow_tfos.runtime.program.keras_refs import load_main
+
     try:
         with open(node_dir / PAYLOAD, "rb") as f:
-            return pickle.load(f)
+            return load_main(f)  # with one Keras, whatever the driver's module imported at its top
     except (ModuleNotFoundError, AttributeError) as exc:
         raise ImportError(
             f"cannot load main_fun on this executor ({exc}). The module that defines main_fun must be "

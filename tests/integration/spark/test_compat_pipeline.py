@@ -17,6 +17,7 @@ from tests.integration.spark.tfos_programs import mnist_data
 pytestmark = pytest.mark.integration
 
 MNIST_PIPELINE = Path(__file__).parent / "tfos_programs" / "mnist_pipeline.py"
+KERAS_AT_TOP = Path(__file__).parent / "tfos_programs" / "keras_at_top.py"
 ROWS = 400
 
 
@@ -92,3 +93,23 @@ def test_bad_input_fails_before_any_tf_process_naming_the_column_or_path(digits,
     with pytest.raises(ValueError, match="output mapping is empty: call setOutputMapping"):
         TFModel({}).setInputMapping({"image": "x"}).transform(images)
     assert time.monotonic() - started < 10
+
+
+def test_a_program_that_imports_keras_at_the_top_of_its_module_trains_with_one_keras(spark, tmp_path):
+    """TFoS's tests/test_pipeline.py shape: the driver pickles Keras 3's Sequential and Dense (its module's imports),
+    the node's tf.keras is Keras 2 (keras="auto" with tf-keras installed); before, compile failed in the chief with
+    "Could not interpret optimizer identifier"."""
+    import tensorflow as tf
+
+    driver_keras = type(tf.keras.Sequential()).__module__.split(".")[0]
+    program = load_migrated(tmp_path, KERAS_AT_TOP)
+    assert program.Sequential.__module__.split(".")[0] == driver_keras == "keras"  # the driver's: Keras 3
+    rng = np.random.default_rng(7)
+    features = rng.random((ROWS, 2))
+    rows = [(f.tolist(), [float(f @ np.array([3.14, 1.618]))]) for f in features]
+    frame = spark.createDataFrame(rows, ["col1", "col2"]).repartition(2)
+    args = program.parse_args(["--rows", str(ROWS), "--export_dir", str(tmp_path / "export")])
+    model = program.fit(frame, args)
+    assert (tmp_path / "export" / "saved_model.pb").exists()
+    scored = program.score(model, spark.createDataFrame([([1.0, 1.0], [0.0])], ["c1", "c2"])).head()
+    assert np.isfinite(np.ravel(scored.cout)).all()
