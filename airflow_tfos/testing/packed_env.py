@@ -16,6 +16,7 @@ Two modes:
   the same import behaviour, a few MB to ship and unpack.
 
     python -m airflow_tfos.testing.packed_env OUT.tar [--mode copy|link]
+    python -m airflow_tfos.testing.packed_env --requirements    # requirements/runtime.txt, the same packages
 """
 
 from __future__ import annotations
@@ -77,6 +78,19 @@ def runtime_distributions(extra: str = "runtime") -> list[metadata.Distribution]
             if requirement.marker is None or requirement.marker.evaluate({"extra": ""}):
                 pending.append(requirement.name)
     return sorted(found.values(), key=lambda d: _key(d.metadata["Name"]))
+
+
+def requirements(extra: str = "runtime") -> str:
+    """``requirements/runtime.txt``: every distribution :func:`runtime_distributions` packs, pinned at the version
+    installed here (what the tests ran with); neither Airflow nor pyspark among them."""
+    lines = [f"{d.metadata['Name']}=={d.version}" for d in runtime_distributions(extra)]
+    header = (
+        "# What the Spark side needs in a packed environment (the driver's and executors' Python on YARN): the\n"
+        f"# packages of airflow-tfos[{extra}] and what they need, pinned; no Airflow, no pyspark (the cluster's Spark\n"
+        "# brings its own), not airflow-tfos itself (the operators ship it). Written by\n"
+        "#     python -m airflow_tfos.testing.packed_env --requirements > requirements/runtime.txt\n"
+    )
+    return header + "\n".join(sorted(lines, key=str.lower)) + "\n"
 
 
 def _site_packages(env: Path) -> Path:
@@ -163,11 +177,17 @@ def build(
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("out", help="the tar file to write")
+    parser.add_argument("out", nargs="?", help="the tar file to write")
+    parser.add_argument("--requirements", action="store_true", help="print requirements/runtime.txt instead")
     parser.add_argument("--mode", choices=MODES, default="copy")
     parser.add_argument("--extra", action="append", help="the extras to pack (default: runtime)")
     options = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
+    if options.requirements:
+        sys.stdout.write(requirements())
+        return 0
+    if not options.out:
+        parser.error("name the tar file to write (or --requirements)")
     try:
         summary = build(options.out, mode=options.mode, extras=tuple(options.extra or ["runtime"]))
     except PackedEnvError as error:
