@@ -34,7 +34,7 @@ from common import REPO, local_cluster_conf
 
 from airflow_tfos.runtime.program import launch_times
 
-PROGRAM = REPO / "tests" / "runtime" / "tfos_programs" / "keras_tf_mode.py"
+PROGRAM = REPO / "tests" / "integration" / "spark" / "tfos_programs" / "keras_tf_mode.py"
 
 
 def load_program(name: str, migrate: bool):

@@ -1,6 +1,6 @@
 """ParameterServerStrategy programs run on TF nodes by tests/integration/spark/test_ps_feed.py.
 
-The layout is the README's: parameter servers and workers serve (``tf.distribute.Server(...).join()``),
+The layout is docs/native-api.md's: parameter servers and workers serve (``tf.distribute.Server(...).join()``),
 the chief builds the strategy and a ``ClusterCoordinator`` and schedules the steps.
 """
 

@@ -6,8 +6,9 @@ reached through :mod:`airflow_tfos.shared.storage`, so every scheme registered t
 MultiWorkerMirroredStrategy the readers are told the number of training nodes (``workers=``) and lay
 each node's batches out for tf.distribute as the fed dataset does.
 
-Remote files (``hdfs://``, ``webhdfs://``) are not streamed from the network into TensorFlow: Parquet
-and CSV files are downloaded one at a time, as the reader reaches them, to a local temporary file
+Remote files (``hdfs://``, ``webhdfs://``, ``swebhdfs://``) are read over WebHDFS by the storage layer's own
+client, not by TensorFlow (TensorFlow 2.21 has no HDFS file system), and are not streamed into TensorFlow:
+Parquet and CSV files are downloaded one at a time, as the reader reaches them, to a local temporary file
 (seekable, which Parquet needs; removed once read). TFRecord files, which TensorFlow's reader opens
 by name, are all downloaded when :func:`tfrecord_dataset` is called, into a cache directory of this
 process that is removed when it exits. Local disk must hold them (TFRecord) or the largest (others).
@@ -77,8 +78,10 @@ class WorkerFiles:
     index and keeps that worker's files. A Python reader (``parquet_dataset``, ``csv_dataset``,
     ``from_generator``) would run in the chief's process: the files are read with TensorFlow's own ops
     (``TFRecordDataset``, ``CsvDataset``, ``FixedLengthRecordDataset``, ``TextLineDataset``), by the names
-    listed here, which must be paths every worker's TensorFlow can open (local or shared paths, or a scheme
-    TensorFlow reads itself).
+    listed here, which must be paths every worker's TensorFlow can open: local or shared paths, or a scheme
+    TensorFlow reads itself. TensorFlow 2.21 reads neither ``hdfs://`` nor ``webhdfs://``: this project reads
+    HDFS over WebHDFS in Python (:func:`parquet_dataset`, :func:`csv_dataset`, :func:`tfrecord_dataset`), which
+    under parameter servers would run in the chief's process.
 
     With ``service`` each pass over the files is served through the tf.data service
     (:mod:`~airflow_tfos.runtime.feed.service`): every worker's tf.data worker reads that worker's files, and
@@ -175,9 +178,10 @@ def _tf_name(path: str) -> str:
         return os.path.abspath(local)
     if path.split("://", 1)[0] in ("webhdfs", "swebhdfs"):
         raise FeedConfigError(
-            f"{path}: TensorFlow's ops cannot open WebHDFS names on the workers; put the files where every "
-            "worker can open them by path (hdfs:// with TensorFlow's HDFS support, or a shared disk), or read "
-            "them with Spark and feed them (data=spark.read...)"
+            f"{path}: TensorFlow's ops cannot open WebHDFS names on the workers, nor hdfs:// ones (TensorFlow "
+            "2.21 has no HDFS file system; this project reads HDFS over WebHDFS in Python, which under parameter "
+            "servers would run in the chief); put the files where every worker can open them by path (a shared "
+            "disk), or read them with Spark and feed them (data=spark.read...)"
         )
     return path
 
