@@ -39,6 +39,9 @@ from airflow_tfos.links.tfos import HISTORY_SERVER_CONF, history_server_url
 from airflow_tfos.shared.storage.kerberos import SUBMITTED_TOKEN_ENV
 from airflow_tfos.shared.storage.webhdfs_config import WEBHDFS_ENV, env_value
 
+#: The alias the packed environment is unpacked as in the containers (``./environment/bin/python``).
+PACKED_ENV_ALIAS = "#environment"
+
 
 class TFoSHook(BaseHook):
     """Submit a training run (the driver entrypoint on a run directory) and track, find and kill it.
@@ -302,7 +305,8 @@ class TFoSHook(BaseHook):
         py_files = [p for p in [self.py_files] if p]
         if self._user_code is not None:
             py_files.insert(0, str(self._user_code.path))
-        archives = [a for a in [self.archives, f"{self.packed_env}#environment" if self.packed_env else None] if a]
+        packed = f"{self.packed_env.removesuffix(PACKED_ENV_ALIAS)}{PACKED_ENV_ALIAS}" if self.packed_env else None
+        archives = [a for a in [self.archives, packed] if a]
         submission = Submission(
             application=str(cached_file(self._cache_dir, LAUNCHER_NAME, _LAUNCHER)),
             args=tuple(args),

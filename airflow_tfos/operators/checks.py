@@ -98,6 +98,12 @@ def check_arguments(op: Any, *, pending: Callable[[Any], bool] = rendered) -> No
             raise RunConfigError(f"{task}: {name} must be a non-empty string or None, got {value!r}")
     if op.tf_memory_mb is not None and not is_count(op.tf_memory_mb, 1):
         raise RunConfigError(f"{task}: tf_memory_mb must be an integer >= 1 (MiB) or None, got {op.tf_memory_mb!r}")
+    packed = op.packed_env
+    if isinstance(packed, str) and not pending(packed) and "#" in packed.removesuffix("#environment"):
+        raise RunConfigError(
+            f"{task}: packed_env {packed!r} names an alias of its own: give the archive alone (or with "
+            "#environment); it is unpacked as ./environment in every container"
+        )
     if not pending(op.conf):
         if not isinstance(op.conf, dict):
             raise RunConfigError(f"{task}: conf must be a mapping of Spark settings, got {type(op.conf).__name__}")

@@ -70,6 +70,30 @@ def last_submitted(rundir: RunDir) -> str | None:
     return submitted[-1].get("application_id") if submitted else None
 
 
+#: What YARN's diagnostics of a failed application say besides the cause (pointers to its UI, the verdict).
+_BOILERPLATE = re.compile(
+    r"For more detailed output, check the application tracking page.*|Then click on links to logs.*|"
+    r"^\.?\s*Failing the application\.\s*$|Failing this attempt\.",
+    re.MULTILINE,
+)
+
+
+def cluster_reason(diagnostics: str, limit: int = 600) -> str:
+    """The cause in a cluster's diagnostics of a failed application, on one line: YARN's ``... due to AM Container
+    for appattempt_... exited with exitCode: -1000`` with its ``Diagnostics:`` (e.g. ``Failed to download resource
+    ...``), without the pointers to its UI; or the last line of the local backend's."""
+    text = _BOILERPLATE.sub("", diagnostics)
+    text = re.sub(r"\[\d{4}-\d\d-\d\d [\d:.]+\]", "", text)  # YARN's timestamps
+    lines = [line.strip() for line in text.splitlines() if line.strip(" .")]
+    if not lines:
+        return ""
+    due = next((m.group(1) for line in lines if (m := re.search(r"\bdue to (.+)", line))), None)
+    said = next((line.split("Diagnostics:", 1)[1].strip() for line in lines if "Diagnostics:" in line), None)
+    reason = "; ".join(part for part in (due, said) if part) or lines[-1]
+    reason = re.sub(r"\s+", " ", reason)
+    return reason if len(reason) <= limit else reason[: limit - 3] + "..."
+
+
 class ApplicationRun:
     """One request (a spec) to one run directory, and the application that works on it.
 
@@ -407,8 +431,15 @@ class TrainingRun(ApplicationRun):
             )
         if error:  # the driver's own words first
             raise AirflowException(f"{error} ({ended}{'; ' + diagnostics[0] if diagnostics else ''}); {resume}")
+        reason = cluster_reason(app.diagnostics or "")
+        logs = (
+            f"; its containers' logs: yarn logs -applicationId {app.app_id}"
+            if app.app_id.startswith("application_")
+            else ""
+        )
         raise AirflowException(
-            f"{ended} (no error recorded in status.json{'; ' + diagnostics[-1] if diagnostics else ''}); {resume}"
+            f"application {app.app_id} failed before its driver recorded an error"
+            f"{': ' + reason if reason else ''} ({ended}; nothing in status.json); {resume}{logs}"
         )
 
     def no_export(self, app: AppState, when: str) -> None:

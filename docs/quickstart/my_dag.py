@@ -9,7 +9,7 @@ from airflow_tfos.operators import ModelInService, TFoSPublishModelOperator, TFo
 
 DATA = "hdfs:///data/my_model/day={{ ds }}"  # Parquet: features (3 floats) and label (a float)
 REGISTRY = "hdfs:///models/my_model"  # the versions of the model, and which one is in service
-PACKED_ENV = "hdfs:///envs/tfos-runtime.tar.gz#environment"  # the containers' Python
+PACKED_ENV = "hdfs:///envs/tfos-runtime.tar.gz"  # the containers' Python
 
 with DAG(
     dag_id="my_model_nightly",

@@ -473,3 +473,9 @@ class TestTrapsOfANewcomer:
         assert op.build_spec(code=False).inference["signature"] == "predict_proba"
         op.signature = "serving_default"  # the default is left out of the spec: earlier runs keep their hash
         assert "signature" not in op.build_spec(code=False).inference
+
+
+def test_a_packed_env_with_an_alias_of_its_own_is_refused_and_its_own_alias_taken(tmp_path):
+    with raises(r"packed_env 'hdfs:///envs/e.tar.gz#py' names an alias of its own: give the archive alone"):
+        train_op(tmp_path, packed_env="hdfs:///envs/e.tar.gz#py")
+    train_op(tmp_path, packed_env="hdfs:///envs/e.tar.gz#environment")  # the alias it is unpacked as anyway
