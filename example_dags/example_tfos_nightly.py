@@ -13,7 +13,10 @@ reruns of old dates are safe, and a retry of ``train`` resumes from that run's l
 
 Settings come from the environment so that the same file runs in the demo and on a real cluster:
 ``TFOS_EXAMPLE_BASE`` (where data, models and predictions go: a path or ``hdfs://`` URI) and the
-``tfos_spark`` connection (``local-cluster[2,1,1024]`` in the demo, ``yarn`` on a cluster).
+``tfos_spark`` connection (``local-cluster[2,1,1024]`` in the demo, ``yarn`` on a cluster). On a cluster the
+containers' Python needs what each task's code imports: the training and scoring need requirements/runtime.txt's
+packages (airflow-tfos itself is shipped), and ``prepare_data``'s job (``jobs/prepare_digits.py``, shipped alone)
+needs scikit-learn too. ``scripts/demo.py --yarn`` runs this file on the Hadoop lab.
 """
 
 from __future__ import annotations
