@@ -211,24 +211,32 @@ class TFoSHook(BaseHook):
         from airflow_tfos.hooks.webhdfs_connection import config_without_connection, storage_from_connection
         from airflow_tfos.shared.storage.webhdfs_client import WebHDFSStorage
 
-        if self.webhdfs_conn_id:
-            return storage_from_connection(self.webhdfs_conn_id)
+        if self._webhdfs_conn_id:
+            return storage_from_connection(self._webhdfs_conn_id)
         config = config_without_connection()
         if config is None:
             raise ValueError("no webhdfs connection, AIRFLOW_TFOS_WEBHDFS or HADOOP_CONF_DIR names a namenode")
         return WebHDFSStorage(config)
 
+    @cached_property
+    def _webhdfs_conn_id(self) -> str | None:
+        """The webhdfs connection: the one named, else ``webhdfs_default`` when it exists (as for the run directory,
+        the inputs and the registry on the Airflow side), else None (``AIRFLOW_TFOS_WEBHDFS``, ``HADOOP_CONF_DIR``)."""
+        from airflow_tfos.hooks.webhdfs_connection import default_conn_id
+
+        return self.webhdfs_conn_id or default_conn_id()
+
     def _secret_env(self) -> dict[str, str]:
-        """The HDFS settings for the driver and executors: from the webhdfs connection; without one, on YARN
-        (whose containers do not inherit this process's environment), from ``AIRFLOW_TFOS_WEBHDFS`` or the
-        files of ``HADOOP_CONF_DIR`` (a local spark-submit inherits both)."""
+        """The HDFS settings for the driver and executors: from the webhdfs connection (:attr:`_webhdfs_conn_id`);
+        without one from ``AIRFLOW_TFOS_WEBHDFS`` or the files of ``HADOOP_CONF_DIR``, which YARN's containers do
+        not inherit and the runtime does not read."""
         from airflow.sdk.log import mask_secret
 
         from airflow_tfos.hooks.webhdfs_connection import config_without_connection, webhdfs_config_from_connection
 
-        if self.webhdfs_conn_id:
-            config = webhdfs_config_from_connection(self.webhdfs_conn_id).to_json()
-        elif self.backend == "yarn" and (found := config_without_connection()) is not None:
+        if self._webhdfs_conn_id:
+            config = webhdfs_config_from_connection(self._webhdfs_conn_id).to_json()
+        elif (found := config_without_connection()) is not None:  # the runtime reads no HADOOP_CONF_DIR itself
             config = found.to_json()
         else:
             return {}

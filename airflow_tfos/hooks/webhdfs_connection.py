@@ -127,6 +127,17 @@ def webhdfs_config_from_connection(
     )
 
 
+def default_conn_id() -> str | None:
+    """``webhdfs_default`` when that connection exists, else None: what ``webhdfs_conn_id=None`` means."""
+    from airflow.sdk.exceptions import AirflowNotFoundException
+
+    try:
+        BaseHook.get_connection(DEFAULT_CONN_ID)
+    except AirflowNotFoundException:
+        return None
+    return DEFAULT_CONN_ID
+
+
 def _origin() -> str:
     return WEBHDFS_ENV if WebHDFSConfig.from_env() is not None else f"the files of {HADOOP_CONF_ENV}"
 

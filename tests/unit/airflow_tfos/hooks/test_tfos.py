@@ -204,3 +204,32 @@ def test_a_yarn_submission_passes_the_spark_connections_principal_and_keytab(yar
     written = Path(record["options"]["--keytab"])  # by the Spark provider's hook, from the extra's base64
     assert written.read_bytes() == keytab
     written.unlink()
+
+
+@pytest.mark.parametrize("backend_master", ["yarn", "local-cluster[2,1,1024]"])
+def test_without_a_webhdfs_conn_id_the_driver_gets_what_the_airflow_side_reads_hdfs_with(
+    tmp_path, monkeypatch, backend_master
+):
+    """webhdfs_conn_id=None: the connection webhdfs_default when it exists (what the run directory, the inputs and
+    the registry are read with on the Airflow side), else HADOOP_CONF_DIR's files, on either backend (the runtime
+    reads no HADOOP_CONF_DIR itself)."""
+    monkeypatch.delenv("AIRFLOW_TFOS_WEBHDFS", raising=False)
+    monkeypatch.setenv("AIRFLOW_CONN_SPARK_T", json.dumps({"conn_type": "spark", "host": backend_master}))
+    conf_dir = tmp_path / "hadoop"
+    conf_dir.mkdir()
+    (conf_dir / "core-site.xml").write_text(
+        "<configuration><property><name>fs.defaultFS</name><value>hdfs://files-nn:8020</value></property>"
+        "</configuration>"
+    )
+    monkeypatch.setenv("HADOOP_CONF_DIR", str(conf_dir))
+
+    def settings() -> dict:
+        hook = TFoSHook(spark_conn_id="spark_t", tracker_dir=str(tmp_path / "t"))
+        (value,) = hook._secret_env().values()
+        return json.loads(decoded(value))
+
+    assert "files-nn" in json.dumps(settings())
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_WEBHDFS_DEFAULT", json.dumps({"conn_type": "webhdfs", "host": "conn-nn", "port": 9870})
+    )
+    assert "conn-nn" in json.dumps(settings()) and "files-nn" not in json.dumps(settings())
