@@ -11,6 +11,7 @@ import gzip
 import io
 import json
 import math
+import time
 from urllib.parse import urlsplit
 
 import numpy as np
@@ -44,7 +45,7 @@ def write_day(hadoop_lab, folder: str, rows: int, seed: int) -> np.ndarray:
     return y
 
 
-def test_the_quickstart_dag_trains_on_yarn_and_puts_its_model_in_service(spark_on_lab, hadoop_lab, tmp_path):
+def test_the_quickstart_dag_trains_on_yarn_and_puts_its_model_in_service(spark_on_lab, hadoop_lab, lab_airflow):
     write_day(hadoop_lab, f"/data/my_model/day={DAY}/train", rows=1200, seed=1)
     holdout = write_day(hadoop_lab, f"/data/my_model/day={DAY}/holdout", rows=300, seed=2)
     # the packed environment, uploaded where the DAG names it (the page: venv-pack, then hdfs dfs -put): the lab's
@@ -53,20 +54,23 @@ def test_the_quickstart_dag_trains_on_yarn_and_puts_its_model_in_service(spark_o
     storage = storage_for(built)
     packed = gzip.compress(storage.read_bytes(built), compresslevel=1)
     storage.write_bytes(hadoop_lab.uri("/envs/tfos-runtime.tar.gz"), packed)
-    lab = AirflowOnLab.start(
-        spark_on_lab,
-        hadoop_lab,
-        tmp_path / "airflow",
-        QUICKSTART,
-        AIRFLOW_CONN_SPARK_DEFAULT=json.dumps({"conn_type": "spark", "host": "yarn"}),
-        AIRFLOW__TFOS__RUN_DIR_BASE="hdfs:///user/airflow/tfos-runs",
-        # the cluster has no default Python environment: the DAG names its own
-        SPARK_CONF_DIR=str(spark_on_lab.conf_dir_without_env(tmp_path / "spark-conf")),
+    # the Airflow of the other DAG tests here (its database, HADOOP_CONF_DIR and a SPARK_CONF_DIR with no default
+    # Python environment), reading the quickstart's folder with the page's settings
+    lab = AirflowOnLab(
+        {
+            **lab_airflow.env,
+            "AIRFLOW__CORE__DAGS_FOLDER": str(QUICKSTART),
+            "AIRFLOW_CONN_SPARK_DEFAULT": json.dumps({"conn_type": "spark", "host": "yarn"}),
+            "AIRFLOW__TFOS__RUN_DIR_BASE": "hdfs:///user/airflow/tfos-runs",
+        },
+        lab_airflow.rm_web,
     )
     parsed = lab.airflow("dags", "list-import-errors", "--output", "json")
     assert parsed.returncode == 0 and parsed.stdout.strip().splitlines()[-1] == "[]", tail(parsed)
 
+    started = time.monotonic()
     night = lab.airflow("dags", "test", "my_model_nightly", DAY, timeout=800)
+    took = time.monotonic() - started
     assert ended_well(night), tail(night)
     text = night.stdout + night.stderr
     assert f"warm start: no model in service in hdfs:///models/my_model before version {VERSION}" in text
@@ -78,6 +82,12 @@ def test_the_quickstart_dag_trains_on_yarn_and_puts_its_model_in_service(spark_o
     # the held-out loss the gate read is the model's: better than always predicting the mean label
     val_loss = current["metrics"]["val_loss"]
     assert math.isfinite(val_loss) and val_loss < 0.5 * float(np.var(holdout)), (val_loss, float(np.var(holdout)))
+    # on the lab's summary line (the fixture prints it at the end): the night's time and what the gate read
+    hadoop_lab.timings.update(
+        quickstart_night_s=round(took, 1),
+        quickstart_val_loss=round(val_loss, 4),
+        holdout_var=round(float(np.var(holdout)), 4),
+    )
     model = urlsplit(registry.current_model_path()).path  # hdfs:///models/my_model/versions/...: read by path here
     assert storage.exists(hadoop_lab.uri(f"{model}/saved_model.pb")), model
     # nothing of the run is left on the cluster
