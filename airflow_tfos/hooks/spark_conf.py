@@ -383,3 +383,27 @@ def cached_file(cache_dir: str | Path, name: str, text: str, mode: int = 0o644) 
     target = Path(cache_dir) / hashlib.sha256(text.encode()).hexdigest()[:16] / name
     _ensure_cached(target, text.encode(), mode)
     return target
+
+
+def openlineage_parent_conf(conf: dict[str, str]) -> dict[str, str]:
+    """The ``spark.openlineage.*`` parent-job settings of the running Airflow task, computed by the OpenLineage
+    provider's own helper; empty without the provider, with OpenLineage disabled, outside a task, or when
+    ``conf`` already names a parent job.
+
+    :param conf: the application's Spark settings so far.
+    """
+    try:
+        from airflow.providers.openlineage.conf import is_disabled
+        from airflow.providers.openlineage.utils.spark import inject_parent_job_information_into_spark_properties
+    except ImportError:
+        return {}
+    if is_disabled():
+        return {}
+    from airflow.sdk import get_current_context
+
+    try:
+        context = get_current_context()
+    except RuntimeError:  # not inside a task (e.g. a script using the hook)
+        return {}
+    injected = inject_parent_job_information_into_spark_properties(dict(conf), context)
+    return {key: str(value) for key, value in injected.items() if key not in conf}

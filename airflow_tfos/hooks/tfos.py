@@ -30,6 +30,7 @@ from airflow_tfos.hooks.spark_conf import (
     LAUNCHER_NAME,
     cached_file,
     env_conf,
+    openlineage_parent_conf,
     packed_env_conf,
     spark_defaults,
     training_conf,
@@ -484,27 +485,3 @@ def unseal_token(sealed: str) -> str:
     from airflow.models.crypto import get_fernet
 
     return get_fernet().decrypt(sealed.encode()).decode()
-
-
-def openlineage_parent_conf(conf: dict[str, str]) -> dict[str, str]:
-    """The ``spark.openlineage.*`` parent-job settings of the running Airflow task, computed by the OpenLineage
-    provider's own helper; empty without the provider, with OpenLineage disabled, outside a task, or when
-    ``conf`` already names a parent job.
-
-    :param conf: the application's Spark settings so far.
-    """
-    try:
-        from airflow.providers.openlineage.conf import is_disabled
-        from airflow.providers.openlineage.utils.spark import inject_parent_job_information_into_spark_properties
-    except ImportError:
-        return {}
-    if is_disabled():
-        return {}
-    from airflow.sdk import get_current_context
-
-    try:
-        context = get_current_context()
-    except RuntimeError:  # not inside a task (e.g. a script using the hook)
-        return {}
-    injected = inject_parent_job_information_into_spark_properties(dict(conf), context)
-    return {key: str(value) for key, value in injected.items() if key not in conf}
