@@ -195,8 +195,11 @@ class _TFoSRunOperator(_TFoSApplicationOperator):
         return RunSpec(**settings, code=shipped_code(self.user_code if code else None))
 
     def cluster_paths(self) -> dict[str, Any]:
-        warm_start = self.warm_start.registry if isinstance(self.warm_start, ModelInService) else self.warm_start
-        return {**super().cluster_paths(), "warm_start": warm_start, "log_dir": self.log_dir}
+        if isinstance(self.warm_start, ModelInService):
+            warm_start = {"warm_start=ModelInService(...)'s registry": self.warm_start.registry}
+        else:
+            warm_start = {"warm_start": self.warm_start}
+        return {**super().cluster_paths(), **warm_start, "log_dir": self.log_dir}
 
     def resolve_inputs(self, context: Context) -> None:
         """Look up the model in service that ``warm_start=ModelInService(...)`` names (after rendering)."""

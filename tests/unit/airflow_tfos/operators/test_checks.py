@@ -396,10 +396,12 @@ class TestTrapsOfANewcomer:
         [("warm_start", "/models/last"), ("log_dir", "file:///tmp/tb"), ("warm_start", "ModelInService")],
     )
     def test_a_local_warm_start_log_dir_or_registry_is_refused_too(self, tmp_path, argument, value):
+        named = argument
         if value == "ModelInService":
             value = ModelInService(str(tmp_path / "models"))
+            named = r"warm_start=ModelInService\(\.\.\.\)'s registry"
         op, backend = self.yarn_op("hdfs://nn/runs/r", **{argument: value})
-        with pytest.raises(AirflowFailException, match=rf"'train': {argument} '.*' is on the local disk"):
+        with pytest.raises(AirflowFailException, match=rf"'train': {named} '.*' is on the local disk"):
             op.prepare(make_context())
         assert backend.submitted == []
 
