@@ -1,15 +1,17 @@
 """My model's training, run on every TF node of the Spark application that the DAG's training task starts.
 
 The task ships this file with the application (it sits beside the DAG): the nodes import it from there.
+TensorFlow is imported inside the function, so that Airflow's DAG processor, which may import this file while it
+looks for DAGs, never loads TensorFlow.
 """
-
-import tensorflow as tf
-
-from airflow_tfos.runtime import RunCheckpointer, export_model, fit_resumable
 
 
 def train(args, ctx):
     """Fit on this node's share of the rows Spark feeds; export with the loss on the held-out rows."""
+    import tensorflow as tf
+
+    from airflow_tfos.runtime import RunCheckpointer, export_model, fit_resumable
+
     strategy = tf.distribute.MultiWorkerMirroredStrategy()
     with strategy.scope():
         model = tf.keras.Sequential(

@@ -65,8 +65,7 @@ def test_the_quickstart_dag_trains_on_yarn_and_puts_its_model_in_service(spark_o
         },
         lab_airflow.rm_web,
     )
-    parsed = lab.airflow("dags", "list-import-errors", "--output", "json")
-    assert parsed.returncode == 0 and parsed.stdout.strip().splitlines()[-1] == "[]", tail(parsed)
+    # (the folder parses with no import error: tests/unit/airflow_tfos/operators/test_checks.py)
 
     started = time.monotonic()
     night = lab.airflow("dags", "test", "my_model_nightly", DAY, timeout=800)

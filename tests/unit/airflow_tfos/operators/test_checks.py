@@ -4,6 +4,7 @@ known choices; a templated value is checked once rendered, before anything is su
 from __future__ import annotations
 
 import textwrap
+import warnings
 from dataclasses import fields
 
 import pytest
@@ -325,14 +326,25 @@ def test_a_dag_file_with_a_typo_fails_to_import_with_the_message(tmp_path):
 
 @pytest.mark.parametrize(
     "folder",
-    ["example_dags", "tests/integration/airflow/dags", "tests/integration/airflow/emulated_dags", "tests/drills/dags"],
+    [
+        "example_dags",
+        "docs/quickstart",
+        "tests/integration/airflow/dags",
+        "tests/integration/airflow/emulated_dags",
+        "tests/drills/dags",
+        "tests/integration/hadoop/dags",
+    ],
 )
-def test_every_dag_folder_still_builds(folder):
+def test_every_dag_folder_still_builds_with_no_deprecation_warning(folder):
     from airflow.dag_processing.dagbag import DagBag
 
-    bag = DagBag(dag_folder=str(REPO / folder))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        bag = DagBag(dag_folder=str(REPO / folder))
     assert bag.import_errors == {}
     assert bag.dags
+    deprecated = [str(w.message) for w in caught if "num_nodes is now spelled num_workers" in str(w.message)]
+    assert not deprecated, deprecated
 
 
 def test_the_feed_operator_checks_its_rendered_data_before_requesting_the_feed(tmp_path):
