@@ -460,9 +460,9 @@ class _TFoSApplicationOperator(ResumableJobMixin, BaseOperator):
             self.log.info(RESUMED_WITHOUT_EVENT)
             return self.execute(context)
         self.run_dir = self.resolve_run_dir(context)
-        self.resolve_inputs(context)
         if event.get("status") != DONE:
             raise AirflowException(f"lost track of the application: {event.get('message')}")
+        self.resolve_inputs(context)  # the spec finish() checks the export against
         app = AppState.from_json(event["app"])
         self._ti = context["ti"]
         self.push_tracking_url(event.get("tracking_url") or app.tracking_url)
