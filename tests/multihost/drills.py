@@ -119,6 +119,11 @@ def run_drill(
     run_path = f"/drills/{target}-{uuid.uuid4().hex[:6]}"
     name = f"drill-{target}"
     args = ARGS if epochs is None else {**ARGS, "epochs": epochs}
+    back = lab.hosts.log_dir / f"{run_path.rsplit('/', 1)[1]}.host-back"
+    if target == "partition":
+        # The new attempt may run on the spare host and train its last steps before the cut host is back; it then
+        # holds its export until the host is back, so that the stale side always returns to a run still going on.
+        args = {**args, "hold_export_until": str(back)}
     driver = start_training(lab, user_code, lab.hdfs.uri(run_path), data, args, OPTIONS, name=name)
     nodes = lab.hdfs.local_path(f"{run_path}/nodes")
     mend_timer, slowed, mended = None, None, {}
@@ -140,6 +145,7 @@ def run_drill(
                 mended["executor_lost"] = executor_lost(lab, name, lab.address(host))
                 mended["time"] = time.time()
                 lab.hosts.mend(host)
+                back.touch()
 
             mend_timer = threading.Timer(partition_secs, mend)
             mend_timer.start()
@@ -175,6 +181,7 @@ def run_drill(
             mend_timer.cancel()  # the run ended first: mend now (below)
             mend_timer.join(10)
             lab.hosts.mend(host)
+            back.touch()
         if target == "slow":
             lab.hosts.delay(host, None)
             if slowed == "cpu":

@@ -39,6 +39,11 @@ TRAINING = textwrap.dedent(
             checkpointer=checkpointer, callbacks=[Pace()], verbose=0,
         )
         loss = float(histories[-1].history["loss"][-1]) if histories else None
+        hold = args.get("hold_export_until")
+        if hold and ctx.attempt >= 1:  # a drill's: a later attempt exports once the file exists (2 min at most)
+            deadline = time.monotonic() + 120
+            while not os.path.exists(hold) and time.monotonic() < deadline:
+                time.sleep(0.2)
         export_model(ctx, model, metrics={"loss": loss})
         kernel, bias = model.get_weights()
         return {"step": checkpointer.step, "loss": loss, "attempt": ctx.attempt,
