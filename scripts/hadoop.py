@@ -1,6 +1,7 @@
 """A Hadoop lab on this machine: Hadoop's own HDFS and YARN (3.5.0's mini clusters) in one JVM, on 127.0.0.1.
 
     python scripts/hadoop.py up DIR        # build if needed, start, wait until WebHDFS and the RM REST answer
+    python scripts/hadoop.py up DIR --kerberos --krb5-conf F --principal P --keytab K   # secure mode
     python scripts/hadoop.py status DIR    # is it up; addresses; the daemons; memory
     python scripts/hadoop.py control DIR 'stop-datanode 0'   # or start-datanode, stop/start-nodemanager, failover
     python scripts/hadoop.py down DIR      # stop everything ``up`` started, and check that nothing is left
@@ -29,6 +30,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from dataclasses import dataclass
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -205,6 +207,17 @@ def webhdfs_answers(namenode_http: str, user: str) -> bool:
     return status.get("FileStatus", {}).get("type") == "DIRECTORY"
 
 
+def _refuses_anonymous(url: str) -> bool:
+    """Whether a secure endpoint answers an anonymous request with 401 Negotiate."""
+    try:
+        urllib.request.urlopen(url, timeout=5).close()
+    except urllib.error.HTTPError as e:
+        return e.code == 401 and "Negotiate" in (e.headers.get("WWW-Authenticate") or "")
+    except OSError:
+        return False
+    return False
+
+
 def rm_nodes_running(rm_web: str) -> int:
     """Return how many NodeManagers the ResourceManager's REST API reports active (-1 if it does not answer)."""
     try:
@@ -251,12 +264,45 @@ def _java() -> tuple[str, str]:
     return java, str(Path(java).resolve().parent.parent)
 
 
+@dataclass(frozen=True)
+class Kerberos:
+    """Secure mode: the realm's ``krb5.conf``, the daemons' principal (``service/127.0.0.1@REALM``) and a keytab
+    holding it and ``HTTP/127.0.0.1@REALM``; users that may impersonate others; delegation tokens' renew interval
+    and lifetime (short ones let a test outlive them). The principals are the caller's to create (a KDC of its own)."""
+
+    krb5_conf: str
+    principal: str
+    keytab: str
+    proxy_users: tuple[str, ...] = ()
+    token_renew_secs: int = 86400
+    token_max_lifetime_secs: int = 7 * 86400
+
+    def java_options(self) -> list[str]:
+        return [f"-Djava.security.krb5.conf={self.krb5_conf}"]
+
+    def launcher_args(self) -> list[str]:
+        args = ["--kerberos-principal", self.principal, "--kerberos-keytab", self.keytab]
+        for user in self.proxy_users:
+            args += ["--proxy-user", user]
+        args += ["--token-renew-secs", str(self.token_renew_secs)]
+        return [*args, "--token-max-lifetime-secs", str(self.token_max_lifetime_secs)]
+
+
 def up(
-    conf_dir: Path, *, datanodes: int, nodemanagers: int, vcores: int, heap: str, timeout: float, ha: bool = False
+    conf_dir: Path,
+    *,
+    datanodes: int,
+    nodemanagers: int,
+    vcores: int,
+    heap: str,
+    timeout: float,
+    ha: bool = False,
+    kerberos: Kerberos | None = None,
 ) -> dict:
     """Start a lab described in ``conf_dir`` and wait until it answers; return its description.
 
-    ``ha``: an HA pair of NameNodes behind ``hdfs://lab`` (nn0 active); ``nodemanagers=0``: HDFS alone, no YARN."""
+    ``ha``: an HA pair of NameNodes behind ``hdfs://lab`` (nn0 active); ``nodemanagers=0``: HDFS alone, no YARN;
+    ``kerberos``: secure mode (Kerberos on RPC, SPNEGO on the web endpoints; docs/hadoop-lab.md)."""
     conf_dir = conf_dir.resolve()
     running = _running_lab(conf_dir)
     if running:
@@ -282,6 +328,7 @@ def up(
         f"-Xmx{heap}",
         "-XX:+UseSerialGC",
         f"-Dhadoop.lab.log={conf_dir / 'lab.log'}",
+        *(kerberos.java_options() if kerberos else []),
         "-cp",
         classpath(),
         LAUNCHER_CLASS,
@@ -294,6 +341,7 @@ def up(
         "--nodemanager-vcores",
         str(vcores),
         *(["--ha"] if ha else []),
+        *(kerberos.launcher_args() if kerberos else []),
     ]
     env = dict(os.environ, JAVA_HOME=java_home)
     env.pop("HADOOP_CONF_DIR", None)
@@ -319,11 +367,19 @@ def up(
             raise LabError(f"the lab's JVM exited with {process.returncode} while starting; its stderr ends:\n{tail}")
         if description is None and (conf_dir / DESCRIPTION_FILE).exists():
             description = read_description(conf_dir)
-        if (
-            description
-            and webhdfs_answers(description["namenode_http"], user)
-            and (nodemanagers == 0 or rm_nodes_running(description["rm_web"]) >= nodemanagers)
-        ):
+        if description and kerberos:
+            # SPNEGO everywhere: an anonymous request is refused (401), which says the server is up; the launcher
+            # wrote lab.json once every NodeManager had registered
+            urls = [f"http://{description['namenode_http']}/webhdfs/v1/?op=GETFILESTATUS"]
+            urls += [f"{description['rm_web']}/ws/v1/cluster"] if nodemanagers else []
+            answering = all(_refuses_anonymous(url) for url in urls)
+        else:
+            answering = (
+                description
+                and webhdfs_answers(description["namenode_http"], user)
+                and (nodemanagers == 0 or rm_nodes_running(description["rm_web"]) >= nodemanagers)
+            )
+        if answering:
             description["up_seconds"] = round(time.monotonic() - started, 2)
             description["java_home"] = java_home
             return description
@@ -381,8 +437,14 @@ def inspect_hdfs(conf_dir: Path, paths: list[str], timeout: float = 120.0) -> di
     if needs_build():
         log.info("built the launcher in %.1f s", build())
     java, _ = _java()
-    cmd = [java, f"-Dhadoop.lab.log={conf_dir / 'inspect.log'}", "-cp", classpath(), INSPECT_CLASS]
-    cmd += ["--conf", str(conf_dir), *paths]
+    cmd = [java, f"-Dhadoop.lab.log={conf_dir / 'inspect.log'}"]
+    secure = read_description(conf_dir).get("kerberos") if (conf_dir / DESCRIPTION_FILE).exists() else None
+    if secure:  # a secure lab: Hadoop's client logs in as the daemons' principal (HDFS's superuser)
+        cmd.append(f"-Djava.security.krb5.conf={secure['krb5_conf']}")
+    cmd += ["-cp", classpath(), INSPECT_CLASS, "--conf", str(conf_dir)]
+    if secure:
+        cmd += ["--login", secure["principal"], secure["keytab"]]
+    cmd += paths
     env = dict(os.environ)
     env.pop("HADOOP_CONF_DIR", None)
     result = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env, check=False)
@@ -444,6 +506,12 @@ def main(argv: list[str] | None = None) -> int:
     p_up.add_argument("--vcores", type=int, default=4, help="vcores each NodeManager declares")
     p_up.add_argument("--heap", default="1g", help="the lab JVM's -Xmx")
     p_up.add_argument("--timeout", type=float, default=180.0)
+    p_up.add_argument("--kerberos", action="store_true", help="secure mode: needs --krb5-conf, --principal, --keytab")
+    p_up.add_argument("--krb5-conf", help="the realm's krb5.conf (the KDC is yours to run)")
+    p_up.add_argument("--principal", help="the daemons' principal, service/127.0.0.1@REALM")
+    p_up.add_argument("--keytab", help="a keytab holding --principal and HTTP/127.0.0.1@REALM")
+    p_up.add_argument("--proxy-user", action="append", default=[], help="a user that may impersonate others")
+    p_up.add_argument("--token-renew-secs", type=int, default=86400, help="delegation tokens' renew interval")
     for name in ("down", "status"):
         sub.add_parser(name).add_argument("dir", type=Path)
     p_control = sub.add_parser("control", help="stop-datanode I | start-datanode I | stop-nodemanager I | ...")
@@ -463,6 +531,18 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "build":
             print(f"built in {build(args.maven_arg):.1f} s: {LAB_TARGET}")
         elif args.command == "up":
+            kerberos = None
+            if args.kerberos:
+                if not (args.krb5_conf and args.principal and args.keytab):
+                    raise LabError("--kerberos needs --krb5-conf, --principal and --keytab")
+                kerberos = Kerberos(
+                    args.krb5_conf,
+                    args.principal,
+                    args.keytab,
+                    tuple(args.proxy_user),
+                    args.token_renew_secs,
+                    max(args.token_renew_secs, 7 * 86400),
+                )
             d = up(
                 args.dir,
                 datanodes=args.datanodes,
@@ -471,6 +551,7 @@ def main(argv: list[str] | None = None) -> int:
                 heap=args.heap,
                 timeout=args.timeout,
                 ha=args.ha,
+                kerberos=kerberos,
             )
             print(f"lab up in {d['up_seconds']} s (the JVM's own start: {d['start_seconds']} s), pid {d['pid']}")
             print(f"  HADOOP_CONF_DIR={d['conf_dir']}")

@@ -188,6 +188,20 @@ class KDC:
     service_keytab = keytab
     user_keytab = keytab
 
+    def shared_keytab(self, filename: str, *names: str) -> str:
+        """One keytab holding the current keys of several principals (each created when missing).
+
+        Unlike :meth:`keytab`, no key changes: keytabs exported earlier for the same principals keep working.
+        """
+        path = self._require() / filename
+        known = set(self.kadmin("listprincs").split())
+        for name in names:
+            if self.principal(name) not in known:
+                self.add_principal(name)
+            self.kadmin(f"ktadd -k {path} -norandkey {self.principal(name)}")
+        os.chmod(path, 0o600)
+        return str(path)
+
     def kinit(self, name: str, keytab: str, ccache: str) -> None:
         """Get ``name``'s ticket from ``keytab`` into ``ccache`` (``FILE:/path``)."""
         self._run(_tool("kinit"), "-k", "-t", keytab, "-c", ccache, self.principal(name))

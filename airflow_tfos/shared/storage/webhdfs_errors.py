@@ -85,7 +85,9 @@ def translate(exc: Exception, what: str, path: str, url: str, config: WebHDFSCon
         return FileNotFoundError(errno.ENOENT, f"no such file or directory on HDFS ({message})", path)
     if remote == "FileAlreadyExistsException":
         return FileExistsError(errno.EEXIST, f"already exists on HDFS ({message})", path)
-    if remote == "InvalidToken":
+    if remote == "InvalidToken" or "$InvalidToken: " in message:
+        # A NameNode answers a bad token on an operation as a SecurityException whose text names the InvalidToken
+        # ("Token has expired", "can't be found in cache"); on a token operation as InvalidToken itself
         return PermissionError(
             errno.EACCES,
             f"HDFS refused the delegation token of this process at namenode {url} ({message}): the token expired or "
@@ -99,6 +101,23 @@ def translate(exc: Exception, what: str, path: str, url: str, config: WebHDFSCon
             errno.EACCES,
             f"namenode {url} refused the Kerberos authentication of {what} (HTTP 401): {message[:200]}; check "
             "that the namenode's HTTP/<host> principal matches the host name in the address",
+            path,
+        )
+    if message.startswith("Permission denied: ") and config.auth == "kerberos":
+        # authenticated, and refused by HDFS's permissions: the NameNode's own words first
+        return PermissionError(
+            errno.EACCES,
+            f"{message} (HDFS refused {what} at namenode {url}; it maps the Kerberos principal to that user with "
+            "hadoop.security.auth_to_local): grant that user access (hdfs dfs -chmod/-chown/-setfacl) or "
+            "authenticate as a principal that has it",
+            path,
+        )
+    if "is not allowed to impersonate" in message:
+        return PermissionError(
+            errno.EACCES,
+            f"{message} (HDFS refused {what} as user {user} at namenode {url}): the cluster's "
+            "hadoop.proxyuser.<user>.hosts and .groups must let the authenticated user act for that one, or drop "
+            "the impersonation (WebHDFSConfig.user / the connection's proxy user)",
             path,
         )
     if remote in DENIED_REMOTE or "Authentication failure" in message:

@@ -69,15 +69,14 @@ class Lab:
         return hadoop.inspect_hdfs(self.conf_dir, list(paths))["paths"]
 
 
-@pytest.fixture(scope="package")
-def hadoop_lab(tmp_path_factory, pytestconfig):
-    """One lab for the tests of this folder: built on first use, started here, stopped (``down``) at the end."""
-    conf_dir = tmp_path_factory.mktemp("hadoop-lab")
+def _run_lab(conf_dir: Path, pytestconfig, label: str, **settings: Any):
+    """Build on first use, start a lab with ``settings`` (:func:`hadoop.up`'s), yield it, stop it (``down``) and
+    print one line of what its start and stop measured."""
     timings: dict[str, float] = {}
     if hadoop.needs_build():
         timings["build_s"] = round(hadoop.build(), 1)
     try:
-        description = hadoop.up(conf_dir, datanodes=2, nodemanagers=2, vcores=4, heap="1g", timeout=240)
+        description = hadoop.up(conf_dir, datanodes=2, vcores=4, heap="1g", timeout=240, **settings)
     except BaseException:
         hadoop.down(conf_dir)  # a start interrupted half-way (Ctrl-C) leaves nothing running either
         raise
@@ -90,12 +89,37 @@ def hadoop_lab(tmp_path_factory, pytestconfig):
         started = time.monotonic()
         ended = hadoop.down(conf_dir)
         timings["down_s"] = round(time.monotonic() - started, 1)
-        line = "hadoop lab: " + ", ".join(f"{k} {v}" for k, v in timings.items()) + f"; ended {len(ended)} processes"
+        line = f"{label}: " + ", ".join(f"{k} {v}" for k, v in timings.items()) + f"; ended {len(ended)} processes"
         reporter = pytestconfig.pluginmanager.get_plugin("terminalreporter")
         capture = pytestconfig.pluginmanager.get_plugin("capturemanager")
         if reporter is not None and capture is not None:
             with capture.global_and_fixture_disabled():  # shown whether the tests passed or not
                 reporter.write_line(line)
+
+
+@pytest.fixture(scope="package")
+def hadoop_lab(tmp_path_factory, pytestconfig):
+    """One lab for the tests of this folder: built on first use, started here, stopped (``down``) at the end."""
+    yield from _run_lab(tmp_path_factory.mktemp("hadoop-lab"), pytestconfig, "hadoop lab", nodemanagers=2)
+
+
+#: The secure lab's daemons' principal (one for all: docs/hadoop-lab.md), and who may impersonate others there.
+SECURE_SERVICE, SECURE_PROXY_USER = "hadoop/127.0.0.1", "airflow"
+#: Its delegation tokens' renew interval: short, so that a test outlives one.
+TOKEN_RENEW_SECS = 12
+
+
+@pytest.fixture(scope="package")
+def secure_lab(tmp_path_factory, pytestconfig, kdc):
+    """The same Hadoop in secure mode against the session's KDC: Kerberos on RPC, SPNEGO on WebHDFS and the
+    ResourceManager's REST API, delegation tokens renewable every ``TOKEN_RENEW_SECS``; one NodeManager."""
+    keytab = kdc.shared_keytab("hadoop-lab.keytab", SECURE_SERVICE, "HTTP/127.0.0.1")
+    kerberos = hadoop.Kerberos(
+        kdc.env()["KRB5_CONFIG"], kdc.principal(SECURE_SERVICE), keytab, (SECURE_PROXY_USER,), TOKEN_RENEW_SECS,
+        10 * TOKEN_RENEW_SECS,
+    )  # fmt: skip
+    conf_dir = tmp_path_factory.mktemp("secure-lab")
+    yield from _run_lab(conf_dir, pytestconfig, "secure hadoop lab", nodemanagers=1, kerberos=kerberos)
 
 
 @dataclass

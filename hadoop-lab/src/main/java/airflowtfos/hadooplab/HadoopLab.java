@@ -50,9 +50,11 @@ public final class HadoopLab {
     private MiniDFSCluster dfs;
     private MiniYARNCluster yarn;
     private LabControl control;
+    private final Security security;
 
     private HadoopLab(LabOptions options) {
         this.options = options;
+        this.security = options.secure() ? new Security(options) : null;
     }
 
     public static void main(String[] args) throws Exception {
@@ -124,8 +126,14 @@ public final class HadoopLab {
         conf.set("dfs.namenode.http-bind-host", LOOPBACK);
         conf.set("dfs.datanode.hostname", LOOPBACK);
         String user = System.getProperty("user.name");
-        conf.set("hadoop.proxyuser." + user + ".hosts", "*");
-        conf.set("hadoop.proxyuser." + user + ".groups", "*");
+        for (String proxy : proxyUsers(user)) {
+            conf.set("hadoop.proxyuser." + proxy + ".hosts", "*");
+            conf.set("hadoop.proxyuser." + proxy + ".groups", "*");
+        }
+        if (security != null) {
+            security.configureDaemons(conf, user);
+            security.login(conf);
+        }
         MiniDFSCluster.Builder builder = new MiniDFSCluster.Builder(conf, data.resolve("hdfs").toFile())
             .numDataNodes(options.dataNodes);
         if (options.ha) {
@@ -191,6 +199,12 @@ public final class HadoopLab {
         writeSiteFiles(user);
     }
 
+    private List<String> proxyUsers(String user) {
+        List<String> users = new ArrayList<>(List.of(user));
+        users.addAll(options.proxyUsers);
+        return users;
+    }
+
     private static int freePort() throws IOException {
         try (ServerSocket socket = new ServerSocket(0, 1, InetAddress.getByName(LOOPBACK))) {
             return socket.getLocalPort();
@@ -238,8 +252,13 @@ public final class HadoopLab {
     private void writeSiteFiles(String user) throws IOException {
         Map<String, String> core = new LinkedHashMap<>();
         core.put("fs.defaultFS", fsDefault());
-        core.put("hadoop.proxyuser." + user + ".hosts", "*");
-        core.put("hadoop.proxyuser." + user + ".groups", "*");
+        for (String proxy : proxyUsers(user)) {
+            core.put("hadoop.proxyuser." + proxy + ".hosts", "*");
+            core.put("hadoop.proxyuser." + proxy + ".groups", "*");
+        }
+        if (security != null) {
+            core.putAll(security.clientSettings(user));
+        }
         writeFile("core-site.xml", SiteXml.render(core));
 
         Map<String, String> hdfs = new LinkedHashMap<>();
@@ -310,6 +329,9 @@ public final class HadoopLab {
         d.put("nodemanager_mb", LabOptions.NODE_MANAGER_MB);
         d.put("nodemanager_vcores", options.nodeManagerVcores);
         d.put("control", LOOPBACK + ":" + control.port());
+        if (security != null) {
+            d.put("kerberos", security.describe());
+        }
         return Json.object(d);
     }
 

@@ -14,6 +14,7 @@ import org.apache.hadoop.conf.Configuration;
 import org.apache.hadoop.fs.FileStatus;
 import org.apache.hadoop.fs.FileSystem;
 import org.apache.hadoop.fs.Path;
+import org.apache.hadoop.security.UserGroupInformation;
 
 /**
  * What HDFS holds under some paths, as Hadoop's own client sees it (over RPC, from the lab's site files): one
@@ -37,21 +38,30 @@ public final class HdfsInspect {
 
     public static void main(String[] args) throws Exception {
         String confDir = null;
+        String principal = null;
+        String keytab = null;
         List<String> paths = new ArrayList<>();
         for (int i = 0; i < args.length; i++) {
             if ("--conf".equals(args[i]) && i + 1 < args.length) {
                 confDir = args[++i];
+            } else if ("--login".equals(args[i]) && i + 2 < args.length) {
+                principal = args[++i];
+                keytab = args[++i];
             } else {
                 paths.add(args[i]);
             }
         }
         if (confDir == null || paths.isEmpty()) {
-            System.err.println("usage: HdfsInspect --conf DIR PATH...");
+            System.err.println("usage: HdfsInspect --conf DIR [--login PRINCIPAL KEYTAB] PATH...");
             System.exit(2);
         }
         Configuration conf = new Configuration();
         conf.addResource(new Path(confDir, "core-site.xml"));
         conf.addResource(new Path(confDir, "hdfs-site.xml"));
+        if (principal != null) {  // a secure lab: log in from the keytab (a ticket cache is never read)
+            UserGroupInformation.setConfiguration(conf);
+            UserGroupInformation.loginUserFromKeytab(principal, keytab);
+        }
         Map<String, Object> found = new LinkedHashMap<>();
         try (FileSystem fs = FileSystem.newInstance(conf)) {
             for (String path : paths) {
