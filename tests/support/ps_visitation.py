@@ -44,7 +44,7 @@ def _serve(ctx) -> None:
     if ctx.job_name == "worker":
         Path(PID_FILE).write_text(str(os.getpid()))
         Path(DELAY_FILE).write_text(str(SLOW_US if ctx.task_index == 1 else 0))
-        _write(ctx, "node", {"pid": os.getpid(), "host": ctx.host})
+        _write(ctx, "node", {"pid": os.getpid(), "host": ctx.host, "attempt": ctx.attempt})
     resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
     tf.distribute.Server(
         resolver.cluster_spec(), job_name=ctx.job_name, task_index=ctx.task_index, protocol="grpc", start=True

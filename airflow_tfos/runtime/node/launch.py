@@ -11,6 +11,7 @@ import os
 import signal
 import sys
 import threading
+import time
 from pathlib import Path
 
 from airflow_tfos.runtime.errors import NodeFailure, NodeReleased
@@ -146,6 +147,24 @@ def serve_until_released(task, proc: ChildProcess, role: NodeRole, host: str, no
         if previous is not None:
             signal.signal(signal.SIGUSR1, previous)
     log.info("training nodes are done; stopping %s", role.label)
+
+
+#: How long a training node whose TF process failed on a lost peer waits before it fails its Spark task: long
+#: enough for the task of a peer whose process died (a parameter server killed) to fail the barrier stage first,
+#: so that the attempt's reason is the cause ("ps:0 ... process killed by SIGKILL"), not its echo on another
+#: node ("chief:0 ... UnavailableError: failed to connect"). Spark interrupts the wait once the stage fails.
+PEER_LOSS_GRACE_SECS = 3.0
+
+
+def training_node_failed(role: NodeRole, host: str, node_dir: Path, proc: ChildProcess, code: int) -> RuntimeError:
+    """The error a training node's task raises for its failed process, after :data:`PEER_LOSS_GRACE_SECS` when
+    the process only met a peer's loss."""
+    failure = node_failure(role, host, node_dir, proc, code)
+    if failure.retryable and child_files.is_peer_loss(failure.reason):
+        log.info("%s met a lost peer (%s); failing in %.0f s unless the peer's task fails first", role.label,
+                 failure.reason[:200], PEER_LOSS_GRACE_SECS)  # fmt: skip
+        time.sleep(PEER_LOSS_GRACE_SECS)
+    return RuntimeError(failure.encode())
 
 
 def node_failure(role: NodeRole, host: str, node_dir: Path, proc: ChildProcess, code: int) -> NodeFailure:

@@ -47,6 +47,7 @@ from airflow_tfos.runtime.node.launch import (
     node_failure,
     prestart_node_process,
     serve_until_released,
+    training_node_failed,
     wait_for_node,
 )
 from airflow_tfos.runtime.node.ports import PortReservation
@@ -212,7 +213,7 @@ def _launch_node(
         if role.executor_id in job.deciders:
             code = wait_for_node(proc, mgr, role, host)
             if code != 0:
-                raise RuntimeError(node_failure(role, host, node_dir, proc, code).encode())
+                raise training_node_failed(role, host, node_dir, proc, code)
             task.allGather("done")
         else:
             serve_until_released(task, proc, role, host, node_dir)

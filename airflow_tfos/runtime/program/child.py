@@ -69,6 +69,13 @@ RETRYABLE = frozenset(
 PORT_CLASH_MARKERS = ("could not start grpc server", "failed to add port", "address already in use")
 
 
+def is_peer_loss(reason: str) -> bool:
+    """Whether a node's failure reason (``"UnavailableError: ..."``) is how a node meets a peer's loss or the
+    network's, as opposed to a failure of its own (a port taken, its program's error)."""
+    name = reason.split(":", 1)[0].strip()
+    return name in RETRYABLE and not any(marker in reason.lower() for marker in PORT_CLASH_MARKERS)
+
+
 def is_retryable(exc: BaseException) -> bool:
     """Whether a fresh TF cluster may get past ``exc``: a lost peer, the network, or a port taken meanwhile."""
     if type(exc).__name__ in RETRYABLE:

@@ -3,6 +3,7 @@ nodes record them (without Spark). On the local cluster: tests/integration/spark
 
 from __future__ import annotations
 
+import json
 import os
 from functools import partial
 
@@ -115,3 +116,27 @@ def test_a_process_that_dies_before_its_context_is_reported_with_its_cause(tmp_p
     failure = decode_node_failure(failed.value)
     assert failure is not None and failure.job_name == "chief"
     assert "cannot load main_fun" in failure.reason and "no_such_training_module" in failure.reason
+
+
+@pytest.mark.parametrize(
+    ("reason", "retryable", "waits"),
+    [
+        ("UnavailableError: failed to connect to all addresses; last error: Connection refused", True, True),
+        ("DeadlineExceededError: Collective ops timed out", True, True),
+        ("UnknownError: Could not start gRPC server", True, False),  # its own port taken: nobody else to wait for
+        ("ValueError: bad shape", False, False),  # the program's own error
+    ],
+)
+def test_a_training_node_that_met_a_lost_peer_waits_for_the_peers_task_to_fail_first(
+    tmp_path, monkeypatch, reason, retryable, waits
+):
+    from airflow_tfos.runtime.node import launch
+    from airflow_tfos.runtime.node.cluster import NodeRole
+
+    slept = []
+    monkeypatch.setattr(launch.time, "sleep", slept.append)
+    (tmp_path / child_files.ERROR).write_text(json.dumps({"reason": reason, "traceback": "", "retryable": retryable}))
+    error = launch.training_node_failed(NodeRole(1, "chief", 0), "127.0.0.1", tmp_path, None, 1)
+    assert slept == ([launch.PEER_LOSS_GRACE_SECS] if waits else [])
+    failure = decode_node_failure(error)
+    assert failure.reason == reason and (failure.job_name, failure.task_index) == ("chief", 0)
