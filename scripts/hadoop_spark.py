@@ -105,11 +105,29 @@ def packed_env(mode: str, extras: tuple[str, ...] = ("runtime", "demo")) -> Path
     return target
 
 
-def upload(namenode_http: str, local: Path, hdfs_path: str) -> None:
-    """Put ``local`` on HDFS at ``hdfs_path``, readable by everyone (so YARN localizes it once per NodeManager)."""
-    from hdfs import InsecureClient
+def _client(description: dict):
+    """An HdfsCLI client of the lab's WebHDFS as HDFS's superuser: the lab's OS user, or on a secure lab the
+    daemons' principal logged in from their keytab (SPNEGO, the project's own)."""
+    from hdfs import Client, InsecureClient
 
-    client = InsecureClient(f"http://{namenode_http}", user=os.environ.get("USER") or "root")
+    url = f"http://{description['namenode_http']}"
+    secure = description.get("kerberos")
+    if not secure:
+        return InsecureClient(url, user=os.environ.get("USER") or "root")
+    import requests
+
+    sys.path.insert(0, str(REPO))
+    from airflow_tfos.shared.storage.kerberos import KerberosLogin, SpnegoAuth
+
+    os.environ.setdefault("KRB5_CONFIG", secure["krb5_conf"])
+    session = requests.Session()
+    session.auth = SpnegoAuth(KerberosLogin(secure["principal"], secure["keytab"]), use_token=False)
+    return Client(url, session=session)
+
+
+def upload(description: dict, local: Path, hdfs_path: str) -> None:
+    """Put ``local`` on HDFS at ``hdfs_path``, readable by everyone (so YARN localizes it once per NodeManager)."""
+    client = _client(description)
     folder = os.path.dirname(hdfs_path)
     client.makedirs(folder, permission="755")
     client.set_permission(folder, "755")
@@ -126,9 +144,8 @@ def start_history_server(conf_dir: Path, description: dict, timeout: float = 120
     """Start Spark's history server on the lab's event logs, working in ``DIR/data/history`` (so ``down`` ends
     it); return its address (``127.0.0.1:port``) once its page answers."""
     import pyspark
-    from hdfs import InsecureClient
 
-    client = InsecureClient(f"http://{description['namenode_http']}", user=os.environ.get("USER") or "root")
+    client = _client(description)
     client.makedirs(HISTORY_DIR, permission="1777")
     client.set_permission(HISTORY_DIR, "1777")
     port = _free_port()
@@ -140,6 +157,14 @@ def start_history_server(conf_dir: Path, description: dict, timeout: float = 120
         "-Dspark.history.fs.update.interval=2s",
         "-Dspark.ui.enabled=true",
     ]
+    secure = description.get("kerberos")
+    if secure:  # it reads the event logs as HDFS's superuser, logged in from the daemons' keytab
+        options += [
+            f"-Djava.security.krb5.conf={secure['krb5_conf']}",
+            "-Dspark.history.kerberos.enabled=true",
+            f"-Dspark.history.kerberos.principal={secure['principal']}",
+            f"-Dspark.history.kerberos.keytab={secure['keytab']}",
+        ]
     env = {
         **os.environ,
         "HADOOP_CONF_DIR": str(conf_dir),
@@ -178,19 +203,23 @@ def setup(conf_dir: Path, description: dict, *, env_mode: str | None = "link") -
     started = time.monotonic()
     jars = spark_jars_zip()
     jars_path = f"{JARS_DIR}/{jars.name}"
-    upload(description["namenode_http"], jars, jars_path)
+    upload(description, jars, jars_path)
     timings["spark_jars_s"] = round(time.monotonic() - started, 1)
     settings = {"spark.yarn.archive": f"{description['fs_default']}{jars_path}"}
     # the lab listens on 127.0.0.1 only: so do the driver and the executors (else the machine's outside address);
-    # and their JVMs are short-lived (the JIT's first tier only)
+    # and their JVMs are short-lived (the JIT's first tier only). A secure lab's realm is not the machine's
+    # (/etc/krb5.conf on a site's hosts): every JVM is told where its krb5.conf is
+    java_options = "-XX:TieredStopAtLevel=1"
+    if description.get("kerberos"):
+        java_options += f" -Djava.security.krb5.conf={description['kerberos']['krb5_conf']}"
     for role in ("spark.yarn.appMasterEnv", "spark.executorEnv"):
         settings[f"{role}.SPARK_LOCAL_IP"] = "127.0.0.1"
-        settings[f"{role}.JAVA_TOOL_OPTIONS"] = "-XX:TieredStopAtLevel=1"
+        settings[f"{role}.JAVA_TOOL_OPTIONS"] = java_options
     if env_mode:
         started = time.monotonic()
         env = packed_env(env_mode)
         env_path = f"{ENVS_DIR}/{env.name}"
-        upload(description["namenode_http"], env, env_path)
+        upload(description, env, env_path)
         timings["packed_env_s"] = round(time.monotonic() - started, 1)
         settings.update(
             {

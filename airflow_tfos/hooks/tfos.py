@@ -23,6 +23,7 @@ from airflow_tfos.hooks.backends.base import Backend, Submission, check_tag, def
 from airflow_tfos.hooks.backends.local_tracker import LocalBackend
 from airflow_tfos.hooks.backends.spark_submit import TrainingSubmit
 from airflow_tfos.hooks.backends.state import AppState
+from airflow_tfos.hooks.hadoop_conf import hadoop_conf
 from airflow_tfos.hooks.spark_conf import (
     _GPU_SCRIPT,
     _LAUNCHER,
@@ -367,6 +368,15 @@ class TFoSHook(BaseHook):
         except WebHDFSConfigError:  # no HDFS settings here: the cluster's own reach the driver
             return None
         if getattr(config, "auth", None) != "kerberos":
+            return None
+        hadoop = hadoop_conf()
+        if hadoop is not None and hadoop.auth() == "kerberos":
+            self.log.info(
+                "the run directory is on Kerberized HDFS and Hadoop's files (%s) say kerberos: spark-submit obtains "
+                "the application's HDFS delegation tokens, which YARN renews and cancels; the driver reaches WebHDFS "
+                "with them",
+                hadoop.source("hadoop.security.authentication"),
+            )
             return None
         storage = RunDirHook(run_dir, webhdfs_conn_id=self.webhdfs_conn_id).storage
         if not TokenKeeper.uses_kerberos(storage):

@@ -76,7 +76,8 @@ class LocalSparkBackend(Backend):
         props = private_properties(
             submission.properties_file, env_conf(submission.secret_env, backend=self.name), secrets
         )
-        spark = spark_submit_for(submission, deploy_mode="client", properties_file=props)
+        spark = spark_submit_for(submission, deploy_mode="client", properties_file=props, secrets_dir=secrets)
+        own = [p for p in (props,) if p and p != submission.properties_file]
         return self.tracker.submit(
             spark.command(submission.application),
             tag=submission.tag,
@@ -84,7 +85,7 @@ class LocalSparkBackend(Backend):
             run_dir=submission.run_dir,
             master=self.master,
             env={**submission.env_vars, **submission.secret_env},
-            remove_after=[props] if props and props != submission.properties_file else [],
+            remove_after=[*own, *filter(None, [spark.own_keytab])],  # the driver re-logs in from the keytab
             webui_url=self.webui_url,
         )
 

@@ -7,7 +7,9 @@ line with :func:`private_properties`.
 
 from __future__ import annotations
 
+import base64
 import os
+import tempfile
 import uuid
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -16,16 +18,50 @@ from typing import Any
 from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
 
 from airflow_tfos.hooks.backends.base import Submission, private_dir
+from airflow_tfos.hooks.errors import TFoSSubmitError
 from airflow_tfos.hooks.spark_conf import _SUBMITTED, parse_application_id, properties_text
 
 
 class TrainingSubmit(SparkSubmitHook):
-    """SparkSubmitHook that reads the YARN application id strictly and can add ``--load-spark-defaults``."""
+    """SparkSubmitHook that reads the YARN application id strictly and can add ``--load-spark-defaults``.
 
-    def __init__(self, *, load_spark_defaults: bool = False, **kwargs: Any) -> None:
+    The connection's ``keytab`` extra (base64, the Spark provider's convention) is written into ``secrets_dir``
+    (private, :func:`private_dir`), readable by this user only, under a name of its own; :attr:`own_keytab` names
+    that file, for the backend to delete once spark-submit no longer needs it. (The provider itself writes it
+    into the machine's temporary directory with the default umask, where other users could read it.)
+    An extra ``keytab`` that is the path of an existing file is used as it is, as the ``webhdfs`` connection's.
+    """
+
+    def __init__(self, *, load_spark_defaults: bool = False, secrets_dir: str | Path | None = None, **kwargs: Any):
+        self._secrets_dir = secrets_dir  # read while the provider resolves the connection, in super().__init__
+        self.own_keytab: str | None = None
         super().__init__(**kwargs)
         self.load_spark_defaults = load_spark_defaults
         self.application_id: str | None = None
+
+    def _create_keytab_path_from_base64_keytab(self, base64_keytab: str, principal: str | None) -> str:
+        if os.path.isabs(base64_keytab) and os.path.isfile(base64_keytab):
+            return base64_keytab
+        try:
+            keytab = base64.b64decode(base64_keytab, validate=True)
+        except ValueError as exc:
+            raise TFoSSubmitError(
+                f"the keytab extra of connection {self._conn_id!r} is neither base64 (the Spark provider's "
+                f"convention: base64 -w0 your.keytab) nor the path of a file: {exc}"
+            ) from None
+        folder = private_dir(self._secrets_dir or Path(tempfile.gettempdir()) / f"airflow-tfos-{os.getuid()}")
+        path = folder / f"{uuid.uuid4().hex}.keytab"
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(keytab)
+        self.own_keytab = str(path)
+        return self.own_keytab
+
+    def forget_keytab(self) -> None:
+        """Delete the keytab file this hook wrote (once spark-submit has ended), if any."""
+        if self.own_keytab:
+            Path(self.own_keytab).unlink(missing_ok=True)
+            self.own_keytab = None
 
     @property
     def master(self) -> str:
@@ -58,6 +94,7 @@ def spark_submit_for(
     properties_file: str | None,
     py_files_first: Sequence[str] = (),
     more_files: Sequence[str] = (),
+    secrets_dir: str | Path | None = None,
 ) -> TrainingSubmit:
     """The spark-submit of ``submission`` in ``deploy_mode``.
 
@@ -66,6 +103,7 @@ def spark_submit_for(
     :param properties_file: the properties file to use (:func:`private_properties`).
     :param py_files_first: ``--py-files`` before the submission's (e.g. the runtime zip).
     :param more_files: ``--files`` after the user's (e.g. the GPU discovery script).
+    :param secrets_dir: where the connection's keytab is written for spark-submit (:class:`TrainingSubmit`).
     """
     py_files = [*py_files_first, *submission.py_files]
     files = [f for f in [submission.files, *more_files] if f]
@@ -81,6 +119,7 @@ def spark_submit_for(
         deploy_mode=deploy_mode,
         properties_file=properties_file,
         load_spark_defaults=submission.load_spark_defaults,
+        secrets_dir=secrets_dir,
     )
 
 

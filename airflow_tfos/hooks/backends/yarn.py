@@ -84,14 +84,23 @@ class YarnBackend(Backend):
             live = self.find_live(submission.tag)
             if live:
                 raise ApplicationAlreadyRunningError(submission.tag, [app.app_id for app in live])
-            props = private_properties(submission.properties_file, secret_conf, Path(self.tracker_dir) / "secrets")
-            spark = spark_submit_for(
-                submission, deploy_mode="cluster", properties_file=props, py_files_first=runtime, more_files=gpu_script
-            )
+            secrets = Path(self.tracker_dir) / "secrets"
+            props = private_properties(submission.properties_file, secret_conf, secrets)
             try:
-                spark.submit(submission.application)
-            except AirflowException as exc:
-                raise TFoSSubmitError(submit_failure(str(exc))) from exc
+                spark = spark_submit_for(
+                    submission,
+                    deploy_mode="cluster",
+                    properties_file=props,
+                    py_files_first=runtime,
+                    more_files=gpu_script,
+                    secrets_dir=secrets,
+                )
+                try:
+                    spark.submit(submission.application)
+                except AirflowException as exc:
+                    raise TFoSSubmitError(submit_failure(str(exc))) from exc
+                finally:
+                    spark.forget_keytab()  # spark-submit staged it on HDFS for the application master
             finally:
                 if props and props != submission.properties_file:
                     Path(props).unlink(missing_ok=True)

@@ -50,6 +50,7 @@ from airflow_tfos.shared.spec import (
     parse_spec,
     verified_spec_hash,
 )
+from airflow_tfos.shared.storage.hadoop_tokens import use_container_token
 from airflow_tfos.shared.storage.kerberos import take_submitted_token
 from airflow_tfos.shared.storage.tokens import TokenKeeper
 from airflow_tfos.shared.storage.webhdfs_config import add_config_option, use_config
@@ -457,6 +458,7 @@ def main(argv: list[str] | None = None) -> int:
     # First: the submitting hook's WebHDFS delegation token leaves the environment before Spark's JVM, the TF
     # nodes or anything else could copy it; it is this process's, in memory (TokenKeeper lends it to the nodes).
     from_hook = take_submitted_token()
+    from_yarn = None if from_hook else use_container_token()
     parser = argparse.ArgumentParser(prog="python -m airflow_tfos.runtime.driver", description=__doc__.splitlines()[0])
     parser.add_argument("--run-dir", required=True, help="the run directory (path or URI) holding spec.json")
     parser.add_argument("--master", help="Spark master, when not started by spark-submit")
@@ -473,6 +475,12 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if from_hook:
         log.info("WebHDFS is reached with the delegation token of the hook that submitted this driver")
+    elif from_yarn is not None:
+        log.info(
+            "WebHDFS is reached with the application's HDFS delegation token from YARN (%s): the ResourceManager "
+            "renews it while the application lives and cancels it when it ends",
+            from_yarn.describe(),
+        )
     if options.webhdfs_config:
         try:  # the TF nodes get it from the environment too (TFClusterRun passes AIRFLOW_TFOS_* on)
             use_config(options.webhdfs_config)

@@ -22,9 +22,8 @@ import requests
 
 from airflow_tfos.shared.storage import kerberos
 from airflow_tfos.shared.storage.kerberos import KerberosLogin, negotiate_header
-from airflow_tfos.shared.storage.webhdfs_client import WebHDFSStorage
-from airflow_tfos.shared.storage.webhdfs_config import WebHDFSConfig
-from tests.integration.hadoop.conftest import SECURE_PROXY_USER, SECURE_SERVICE, TOKEN_RENEW_SECS
+from tests.integration.hadoop.conftest import SECURE_PROXY_USER, SECURE_SERVICE, TOKEN_RENEW_SECS, set_owner
+from tests.integration.hadoop.conftest import secure_storage as storage
 
 pytestmark = [pytest.mark.real_hadoop, pytest.mark.kerberos]
 
@@ -48,28 +47,14 @@ def logins(kdc) -> dict[str, KerberosLogin]:
     return found
 
 
-def storage(lab, login: KerberosLogin | None, *, user: str | None = None) -> WebHDFSStorage:
-    namenode = f"http://{lab.description['namenode_http']}"
-    return WebHDFSStorage(WebHDFSConfig(namenodes=(namenode,), user=user, auth="kerberos", retries=0), login=login)
-
-
 @pytest.fixture(scope="module")
 def alice_home(secure_lab, logins) -> str:
     """``/teams/alice``, alice's, 0700 (as a run directory's parent is), made by the superuser."""
     home = "/teams/alice"
     storage(secure_lab, logins["superuser"]).makedirs(home)
-    _set_owner(secure_lab, logins["superuser"], home, "alice")
+    set_owner(secure_lab, logins["superuser"], home, "alice")
     storage(secure_lab, logins["alice"]).make_private_dir(f"{home}/runs")
     return home
-
-
-def _set_owner(lab, login: KerberosLogin, path: str, owner: str) -> None:
-    host = lab.description["namenode_http"]
-    answer = requests.put(
-        f"http://{host}/webhdfs/v1{path}?op=SETOWNER&owner={owner}",
-        headers={"Authorization": negotiate_header(host.split(":")[0], login)}, timeout=30,
-    )  # fmt: skip
-    assert answer.status_code == 200, answer.text
 
 
 def test_the_secure_lab_refuses_anonymous_requests_and_a_keytab_login_passes_spnego(secure_lab, logins):
@@ -77,7 +62,7 @@ def test_the_secure_lab_refuses_anonymous_requests_and_a_keytab_login_passes_spn
     for url in (f"{namenode}/webhdfs/v1/?op=LISTSTATUS&user.name=alice", f"{rm}/ws/v1/cluster/info"):
         answer = requests.get(url, timeout=30)
         assert answer.status_code == 401 and answer.headers["WWW-Authenticate"] == "Negotiate", url
-    assert "teams" in storage(secure_lab, logins["superuser"]).listdir("/") or True  # SPNEGO to WebHDFS
+    assert storage(secure_lab, logins["superuser"]).exists("/")  # SPNEGO to WebHDFS
     info = requests.get(
         f"{rm}/ws/v1/cluster/info",
         headers={"Authorization": negotiate_header("127.0.0.1", logins["alice"])},

@@ -90,6 +90,7 @@ public final class HdfsInspect {
         entry.put("owner", status.getOwner());
         entry.put("group", status.getGroup());
         entry.put("length", status.getLen());
+        entry.put("modificationTime", status.getModificationTime());
         entry.put("replication", (int) status.getReplication());
         if (status.isFile()) {
             read(fs, status, entry);

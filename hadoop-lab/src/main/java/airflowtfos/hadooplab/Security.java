@@ -73,6 +73,11 @@ final class Security {
         conf.setLong("yarn.resourcemanager.delegation.token.renew-interval", renewMs);
         conf.setLong("yarn.resourcemanager.delegation.token.max-lifetime", lifetimeMs);
         conf.set("yarn.resourcemanager.keytab", keytab);
+        // With log aggregation on (the lab's, as most sites'), the ResourceManager keeps renewing an ended
+        // application's delegation tokens for yarn.nm.liveness-monitor.expiry-interval-ms (a site's: 10 min), so
+        // that the NodeManagers can upload its logs, and then cancels them: 20 s here, looked at every second.
+        conf.setLong("yarn.nm.liveness-monitor.expiry-interval-ms", 20_000L);
+        conf.setLong("yarn.resourcemanager.delayed.delegation-token.removal-interval-ms", 1_000L);
         conf.set("yarn.nodemanager.principal", principal);
         conf.set("yarn.nodemanager.keytab", keytab);
         for (String prefix : new String[] {"yarn.resourcemanager.webapp", "yarn.nodemanager.webapp"}) {

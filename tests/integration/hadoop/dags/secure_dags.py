@@ -1,0 +1,66 @@
+"""The nightly DAG of tests/integration/hadoop/test_secure_dag.py, on the secure lab (Kerberos, SPNEGO and
+delegation tokens of Hadoop's own daemons): a user's training (``lab_training.py``, beside this file) on YARN,
+InputMode.TENSORFLOW from Parquet on HDFS, followed by the deferrable trigger, then by the YARN sensor and the
+export sensor, both deferred too.
+
+Every connection logs in from a keytab, nobody runs ``kinit``: ``tfos_secure_spark`` (host ``yarn``, extras
+``principal`` and ``keytab``, as the Spark provider has them: spark-submit's ``--principal``/``--keytab``),
+``tfos_secure_yarn`` (the ResourceManager through SPNEGO) and ``tfos_secure_webhdfs`` (the NameNode through
+SPNEGO; the TF nodes get a delegation token). ``LAB_DATA`` names the Parquet folder, ``LAB_STEP_SECS`` how long
+each step lasts (the training outlives the tokens' renew interval).
+"""
+
+from __future__ import annotations
+
+import os
+from datetime import datetime
+
+from airflow.sdk import DAG
+
+from airflow_tfos.operators import TFoSTrainOperator
+from airflow_tfos.sensors import TFoSCheckpointSensor, YarnApplicationSensor
+
+RESULT = "ti.xcom_pull(task_ids='train')"
+SECURE = {
+    "spark_conn_id": "tfos_secure_spark",
+    "yarn_conn_id": "tfos_secure_yarn",
+    "webhdfs_conn_id": "tfos_secure_webhdfs",
+}
+
+with DAG("tfos_secure_nightly", schedule="@daily", start_date=datetime(2026, 11, 1), catchup=False):
+    train = TFoSTrainOperator(
+        task_id="train",
+        train_fn="lab_training:train",
+        input_mode="TENSORFLOW",
+        args={
+            "data": os.environ.get("LAB_DATA", "hdfs:///lab/linear"),
+            "batch_size": 20,
+            "steps_per_epoch": 20,
+            "epochs": 2,
+            "checkpoint_every": 10,
+            "step_secs": float(os.environ.get("LAB_STEP_SECS", "0")),
+        },
+        num_workers=2,
+        executor_memory="768m",
+        deferrable=True,
+        poll_interval=2,
+        **SECURE,
+    )
+    finished = YarnApplicationSensor(
+        task_id="finished",
+        application_id="{{ " + RESULT + "['application_id'] }}",
+        yarn_conn_id=SECURE["yarn_conn_id"],
+        deferrable=True,
+        poke_interval=2,
+        timeout=120,
+    )
+    exported = TFoSCheckpointSensor(
+        task_id="exported",
+        run_dir="{{ " + RESULT + "['run_dir'] }}",
+        export=True,
+        webhdfs_conn_id=SECURE["webhdfs_conn_id"],
+        deferrable=True,
+        poke_interval=2,
+        timeout=120,
+    )
+    train >> finished >> exported
