@@ -23,6 +23,7 @@ from airflow_tfos.hooks.backends.base import Backend, Submission, check_tag, def
 from airflow_tfos.hooks.backends.local_tracker import LocalBackend
 from airflow_tfos.hooks.backends.spark_submit import TrainingSubmit
 from airflow_tfos.hooks.backends.state import AppState
+from airflow_tfos.hooks.errors import TFoSSubmitError
 from airflow_tfos.hooks.hadoop_conf import hadoop_conf
 from airflow_tfos.hooks.spark_conf import (
     _GPU_SCRIPT,
@@ -91,6 +92,10 @@ class TFoSHook(BaseHook):
         without it Spark skips spark-defaults.conf); set False for older spark-submit.
     :param gpu_discovery_script: the GPU discovery script (default: one shipped that asks ``nvidia-smi``).
     :param heartbeat_secs: how often the driver updates status.json.
+    :param proxy_user: the user the YARN application runs as (``spark-submit --proxy-user``); the connection's
+        principal impersonates them (Hadoop's ``hadoop.proxyuser.<user>.hosts/groups`` must allow it), logged in
+        from the connection's keytab into a private ticket cache (Spark refuses ``--proxy-user`` together with
+        ``--principal``/``--keytab``). Applications are searched as this user's.
     :param openlineage_parent: with the OpenLineage provider installed and enabled, hand the Airflow task's
         OpenLineage parent job (namespace, job name, run id, and root) to the application in the
         ``spark.openlineage.parent*`` / ``rootParent*`` settings, as the Spark provider does, so that a
@@ -121,8 +126,10 @@ class TFoSHook(BaseHook):
         gpu_discovery_script: str | None = None,
         heartbeat_secs: float = 10.0,
         openlineage_parent: bool = True,
+        proxy_user: str | None = None,
     ) -> None:
         super().__init__()
+        self.proxy_user = proxy_user or None
         self.spark_conn_id = spark_conn_id
         self.yarn_conn_id = yarn_conn_id
         self.webhdfs_conn_id = webhdfs_conn_id
@@ -160,7 +167,12 @@ class TFoSHook(BaseHook):
         if self.master.startswith("yarn"):
             from airflow_tfos.hooks.backends.yarn import YarnBackend
 
-            return YarnBackend(self.yarn_hook, tracker_dir=self._tracker_dir, staging_storage=self._hdfs_storage)
+            return YarnBackend(
+                self.yarn_hook,
+                tracker_dir=self._tracker_dir,
+                staging_storage=self._hdfs_storage,
+                app_user=self.proxy_user,
+            )
         from airflow_tfos.hooks.backends.local import LocalSparkBackend
         from airflow_tfos.hooks.backends.standalone import spark_user
 
@@ -339,7 +351,13 @@ class TFoSHook(BaseHook):
             env_vars=dict(self.env_vars),
             gpu_script=gpu_script if gpu_script and not self.gpu_discovery_script else None,
             ship_runtime=self.ship_runtime,
+            proxy_user=self.proxy_user,
         )
+        if self.proxy_user and backend.name != "yarn":
+            raise TFoSSubmitError(
+                f"proxy_user {self.proxy_user!r} needs a YARN master (connection {self.spark_conn_id!r} names "
+                f"{self.master!r}): impersonation is Hadoop's, on a secure cluster"
+            )
         token = self._obtain_driver_token(run_dir, name) if backend.name == "yarn" else None
         if token:
             submission = dataclasses.replace(submission, driver_secret_env={SUBMITTED_TOKEN_ENV: token})

@@ -5,7 +5,9 @@ Reuses the connection type of apache-airflow-providers-apache-hdfs and its WebHD
 - ``host``: the namenode, or a comma-separated list of namenodes for HA (``nn1,nn2``; an entry may
   carry its own ``:port``);
 - ``port``: the WebHDFS port (default 9870, or 9871 with ``use_ssl``);
-- ``login``: the HDFS user (simple auth); ``proxy_user`` overrides it;
+- ``login``: the HDFS user (simple auth); ``proxy_user`` (a hook's argument, else extra ``doas``, else extra
+  ``proxy_user``) overrides it (prefer ``doas``: Airflow masks the values of extras whose name holds "proxy" in
+  every log, so errors would read "impersonate ***");
 - ``schema``: a path prefix in front of ``/webhdfs/v1`` (a gateway such as Knox), as in WebHDFSHook;
 - extras ``use_ssl`` (HTTPS) and ``verify`` (certificate check: true/false or a CA bundle path;
   default true here, where WebHDFSHook defaults to false);
@@ -78,6 +80,7 @@ def webhdfs_config_from_connection(
         log.info("no connection %s: HDFS settings from %s", webhdfs_conn_id, _origin())
         return found
     extra = conn.extra_dejson or {}
+    proxy_user = proxy_user or extra.get("doas") or extra.get("proxy_user") or None
     if not conn.host:
         found = config_without_connection(proxy_user or conn.login or None)
         if found is None:

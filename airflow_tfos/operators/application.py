@@ -25,7 +25,7 @@ from airflow.sdk.configuration import conf
 from airflow.sdk.exceptions import AirflowException
 
 from airflow_tfos.hooks.backends.state import LIVE_STATES, AppState
-from airflow_tfos.hooks.errors import UserCodeError
+from airflow_tfos.hooks.errors import TFoSSubmitError, UserCodeError
 from airflow_tfos.hooks.run_dir import PollPacer, RunDirHook, RunWatch, resolve_run_dir, run_tag, templated
 from airflow_tfos.hooks.user_code import ShippedCode, code_package, comma_list
 from airflow_tfos.links.tfos import (
@@ -59,6 +59,38 @@ STATE_APPLICATION_ID = "tfos_application_id"
 TRACKING_URL_WAIT_SECS = 20.0
 #: What :meth:`_TFoSApplicationOperator.get_job_status` answers for an application the cluster no longer knows.
 UNKNOWN_STATUS = "UNKNOWN"
+
+
+#: Spark settings that log spark-submit in from a keytab: Spark refuses them together with ``--proxy-user``.
+KERBEROS_LOGIN_CONF = frozenset(
+    {"spark.kerberos.principal", "spark.kerberos.keytab", "spark.yarn.principal", "spark.yarn.keytab"}
+)
+
+
+def check_proxy_user(proxy_user: str | None, run_dir: str, webhdfs_conn_id: str | None) -> None:
+    """With a proxy user and a run directory on Kerberized HDFS, the ``webhdfs`` connection must read HDFS as that
+    user (its ``proxy_user``): the run directory is theirs, 0700. Raises :class:`TFoSSubmitError` naming the
+    connection and what to set."""
+    if not proxy_user or "://" not in run_dir or run_dir.startswith("file://"):
+        return
+    from airflow_tfos.hooks.webhdfs_connection import DEFAULT_CONN_ID, webhdfs_config_from_connection
+    from airflow_tfos.shared.errors import WebHDFSConfigError
+
+    conn_id = webhdfs_conn_id or DEFAULT_CONN_ID
+    try:
+        config = webhdfs_config_from_connection(conn_id)
+    except WebHDFSConfigError:
+        config = None
+    if config is None or config.auth != "kerberos":
+        return
+    reads_as = config.effective_user()
+    if reads_as != proxy_user:
+        raise TFoSSubmitError(
+            f"proxy_user {proxy_user!r}, but connection {conn_id!r} reads HDFS as "
+            f"{reads_as or 'its own principal'!r}: the run directory {run_dir} will be {proxy_user}'s, readable by "
+            f"them only; set the connection's extra doas to {proxy_user!r} (one webhdfs connection per proxied user; "
+            "its sensors and the report read with it too)"
+        )
 
 
 def shipped_code(shipped: ShippedCode | None) -> dict[str, Any] | None:
@@ -95,10 +127,17 @@ class _TFoSApplicationOperator(ResumableJobMixin, BaseOperator):
     :param py_files: extra ``--py-files``. :param archives: extra ``--archives``. :param files: extra ``--files``.
     :param packed_env: a packed Python environment for the application.
     :param ship_code: zip the user's functions' package and ship it with ``--py-files``.
+    :param proxy_user: run the YARN application as this user (templated; ``spark-submit --proxy-user``, as the
+        Spark provider's operator): the ``spark`` connection's principal, logged in from its keytab into a private
+        ticket cache, impersonates them, as Hadoop's ``hadoop.proxyuser.<principal>.hosts/groups`` allow. The run
+        directory, the application's tokens and the application are theirs; since run directories are 0700, the
+        ``webhdfs`` connection must read HDFS as them too (its extra ``doas``: one connection per proxied user,
+        which the sensors and the report use as well), which is checked before anything is submitted. Not
+        together with ``spark.kerberos.principal``/``keytab`` in ``conf`` (refused when the DAG is parsed).
     """
 
     template_fields: Sequence[str] = ("run_dir", "env", "conf", "py_files", "archives", "files", "packed_env", "name",
-                                      "yarn_queue")  # fmt: skip
+                                      "yarn_queue", "proxy_user")  # fmt: skip
     ui_color = "#f4a460"
 
     #: Key of the application id in the task's durable state (ResumableJobMixin).
@@ -131,9 +170,18 @@ class _TFoSApplicationOperator(ResumableJobMixin, BaseOperator):
         files: str | list[str] | None = None,
         packed_env: str | None = None,
         ship_code: bool = True,
+        proxy_user: str | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(durable=durable, **kwargs)
+        login_conf = sorted(key for key in (conf or {}) if key in KERBEROS_LOGIN_CONF)
+        if proxy_user and login_conf:
+            raise ValueError(
+                f"proxy_user={proxy_user!r} together with conf {', '.join(login_conf)}: Spark refuses --proxy-user "
+                "with --principal/--keytab. Drop those settings: the spark connection's principal, logged in from its "
+                "keytab, impersonates the proxy user"
+            )
+        self.proxy_user = proxy_user
         self.run_dir = run_dir
         self._run_dir_as_written = run_dir  # before rendering: whether it is templated
         self.allow_run_dir_outside_base = allow_run_dir_outside_base
@@ -279,6 +327,7 @@ class _TFoSApplicationOperator(ResumableJobMixin, BaseOperator):
         self.run_dir = self.resolve_run_dir(context)
         check_rendered(self)  # the templated arguments, now rendered: before anything is written or submitted
         check_paths_reach_the_cluster(self, self.hook.master)  # a lookup of the connection; no call to the cluster
+        check_proxy_user(self.proxy_user, self.run_dir, self.webhdfs_conn_id)
         self.resolve_inputs(context)
         context["ti"].xcom_push(key=RUN_DIR_KEY, value=self.run_dir)
         context["ti"].xcom_push(key=REPORT_URL_KEY, value=self.run_dir_contents.path(REPORT_HTML))
@@ -338,6 +387,7 @@ class _TFoSApplicationOperator(ResumableJobMixin, BaseOperator):
             spark_conn_id=self.spark_conn_id,
             yarn_conn_id=self.yarn_conn_id,
             webhdfs_conn_id=self.webhdfs_conn_id,
+            proxy_user=self.proxy_user or None,
             py_files=comma_list(self.py_files),
             archives=comma_list(self.archives),
             files=comma_list(self.files),

@@ -110,7 +110,7 @@ class TFoSInferenceOperator(_TFoSApplicationOperator):
 
     template_fields: Sequence[str] = (
         "run_dir", "data", "model_path", "output_path", "conf", "env", "py_files", "archives", "files", "packed_env",
-        "name", "yarn_queue",
+        "name", "yarn_queue", "proxy_user",
     )  # fmt: skip
     template_fields_renderers = {"data": "json", "conf": "json"}
     operator_extra_links = (SparkApplicationLink(), TrainingReportLink())

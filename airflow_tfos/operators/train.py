@@ -77,6 +77,7 @@ class _TFoSRunOperator(_TFoSApplicationOperator):
         "packed_env",
         "name",
         "yarn_queue",
+        "proxy_user",
     )
     template_fields_renderers = {"args": "json", "data": "json", "feed": "json", "conf": "json"}
     operator_extra_links = (SparkApplicationLink(), TensorBoardLink(), TrainingReportLink())

@@ -22,13 +22,13 @@ RESUMED_WITHOUT_EVENT = "resumed without the trigger's event (its wait was lost)
 #: How many polls in a row may fail (network, RM failover) before the trigger gives up.
 MAX_POLL_ERRORS = 10
 #: What a task hands the trigger it defers to, from its attributes of these names.
-WATCH_ARGUMENTS = ("run_dir", "webhdfs_conn_id", "spark_conn_id", "yarn_conn_id", "poll_interval")
+WATCH_ARGUMENTS = ("run_dir", "webhdfs_conn_id", "spark_conn_id", "yarn_conn_id", "poll_interval", "proxy_user")
 
 
 def watch_arguments(task: Any, **overrides: Any) -> dict[str, Any]:
     """The run directory, connections and poll interval a trigger watches with, as the deferring ``task``
     holds them (its attributes named in :data:`WATCH_ARGUMENTS`), with ``overrides`` on top."""
-    return {**{name: getattr(task, name) for name in WATCH_ARGUMENTS}, **overrides}
+    return {**{name: getattr(task, name, None) for name in WATCH_ARGUMENTS}, **overrides}
 
 
 class TFoSApplicationTrigger(BaseTrigger):
@@ -44,6 +44,7 @@ class TFoSApplicationTrigger(BaseTrigger):
         soon after the run's expected end (see :class:`~airflow_tfos.hooks.run_dir.PollPacer`).
     :param webhdfs_conn_id: the ``webhdfs`` connection for HDFS run directories.
     :param poll_interval: seconds between polls.
+    :param proxy_user: the user the application runs as (the operator's ``proxy_user``), for the search by tag.
     :param kill_on_kill: kill the application when a user kills the deferred task (mark failed, clear).
     :param webhdfs_token: the WebHDFS delegation token the task's hook handed the driver (YARN, Kerberized
         run directory), sealed with Airflow's Fernet key (:func:`~airflow_tfos.hooks.tfos.seal_token`: the
@@ -64,6 +65,7 @@ class TFoSApplicationTrigger(BaseTrigger):
         poll_interval: float = 15.0,
         kill_on_kill: bool = False,
         webhdfs_token: str | None = None,
+        proxy_user: str | None = None,
     ) -> None:
         super().__init__()
         if not application_id and not tag:
@@ -78,6 +80,7 @@ class TFoSApplicationTrigger(BaseTrigger):
         self.poll_interval = poll_interval
         self.kill_on_kill = kill_on_kill
         self.webhdfs_token = webhdfs_token
+        self.proxy_user = proxy_user
         self._token_keeper = None
 
     def __repr__(self) -> str:  # BaseTrigger's shows every argument: never the token
@@ -96,12 +99,15 @@ class TFoSApplicationTrigger(BaseTrigger):
                 "run_dir": self.run_dir,
                 "webhdfs_conn_id": self.webhdfs_conn_id,
                 "poll_interval": self.poll_interval,
+                "proxy_user": self.proxy_user,
                 "kill_on_kill": self.kill_on_kill,
             },
         )
 
     def _client(self) -> ApplicationClient:
-        return ApplicationClient(spark_conn_id=self.spark_conn_id, yarn_conn_id=self.yarn_conn_id)
+        return ApplicationClient(
+            spark_conn_id=self.spark_conn_id, yarn_conn_id=self.yarn_conn_id, proxy_user=self.proxy_user
+        )
 
     async def _state(self, client: ApplicationClient) -> AppState | None:
         if self.application_id:
@@ -218,6 +224,7 @@ class TFoSRunDirTrigger(BaseTrigger):
     :param spark_conn_id: its ``spark`` connection (None: YARN through ``yarn_conn_id``).
     :param yarn_conn_id: the ``yarn`` connection.
     :param poll_interval: seconds between polls.
+    :param proxy_user: the user the application runs as (the operator's ``proxy_user``), for the search by tag.
     :param timeout: give up after this many seconds (None: never).
     """
 
@@ -232,6 +239,7 @@ class TFoSRunDirTrigger(BaseTrigger):
         yarn_conn_id: str = "yarn_default",
         poll_interval: float = 15.0,
         timeout: float | None = None,
+        proxy_user: str | None = None,
     ) -> None:
         super().__init__()
         self.run_dir = run_dir
@@ -242,6 +250,7 @@ class TFoSRunDirTrigger(BaseTrigger):
         self.yarn_conn_id = yarn_conn_id
         self.poll_interval = poll_interval
         self.timeout = timeout
+        self.proxy_user = proxy_user
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return (
@@ -254,13 +263,16 @@ class TFoSRunDirTrigger(BaseTrigger):
                 "spark_conn_id": self.spark_conn_id,
                 "yarn_conn_id": self.yarn_conn_id,
                 "poll_interval": self.poll_interval,
+                "proxy_user": self.proxy_user,
                 "timeout": self.timeout,
             },
         )
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
         run_dir_hook = RunDirHook(self.run_dir, webhdfs_conn_id=self.webhdfs_conn_id)
-        client = ApplicationClient(spark_conn_id=self.spark_conn_id, yarn_conn_id=self.yarn_conn_id)
+        client = ApplicationClient(
+            spark_conn_id=self.spark_conn_id, yarn_conn_id=self.yarn_conn_id, proxy_user=self.proxy_user
+        )
         deadline = None if self.timeout is None else time.monotonic() + self.timeout
         errors = 0
         watch, pacer = RunWatch(), PollPacer(self.poll_interval)

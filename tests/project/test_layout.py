@@ -237,7 +237,7 @@ TIERS = (
     "project",
 )
 #: Folders of DAG files, which Airflow reads by path: no package.
-DAG_FOLDERS = ("dags", "emulated_dags")
+DAG_FOLDERS = ("dags",)
 
 
 def _test_files(root: Path) -> list[Path]:

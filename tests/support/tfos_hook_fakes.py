@@ -47,6 +47,12 @@ record = {
     "env_webhdfs": os.environ.get("AIRFLOW_TFOS_WEBHDFS"),
     "properties": open(props).read() if props else None,
     "properties_mode": stat.S_IMODE(os.stat(props).st_mode) if props else None,
+    "keytab_hex": open(options["--keytab"], "rb").read().hex() if "--keytab" in options else None,
+    "keytab_mode": stat.S_IMODE(os.stat(options["--keytab"]).st_mode) if "--keytab" in options else None,
+    "krb5ccname": os.environ.get("KRB5CCNAME"),
+    "ccache_hex": open(os.environ["KRB5CCNAME"].removeprefix("FILE:"), "rb").read().hex()
+    if os.environ.get("KRB5CCNAME", "").startswith("FILE:") and os.path.exists(os.environ["KRB5CCNAME"][5:])
+    else None,
 }
 folder = os.environ["FAKE_SPARK_SUBMIT_RECORDS"]
 os.makedirs(folder, exist_ok=True)

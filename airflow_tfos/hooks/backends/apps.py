@@ -25,17 +25,21 @@ class ApplicationClient:
 
     :param spark_conn_id: a ``spark`` connection; its master picks the backend (YARN or local).
     :param yarn_conn_id: the ``yarn`` connection (used alone when ``spark_conn_id`` is None).
+    :param proxy_user: the user the applications run as (the operator's ``proxy_user``), for the search by tag.
     """
 
-    def __init__(self, *, spark_conn_id: str | None = None, yarn_conn_id: str = "yarn_default") -> None:
+    def __init__(
+        self, *, spark_conn_id: str | None = None, yarn_conn_id: str = "yarn_default", proxy_user: str | None = None
+    ) -> None:
         self.spark_conn_id = spark_conn_id
         self.yarn_conn_id = yarn_conn_id
+        self.proxy_user = proxy_user
 
     @cached_property
     def tfos_hook(self) -> TFoSHook:
         from airflow_tfos.hooks.tfos import TFoSHook
 
-        return TFoSHook(spark_conn_id=self.spark_conn_id, yarn_conn_id=self.yarn_conn_id)
+        return TFoSHook(spark_conn_id=self.spark_conn_id, yarn_conn_id=self.yarn_conn_id, proxy_user=self.proxy_user)
 
     @cached_property
     def yarn_hook(self):
@@ -50,7 +54,7 @@ class ApplicationClient:
             return self.tfos_hook
         from airflow_tfos.hooks.backends.yarn import YarnBackend
 
-        return YarnBackend(self.yarn_hook, min_kill_wait_secs=YARN_KILL_WAIT_SECS)
+        return YarnBackend(self.yarn_hook, min_kill_wait_secs=YARN_KILL_WAIT_SECS, app_user=self.proxy_user)
 
     def get(self, app_id: str) -> AppState:
         return self.backend.get_state(app_id)

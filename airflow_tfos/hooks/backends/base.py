@@ -212,6 +212,8 @@ class Submission:
     :param gpu_script: a GPU discovery script this installation wrote (not the user's own), for backends
         whose executors do not share this machine's disk to ship.
     :param ship_runtime: ship the runtime zip where the driver does not run on this machine.
+    :param proxy_user: the user the application runs as (``--proxy-user``), impersonated by the connection's
+        principal.
     :param cache_dir: where the runtime zip is cached.
     :param num_nodes: TF nodes (one executor each).
     :param executor_cores: cores of each executor.
@@ -240,6 +242,7 @@ class Submission:
     env_vars: Mapping[str, str] = field(default_factory=dict)
     gpu_script: str | None = None
     ship_runtime: bool = True
+    proxy_user: str | None = None
 
 
 class Backend(ABC):

@@ -49,13 +49,35 @@ class TrainingSubmit(SparkSubmitHook):
                 f"the keytab extra of connection {self._conn_id!r} is neither base64 (the Spark provider's "
                 f"convention: base64 -w0 your.keytab) nor the path of a file: {exc}"
             ) from None
-        folder = private_dir(self._secrets_dir or Path(tempfile.gettempdir()) / f"airflow-tfos-{os.getuid()}")
+        folder = private_dir(self._secrets_dir or _default_secrets_dir())
         path = folder / f"{uuid.uuid4().hex}.keytab"
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         with os.fdopen(fd, "wb") as handle:
             handle.write(keytab)
         self.own_keytab = str(path)
         return self.own_keytab
+
+    def submit(self, application: str = "", **kwargs: Any):
+        """spark-submit; with a proxy user, as the connection's principal logged in from its keytab into a private
+        ticket cache (:func:`ticket_cache_login`): Spark takes ``--proxy-user`` with a ticket, not with
+        ``--principal``/``--keytab``, so the keytab stays on this machine."""
+        principal, keytab = self._connection["principal"], self._connection["keytab"]
+        if not (self._proxy_user and (principal or keytab)):
+            return super().submit(application, **kwargs)
+        if not (principal and keytab):
+            raise TFoSSubmitError(
+                f"connection {self._conn_id!r} names a {'principal' if principal else 'keytab'} but no "
+                f"{'keytab' if principal else 'principal'}: the proxy user {self._proxy_user!r} is impersonated by "
+                "the principal logged in from its keytab; give both extras, or neither (the worker's ticket cache)"
+            )
+        cache = ticket_cache_login(principal, keytab, private_dir(self._secrets_dir or _default_secrets_dir()))
+        self._connection["principal"] = self._connection["keytab"] = None  # no --principal/--keytab
+        try:
+            env = dict(kwargs.pop("env", None) or os.environ)
+            env["KRB5CCNAME"] = f"FILE:{cache}"
+            return super().submit(application, env=env, **kwargs)
+        finally:
+            cache.unlink(missing_ok=True)
 
     def forget_keytab(self) -> None:
         """Delete the keytab file this hook wrote (once spark-submit has ended), if any."""
@@ -85,6 +107,44 @@ class TrainingSubmit(SparkSubmitHook):
 
     def command(self, application: str) -> list[str]:
         return self._build_spark_submit_command(application)
+
+
+def _default_secrets_dir() -> Path:
+    return Path(tempfile.gettempdir()) / f"airflow-tfos-{os.getuid()}"
+
+
+def ticket_cache_login(principal: str, keytab: str, folder: Path, *, kinit: str = "kinit") -> Path:
+    """Obtain ``principal``'s ticket from ``keytab`` into a new ticket cache in ``folder`` (private), with MIT's
+    ``kinit`` (as ``airflow kerberos`` does); return the cache's path, for the caller to delete.
+
+    :raises TFoSSubmitError: naming the principal, the keytab and what kinit said (first).
+    """
+    import shutil
+    import subprocess
+
+    found = shutil.which(kinit)
+    if found is None:
+        raise TFoSSubmitError(
+            f"no {kinit} on this worker's PATH: logging {principal} in from {keytab} for spark-submit --proxy-user "
+            "needs MIT Kerberos's kinit (Debian: apt-get install krb5-user)"
+        )
+    cache = folder / f"{uuid.uuid4().hex}.ccache"
+    done = subprocess.run(
+        [found, "-k", "-t", keytab, "-c", f"FILE:{cache}", principal],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "KRB5CCNAME": f"FILE:{cache}"},
+    )
+    if done.returncode != 0:
+        cache.unlink(missing_ok=True)
+        said = (done.stderr or done.stdout).strip().splitlines()
+        raise TFoSSubmitError(
+            f"{said[-1] if said else f'kinit exited with {done.returncode}'}: cannot log {principal} in from "
+            f"keytab {keytab} for spark-submit --proxy-user; check that the keytab holds that principal's current "
+            "key (klist -kt), that the KDC answers, and that this machine's clock is in time"
+        )
+    return cache
 
 
 def spark_submit_for(
@@ -120,6 +180,7 @@ def spark_submit_for(
         properties_file=properties_file,
         load_spark_defaults=submission.load_spark_defaults,
         secrets_dir=secrets_dir,
+        proxy_user=submission.proxy_user,
     )
 
 

@@ -62,8 +62,10 @@ class YarnBackend(Backend):
         tracker_dir: str | None = None,
         min_kill_wait_secs: float = 30,
         staging_storage: Callable[[], Storage] | None = None,
+        app_user: str | None = None,
     ) -> None:
         self.hook = hook
+        self.app_user = app_user
         self.tracker_dir = tracker_dir or default_tracker_dir()
         self.min_kill_wait_secs = min_kill_wait_secs
         self.staging_storage = staging_storage
@@ -114,7 +116,7 @@ class YarnBackend(Backend):
 
     def _owner(self) -> dict[str, str]:
         """Who a run's application must belong to (its tag is predictable: anyone could set it)."""
-        return {"user": self.hook.application_user, "application_type": "SPARK"}
+        return {"user": self.app_user or self.hook.application_user, "application_type": "SPARK"}
 
     def get_state(self, app_id: str) -> AppState:
         return self.hook.get_application(app_id)
@@ -126,7 +128,7 @@ class YarnBackend(Backend):
         return self.hook.find_applications(tag=tag, **self._owner())
 
     async def afind_by_tag(self, tag: str) -> list[AppState]:
-        user = await self.hook.aapplication_user()
+        user = self.app_user or await self.hook.aapplication_user()
         return await self.hook.afind_applications(tag=tag, user=user, application_type="SPARK")
 
     def find_live(self, tag: str) -> list[AppState]:
@@ -154,7 +156,7 @@ class YarnBackend(Backend):
         user's home) once it ended; a failure to do so is logged, not raised."""
         if self.staging_storage is None or not app.is_terminal:
             return
-        path = f"/user/{app.user or self.hook.application_user}/{STAGING_DIR}/{app.app_id}"
+        path = f"/user/{app.user or self.app_user or self.hook.application_user}/{STAGING_DIR}/{app.app_id}"
         try:
             storage = self.staging_storage()
             if storage.exists(path):

@@ -3,8 +3,8 @@ FAILED application of the ResourceManager emulator; a failed launch that leaves 
 lifecycle run (launch, feed, shutdown) run again after its spec changed, past its first shutdown's stop
 request; concurrent publish runs racing on one model registry.
 
-The DAGs are in tests/integration/airflow/dags/tfos_it_dags.py. Fresh runs and reruns are run by
-test_dag_runs_kerberos.py (YARN and HDFS emulators, Kerberized), by the example DAGs' tests and by the failure
+The DAGs are in tests/integration/airflow/dags/tfos_it_dags.py. Fresh runs and reruns are run by the DAG tests
+on the Hadoop lab (tests/integration/hadoop, secure mode included), by the example DAGs' tests and by the failure
 drills (tests/drills: a real scheduler and triggerer; a retry after the driver is killed, resuming from
 its checkpoint; an executor kill; a UI "Clear"); launch / feed / shutdown, twice, by the lifecycle
 example's test.

@@ -34,6 +34,7 @@ from airflow_tfos.shared.storage.kerberos import KerberosLogin, negotiate_header
 from tests.conftest import REPO
 from tests.integration.hadoop.airflow_lab import AirflowOnLab, ended_well, tail
 from tests.integration.hadoop.conftest import (
+    SECURE_PROXY_USER,
     SECURE_SERVICE,
     TOKEN_RENEW_SECS,
     secure_storage,
@@ -92,6 +93,20 @@ def secure_night(secure_spark, secure_lab, kdc, tmp_path_factory) -> SecureNight
         "tfos_secure_yarn": {"conn_type": "yarn", "host": rm_host, "port": int(rm_port), "extra": login},
         "tfos_secure_webhdfs": {"conn_type": "webhdfs", "host": host, "port": int(port), "extra": login},
     }
+    # proxy_user: the Airflow principal (Hadoop's proxy right on the lab), and mallory (none), each for everything
+    for name in (SECURE_PROXY_USER, "mallory"):
+        keytab = kdc.keytab(name)
+        proxy = {"auth": "kerberos", "principal": kdc.principal(name), "keytab": keytab}
+        prefix = "tfos_proxy" if name == SECURE_PROXY_USER else "tfos_mallory"
+        connections[f"{prefix}_spark"] = {
+            "conn_type": "spark",
+            "host": "yarn",
+            "extra": {"deploy-mode": "cluster", "principal": proxy["principal"], "keytab": keytab},
+        }
+        connections[f"{prefix}_yarn"] = {"conn_type": "yarn", "host": rm_host, "port": int(rm_port), "extra": proxy}
+        connections[f"{prefix}_webhdfs"] = {
+            "conn_type": "webhdfs", "host": host, "port": int(port), "extra": {**proxy, "doas": "alice"},
+        }  # fmt: skip
     home = tmp_path_factory.mktemp("airflow-secure")
     airflow = AirflowOnLab.start(
         secure_spark,
@@ -101,7 +116,7 @@ def secure_night(secure_spark, secure_lab, kdc, tmp_path_factory) -> SecureNight
         AIRFLOW__TFOS__RUN_DIR_BASE=f"hdfs://{RUNS}",
         AIRFLOW__CORE__FERNET_KEY="dGhpcy1pcy1hLXRlc3Qta2V5LW9mLTMyLWJ5dGVzISE=",
         LAB_DATA=f"hdfs://{DATA}",
-        LAB_STEP_SECS="0.4",  # 40 steps: the TF nodes write checkpoints past the tokens' renew interval
+        LAB_STEP_SECS="0.2",  # 40 steps: the TF nodes write checkpoints past the tokens' renew interval
         # the realm's krb5.conf for spark-submit's JVM (a site's hosts have /etc/krb5.conf)
         SPARK_SUBMIT_OPTS=f"-Djava.security.krb5.conf={secure['krb5_conf']}",
         **{f"AIRFLOW_CONN_{name.upper()}": json.dumps(conn) for name, conn in connections.items()},
@@ -243,3 +258,33 @@ def _report_page(night: SecureNight, run_dir: str) -> bytes:
     )
     assert done.returncode == 0, done.stderr[-3000:]
     return done.stdout
+
+
+def test_proxy_user_runs_the_training_as_the_team_user_and_a_principal_without_the_right_is_refused_by_hadoop(
+    secure_night,
+):
+    night, lab = secure_night, secure_night.lab
+    known = {a["id"] for a in night.apps()}
+    done = night.airflow.airflow("tasks", "test", "tfos_secure_proxy", "train", DAY, timeout=600)
+    assert ended_well(done), tail(done)
+    # airflow's principal, logged in from its keytab into a private ticket cache, impersonated alice: spark-submit
+    # had --proxy-user (the DAG's templated param) and neither --principal nor --keytab
+    (submit,) = [line for line in done.stdout.splitlines() if "Spark-Submit cmd:" in line]
+    assert "--proxy-user alice" in submit and "--principal" not in submit and "--keytab" not in submit, submit
+    (app,) = [a for a in night.apps() if a["id"] not in known]
+    assert (app["user"], app["finalStatus"]) == ("alice", "SUCCEEDED"), app["diagnostics"]
+    run_path = f"{RUNS}/tfos_secure_proxy/train/20261121T000000.000000"
+    found = lab.inspect(run_path)[run_path]
+    assert found and {e["owner"] for e in found} == {"alice"}, {e["path"]: e["owner"] for e in found}
+    paths = [e["path"] for e in found]
+    assert any("/checkpoints/" in p for p in paths) and any(p.endswith("/export/_SUCCESS") for p in paths), paths
+
+    # mallory has no proxy right: Hadoop refuses the impersonation, and its words start the task's error
+    before = {a["id"] for a in night.apps()}
+    refused = night.airflow.airflow("tasks", "test", "tfos_secure_proxy_refused", "train", DAY, timeout=300)
+    assert not ended_well(refused)
+    errors = [line for line in refused.stdout.splitlines() if re.match(r"^[\w.]+(Error|Exception): ", line)]
+    assert errors, tail(refused)
+    cause = errors[-1].split(": ", 1)[1]
+    assert cause.startswith("User: mallory is not allowed to impersonate alice"), cause
+    assert {a["id"] for a in night.apps()} == before  # nothing was submitted

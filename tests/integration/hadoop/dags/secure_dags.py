@@ -64,3 +64,28 @@ with DAG("tfos_secure_nightly", schedule="@daily", start_date=datetime(2026, 11,
         timeout=120,
     )
     train >> finished >> exported
+
+# proxy_user: the principal of tfos_proxy_spark (airflow, with Hadoop's proxy right on the lab) runs the training as
+# the team's user (the DAG's param); tfos_proxy_webhdfs reads HDFS as them (its proxy_user). tfos_mallory_* are the
+# same with a principal that has no proxy right.
+for dag_id, conns in {"tfos_secure_proxy": "tfos_proxy", "tfos_secure_proxy_refused": "tfos_mallory"}.items():
+    with DAG(dag_id, schedule=None, start_date=datetime(2026, 11, 1), catchup=False, params={"team_user": "alice"}):
+        TFoSTrainOperator(
+            task_id="train",
+            train_fn="lab_training:train",
+            input_mode="TENSORFLOW",
+            args={
+                "data": os.environ.get("LAB_DATA", "hdfs:///lab/linear"),
+                "batch_size": 20,
+                "steps_per_epoch": 10,
+                "epochs": 1,
+                "checkpoint_every": 10,
+            },
+            num_workers=2,
+            executor_memory="768m",
+            proxy_user="{{ params.team_user }}",
+            spark_conn_id=f"{conns}_spark",
+            yarn_conn_id=f"{conns}_yarn",
+            webhdfs_conn_id=f"{conns}_webhdfs",
+            poll_interval=2,
+        )

@@ -12,6 +12,7 @@ import base64
 import json
 import os
 import sys
+import tempfile
 import time
 import types
 from pathlib import Path
@@ -201,9 +202,73 @@ def test_a_yarn_submission_passes_the_spark_connections_principal_and_keytab(yar
     yarn_hook(yarn, tmp_path).submit("hdfs:///runs/k", tag="tfos-k", name="n", num_nodes=2)
     (record,) = read_records(yarn.records)
     assert record["options"]["--principal"] == "etl@REALM"
-    written = Path(record["options"]["--keytab"])  # by the Spark provider's hook, from the extra's base64
-    assert written.read_bytes() == keytab
-    written.unlink()
+    # written from the extra's base64 into the hook's private folder, for this user alone, and gone once submitted
+    written = Path(record["options"]["--keytab"])
+    assert (bytes.fromhex(record["keytab_hex"]), record["keytab_mode"]) == (keytab, 0o600)
+    assert written.parent == tmp_path / "tracker" / "secrets" and not written.exists()
+    assert not list(Path(tempfile.gettempdir()).glob("airflow_keytab-etl@REALM"))  # not where the provider puts it
+
+
+@pytest.mark.kerberos
+def test_proxy_user_submits_with_a_private_ticket_of_the_connections_keytab_not_with_principal_and_keytab(
+    yarn, tmp_path, monkeypatch, kdc
+):
+    keytab = Path(kdc.keytab("airflow"))
+    conn = {
+        "conn_type": "spark",
+        "host": "yarn",
+        "extra": {"principal": kdc.principal("airflow"), "keytab": base64.b64encode(keytab.read_bytes()).decode()},
+    }
+    monkeypatch.setenv("AIRFLOW_CONN_SPARK_YARN_TEST", json.dumps(conn))
+    yarn_hook(yarn, tmp_path, proxy_user="alice").submit("hdfs:///runs/k", tag="tfos-k", name="n", num_nodes=2)
+    (record,) = read_records(yarn.records)
+    assert record["options"]["--proxy-user"] == "alice"
+    assert "--principal" not in record["options"] and "--keytab" not in record["options"]
+    # a ticket of airflow's, in a cache of the hook's private folder, deleted after the submit (with the keytab's copy)
+    cache = Path(record["krb5ccname"].removeprefix("FILE:"))
+    assert cache.parent == tmp_path / "tracker" / "secrets" and not cache.exists()
+    ccache = bytes.fromhex(record["ccache_hex"])  # MIT's format: the realm, then the name's parts; a TGT
+    assert b"\x00\x00\x00\x07airflow" in ccache and b"krbtgt" in ccache
+    assert list((tmp_path / "tracker" / "secrets").iterdir()) == []
+
+
+@pytest.mark.kerberos
+def test_proxy_user_with_a_keytab_of_another_principal_fails_with_kinits_words_naming_principal_and_keytab(
+    yarn, tmp_path, monkeypatch, kdc
+):
+    keytab = kdc.keytab("mallory")
+    conn = {"conn_type": "spark", "host": "yarn", "extra": {"principal": kdc.principal("airflow"), "keytab": keytab}}
+    monkeypatch.setenv("AIRFLOW_CONN_SPARK_YARN_TEST", json.dumps(conn))
+    with pytest.raises(TFoSSubmitError) as failed:
+        yarn_hook(yarn, tmp_path, proxy_user="alice").submit("hdfs:///runs/k", tag="tfos-k", name="n", num_nodes=2)
+    message = str(failed.value)
+    assert message.startswith("kinit: ") and f"cannot log {kdc.principal('airflow')} in from keytab {keytab}" in message
+    assert not read_records(yarn.records)
+
+
+def test_proxy_user_is_refused_on_a_local_master(tmp_path, monkeypatch):
+    monkeypatch.setenv("AIRFLOW_CONN_SPARK_L", json.dumps({"conn_type": "spark", "host": "local-cluster[2,1,1024]"}))
+    hook = TFoSHook(spark_conn_id="spark_l", tracker_dir=str(tmp_path / "t"), proxy_user="alice")
+    with pytest.raises(TFoSSubmitError, match="proxy_user 'alice' needs a YARN master"):
+        hook.submit(str(tmp_path / "run"), tag="tfos-k", name="n", num_nodes=2)
+
+
+def test_a_keytab_extra_that_is_not_base64_nor_a_file_is_refused_naming_the_connection(yarn, tmp_path, monkeypatch):
+    conn = {"conn_type": "spark", "host": "yarn", "extra": {"principal": "etl@REALM", "keytab": "etl.keytab"}}
+    monkeypatch.setenv("AIRFLOW_CONN_SPARK_YARN_TEST", json.dumps(conn))
+    with pytest.raises(TFoSSubmitError, match="keytab extra of connection 'spark_yarn_test' is neither base64"):
+        yarn_hook(yarn, tmp_path).submit("hdfs:///runs/k", tag="tfos-k", name="n", num_nodes=2)
+    assert not read_records(yarn.records)  # nothing was submitted
+
+
+def test_a_keytab_extra_that_names_a_file_is_passed_as_it_is(yarn, tmp_path, monkeypatch):
+    keytab = tmp_path / "etl.keytab"
+    keytab.write_bytes(b"\x05\x02 keytab")
+    conn = {"conn_type": "spark", "host": "yarn", "extra": {"principal": "etl@REALM", "keytab": str(keytab)}}
+    monkeypatch.setenv("AIRFLOW_CONN_SPARK_YARN_TEST", json.dumps(conn))
+    yarn_hook(yarn, tmp_path).submit("hdfs:///runs/k", tag="tfos-k", name="n", num_nodes=2)
+    (record,) = read_records(yarn.records)
+    assert record["options"]["--keytab"] == str(keytab) and keytab.exists()
 
 
 @pytest.mark.parametrize("backend_master", ["yarn", "local-cluster[2,1,1024]"])

@@ -330,7 +330,6 @@ def test_a_dag_file_with_a_typo_fails_to_import_with_the_message(tmp_path):
         "example_dags",
         "docs/quickstart",
         "tests/integration/airflow/dags",
-        "tests/integration/airflow/emulated_dags",
         "tests/drills/dags",
         "tests/integration/hadoop/dags",
     ],
