@@ -23,8 +23,8 @@ from airflow_tfos.hooks.backends.base import Backend, Submission, check_tag, def
 from airflow_tfos.hooks.backends.local_tracker import LocalBackend
 from airflow_tfos.hooks.backends.spark_submit import TrainingSubmit
 from airflow_tfos.hooks.backends.state import AppState
+from airflow_tfos.hooks.driver_token import DriverTokenMixin
 from airflow_tfos.hooks.errors import TFoSSubmitError
-from airflow_tfos.hooks.hadoop_conf import hadoop_conf
 from airflow_tfos.hooks.spark_conf import (
     _GPU_SCRIPT,
     _LAUNCHER,
@@ -46,7 +46,7 @@ from airflow_tfos.shared.storage.webhdfs_config import WEBHDFS_ENV, env_value
 PACKED_ENV_ALIAS = "#environment"
 
 
-class TFoSHook(BaseHook):
+class TFoSHook(DriverTokenMixin, BaseHook):
     """Submit a training run (the driver entrypoint on a run directory) and track, find and kill it.
 
     The ``spark`` connection's master picks the backend, once: ``yarn`` submits in cluster mode and tracks the
@@ -65,12 +65,11 @@ class TFoSHook(BaseHook):
     executors through a properties file readable only by this user (deleted after submission), and are
     registered with Airflow's secret masker. ``env_vars`` and ``conf`` do go on the command line.
 
-    On YARN with the run directory on a Kerberized WebHDFS, the driver (whose Python process has no Kerberos
-    login: ``--principal/--keytab`` log in only Spark's JVM) gets a WebHDFS delegation token that this hook
-    obtains with its own login before spark-submit: in ``spark.yarn.appMasterEnv.`` of that properties file, for
-    the driver alone, which takes it out of its environment at start. The hook renews it while the task waits
-    (:meth:`hand_off_driver_token` passes it to the deferred trigger) and cancels it when the task ends
-    (:meth:`end_driver_token`).
+    On a secure YARN (Hadoop's files say ``kerberos``) the driver, whose Python process has no Kerberos login,
+    reaches WebHDFS with the application's HDFS delegation token from YARN, which spark-submit obtained and the
+    ResourceManager renews and cancels (docs/kerberos.md). Only where Hadoop's files do not say so but the run
+    directory's WebHDFS does, this hook obtains a token with its own login before spark-submit and hands it to
+    the driver (:class:`~airflow_tfos.hooks.driver_token.DriverTokenMixin`).
 
     :param spark_conn_id: the ``spark`` connection (host ``yarn``, ``local-cluster[N,C,MB]``, ``local[N]`` or
         ``spark://host:port``; extras ``queue``, ``spark-binary``, ``principal``, ``keytab`` as in the Spark provider).
@@ -367,68 +366,6 @@ class TFoSHook(BaseHook):
             self.end_driver_token()  # nothing will use it
             raise
 
-    # --- the driver's WebHDFS delegation token (YARN, Kerberos) ------------------------------------------
-
-    def _obtain_driver_token(self, run_dir: str, name: str) -> str | None:
-        """A new WebHDFS delegation token for the driver when ``run_dir`` is on a Kerberized WebHDFS, obtained
-        with this hook's Kerberos login (the webhdfs connection's) and renewed from now on; else None."""
-        from airflow.sdk.log import mask_secret
-
-        from airflow_tfos.hooks.run_dir import RunDirHook
-        from airflow_tfos.hooks.webhdfs_connection import DEFAULT_CONN_ID, webhdfs_config_from_connection
-        from airflow_tfos.shared.errors import WebHDFSConfigError
-        from airflow_tfos.shared.storage.tokens import TokenKeeper
-
-        if "://" not in run_dir or run_dir.startswith("file://"):
-            return None
-        try:
-            config = webhdfs_config_from_connection(self.webhdfs_conn_id or DEFAULT_CONN_ID)
-        except WebHDFSConfigError:  # no HDFS settings here: the cluster's own reach the driver
-            return None
-        if getattr(config, "auth", None) != "kerberos":
-            return None
-        hadoop = hadoop_conf()
-        if hadoop is not None and hadoop.auth() == "kerberos":
-            self.log.info(
-                "the run directory is on Kerberized HDFS and Hadoop's files (%s) say kerberos: spark-submit obtains "
-                "the application's HDFS delegation tokens, which YARN renews and cancels; the driver reaches WebHDFS "
-                "with them",
-                hadoop.source("hadoop.security.authentication"),
-            )
-            return None
-        storage = RunDirHook(run_dir, webhdfs_conn_id=self.webhdfs_conn_id).storage
-        if not TokenKeeper.uses_kerberos(storage):
-            return None
-        self.end_driver_token()
-        self._driver_token = TokenKeeper(storage, f"driver of {name}").start()
-        mask_secret(self._driver_token.token)
-        return self._driver_token.token
-
-    @property
-    def holds_driver_token(self) -> bool:
-        """Whether this hook renews a delegation token it handed the driver."""
-        return self._driver_token is not None
-
-    def hand_off_driver_token(self) -> str | None:
-        """Stop renewing the driver's token without cancelling it; return it sealed with Airflow's Fernet key
-        (:func:`seal_token`) for the trigger a task defers to, which renews and cancels it from then on. None
-        when the driver was given none, or when no Fernet key is configured (the token would reach the database
-        in clear: the hook keeps it, and the task waits in the worker)."""
-        if self._driver_token is None or self._driver_token.token is None:
-            return None
-        sealed = seal_token(self._driver_token.token)
-        if sealed is None:
-            return None
-        keeper, self._driver_token = self._driver_token, None
-        keeper.hand_off()
-        return sealed
-
-    def end_driver_token(self) -> None:
-        """Cancel the driver's delegation token, if this hook handed it one (idempotent)."""
-        keeper, self._driver_token = self._driver_token, None
-        if keeper is not None:
-            keeper.stop()
-
     def ship_user_code(self, packages: Sequence[CodePackage]) -> ShippedCode | None:
         """Zip the user's ``packages`` (content-hashed, cached beside the runtime zip) and ship the zip with
         ``--py-files`` on every later :meth:`submit`, on YARN and locally alike; None when there is nothing
@@ -493,23 +430,3 @@ class TFoSHook(BaseHook):
         """Remove what the cluster left of ``app`` if it ended without succeeding (on YARN: its ``.sparkStaging``
         folder, which Spark removes itself only when its application master ends its last attempt)."""
         self._backend.clean_up(app)
-
-
-def seal_token(token: str) -> str | None:
-    """``token`` encrypted with Airflow's Fernet key (``[core] fernet_key``), for a trigger's arguments, which
-    Airflow stores in its database as they are; None when no key is configured (or Airflow's core is absent)."""
-    try:
-        from airflow.models.crypto import get_fernet
-    except ImportError:
-        return None
-    fernet = get_fernet()
-    if not getattr(fernet, "is_encrypted", False):
-        return None
-    return fernet.encrypt(token.encode()).decode()
-
-
-def unseal_token(sealed: str) -> str:
-    """The token :func:`seal_token` encrypted."""
-    from airflow.models.crypto import get_fernet
-
-    return get_fernet().decrypt(sealed.encode()).decode()

@@ -25,7 +25,7 @@ from airflow.sdk.configuration import conf
 from airflow.sdk.exceptions import AirflowException
 
 from airflow_tfos.hooks.backends.state import LIVE_STATES, AppState
-from airflow_tfos.hooks.errors import TFoSSubmitError, UserCodeError
+from airflow_tfos.hooks.errors import UserCodeError
 from airflow_tfos.hooks.run_dir import PollPacer, RunDirHook, RunWatch, resolve_run_dir, run_tag, templated
 from airflow_tfos.hooks.user_code import ShippedCode, code_package, comma_list
 from airflow_tfos.links.tfos import (
@@ -37,7 +37,13 @@ from airflow_tfos.links.tfos import (
     link_url,
     push_tensorboard_url,
 )
-from airflow_tfos.operators.checks import check_at_parse_time, check_paths_reach_the_cluster, check_rendered
+from airflow_tfos.operators.checks import (
+    check_at_parse_time,
+    check_paths_reach_the_cluster,
+    check_proxy_user,
+    check_proxy_user_conf,
+    check_rendered,
+)
 from airflow_tfos.operators.run import ApplicationRun, AppResources
 from airflow_tfos.shared.rundir import REPORT_HTML
 from airflow_tfos.shared.spec import spec_hash
@@ -59,38 +65,6 @@ STATE_APPLICATION_ID = "tfos_application_id"
 TRACKING_URL_WAIT_SECS = 20.0
 #: What :meth:`_TFoSApplicationOperator.get_job_status` answers for an application the cluster no longer knows.
 UNKNOWN_STATUS = "UNKNOWN"
-
-
-#: Spark settings that log spark-submit in from a keytab: Spark refuses them together with ``--proxy-user``.
-KERBEROS_LOGIN_CONF = frozenset(
-    {"spark.kerberos.principal", "spark.kerberos.keytab", "spark.yarn.principal", "spark.yarn.keytab"}
-)
-
-
-def check_proxy_user(proxy_user: str | None, run_dir: str, webhdfs_conn_id: str | None) -> None:
-    """With a proxy user and a run directory on Kerberized HDFS, the ``webhdfs`` connection must read HDFS as that
-    user (its ``proxy_user``): the run directory is theirs, 0700. Raises :class:`TFoSSubmitError` naming the
-    connection and what to set."""
-    if not proxy_user or "://" not in run_dir or run_dir.startswith("file://"):
-        return
-    from airflow_tfos.hooks.webhdfs_connection import DEFAULT_CONN_ID, webhdfs_config_from_connection
-    from airflow_tfos.shared.errors import WebHDFSConfigError
-
-    conn_id = webhdfs_conn_id or DEFAULT_CONN_ID
-    try:
-        config = webhdfs_config_from_connection(conn_id)
-    except WebHDFSConfigError:
-        config = None
-    if config is None or config.auth != "kerberos":
-        return
-    reads_as = config.effective_user()
-    if reads_as != proxy_user:
-        raise TFoSSubmitError(
-            f"proxy_user {proxy_user!r}, but connection {conn_id!r} reads HDFS as "
-            f"{reads_as or 'its own principal'!r}: the run directory {run_dir} will be {proxy_user}'s, readable by "
-            f"them only; set the connection's extra doas to {proxy_user!r} (one webhdfs connection per proxied user; "
-            "its sensors and the report read with it too)"
-        )
 
 
 def shipped_code(shipped: ShippedCode | None) -> dict[str, Any] | None:
@@ -174,13 +148,7 @@ class _TFoSApplicationOperator(ResumableJobMixin, BaseOperator):
         **kwargs: Any,
     ) -> None:
         super().__init__(durable=durable, **kwargs)
-        login_conf = sorted(key for key in (conf or {}) if key in KERBEROS_LOGIN_CONF)
-        if proxy_user and login_conf:
-            raise ValueError(
-                f"proxy_user={proxy_user!r} together with conf {', '.join(login_conf)}: Spark refuses --proxy-user "
-                "with --principal/--keytab. Drop those settings: the spark connection's principal, logged in from its "
-                "keytab, impersonates the proxy user"
-            )
+        check_proxy_user_conf(proxy_user, conf)
         self.proxy_user = proxy_user
         self.run_dir = run_dir
         self._run_dir_as_written = run_dir  # before rendering: whether it is templated

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from typing import Any
 from urllib.parse import urlsplit
 
-from airflow_tfos.hooks.errors import RunConfigError, TFoSConfigError
+from airflow_tfos.hooks.errors import RunConfigError, TFoSConfigError, TFoSSubmitError
 from airflow_tfos.hooks.run_dir import check_run_dir, run_dir_base, templated
 from airflow_tfos.hooks.spark_conf import memory_mb
 from airflow_tfos.operators.errors import RenderedArgumentError
@@ -160,4 +160,48 @@ def check_paths_reach_the_cluster(op: Any, master: str) -> None:
             f"master is {master!r}: the application's driver and TF nodes run in YARN containers on other hosts, "
             f"which cannot reach it. {fix[0].upper()}{fix[1:]}; if every host mounts this path at the same place "
             f"(NFS), pass {SHARED_OPT_OUT}"
+        )
+
+
+#: Spark settings that log spark-submit in from a keytab: Spark refuses them together with ``--proxy-user``.
+KERBEROS_LOGIN_CONF = frozenset(
+    {"spark.kerberos.principal", "spark.kerberos.keytab", "spark.yarn.principal", "spark.yarn.keytab"}
+)
+
+
+def check_proxy_user_conf(proxy_user: str | None, conf: dict[str, Any] | None) -> None:
+    """Refuse ``proxy_user`` with Spark's own keytab login in ``conf`` (when the DAG is parsed: the keys are not
+    templated)."""
+    login_conf = sorted(key for key in (conf or {}) if key in KERBEROS_LOGIN_CONF)
+    if proxy_user and login_conf:
+        raise ValueError(
+            f"proxy_user={proxy_user!r} together with conf {', '.join(login_conf)}: Spark refuses --proxy-user "
+            "with --principal/--keytab. Drop those settings: the spark connection's principal, logged in from its "
+            "keytab, impersonates the proxy user"
+        )
+
+
+def check_proxy_user(proxy_user: str | None, run_dir: str, webhdfs_conn_id: str | None) -> None:
+    """With a proxy user and a run directory on Kerberized HDFS, the ``webhdfs`` connection must read HDFS as that
+    user (its ``proxy_user``): the run directory is theirs, 0700. Raises :class:`TFoSSubmitError` naming the
+    connection and what to set."""
+    if not proxy_user or "://" not in run_dir or run_dir.startswith("file://"):
+        return
+    from airflow_tfos.hooks.webhdfs_connection import DEFAULT_CONN_ID, webhdfs_config_from_connection
+    from airflow_tfos.shared.errors import WebHDFSConfigError
+
+    conn_id = webhdfs_conn_id or DEFAULT_CONN_ID
+    try:
+        config = webhdfs_config_from_connection(conn_id)
+    except WebHDFSConfigError:
+        config = None
+    if config is None or config.auth != "kerberos":
+        return
+    reads_as = config.effective_user()
+    if reads_as != proxy_user:
+        raise TFoSSubmitError(
+            f"proxy_user {proxy_user!r}, but connection {conn_id!r} reads HDFS as "
+            f"{reads_as or 'its own principal'!r}: the run directory {run_dir} will be {proxy_user}'s, readable by "
+            f"them only; set the connection's extra doas to {proxy_user!r} (one webhdfs connection per proxied user; "
+            "its sensors and the report read with it too)"
         )

@@ -95,3 +95,8 @@ class KerberosAuthError(TFoSError, PermissionError):
 
 class LeaseHeldError(RunDirError):
     """Another worker's application holds the run directory and could not be reached or outlived in time."""
+
+
+class TokenFileError(TFoSError, ValueError):
+    """A Hadoop token file (a YARN container's ``HADOOP_TOKEN_FILE_LOCATION``) cannot be read: the message names the
+    file and what is wrong."""

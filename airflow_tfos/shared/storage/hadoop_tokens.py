@@ -23,15 +23,13 @@ import io
 import os
 from dataclasses import dataclass
 
+from airflow_tfos.shared.errors import TokenFileError
+
 #: The environment variable naming the container's token file (set by the NodeManager).
 TOKEN_FILE_ENV = "HADOOP_TOKEN_FILE_LOCATION"
 #: The kind of the tokens HDFS's NameNode issues over RPC (WebHDFS ones say ``WEBHDFS delegation``).
 HDFS_TOKEN_KIND = "HDFS_DELEGATION_TOKEN"
 _MAGIC = b"HDTS"
-
-
-class TokenFileError(ValueError):
-    """The token file cannot be read as Hadoop's token storage (message names the file and what is wrong)."""
 
 
 def _vlong(stream: io.BytesIO) -> int:

@@ -82,7 +82,11 @@ class KerberosLogin:
             raise KerberosAuthError("a keytab was given without a principal: set the principal the keytab holds")
 
     def describe(self) -> str:
-        return self.principal or "the principal of the ticket cache"
+        """Who, and from where: ``alice@REALM (keytab /etc/k.keytab)``, or the ticket cache looked in."""
+        if self.keytab:
+            return f"{self.principal} (keytab {self.keytab})"
+        cache = os.environ.get("KRB5CCNAME") or "the default ticket cache"
+        return f"{self.principal or 'the principal of the ticket cache'} (ticket cache {cache})"
 
     def credentials(self, service: str | None = None):
         """``gssapi.Credentials`` for initiating (to ``service``, named in errors); raise :class:`KerberosAuthError`."""
@@ -223,15 +227,14 @@ def _classify(message: str, login: KerberosLogin) -> str:
             "clock skew too great: this machine's clock differs from the KDC's (or the server's) by more than the "
             "realm allows (clockskew, 300 s by default); synchronize the clocks (NTP)"
         )
-    if any(
-        s in lower
-        for s in (
-            "no kerberos credentials",
-            "no credentials cache",
-            "credentials cache file",
-            "can't find client principal",
+    no_ticket = ("no kerberos credentials", "no credentials cache", "credentials cache file", "can't find client")
+    if login.keytab and any(s in lower for s in no_ticket):  # MIT found no key of the principal in the keytab
+        return (
+            f"the keytab does not hold the current key of {login.describe()} (it holds another principal's, or an "
+            "older key version): export a fresh keytab for this principal (kadmin ktadd; klist -kt shows what it "
+            "holds) and point 'keytab' at it, or fix 'principal'"
         )
-    ):
+    if any(s in lower for s in no_ticket):
         return (
             f"no Kerberos ticket for {login.describe()}: run kinit {login.principal or '<principal>'}, or give a "
             "principal and keytab (connection extras 'principal' and 'keytab')"
@@ -248,7 +251,7 @@ def _classify(message: str, login: KerberosLogin) -> str:
         )
     ):
         return (
-            f"the keytab does not hold the current key of {login.describe()} (keytab from an older key version, "
+            f"the keytab does not hold the current key of {login.describe()} (it is from an older key version, "
             "or of another principal): export a fresh keytab for this principal (kadmin ktadd) and point "
             "'keytab' at it"
         )

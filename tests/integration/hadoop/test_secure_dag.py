@@ -107,6 +107,13 @@ def secure_night(secure_spark, secure_lab, kdc, tmp_path_factory) -> SecureNight
         connections[f"{prefix}_webhdfs"] = {
             "conn_type": "webhdfs", "host": host, "port": int(port), "extra": {**proxy, "doas": "alice"},
         }  # fmt: skip
+    # broken logins (test_a_wrong_login...): alice's principal with mallory's keytab; alice's without a keytab (and
+    # no ticket cache); mallory's own, which may not write the runs' folder
+    webhdfs = {"conn_type": "webhdfs", "host": host, "port": int(port)}
+    mallory = {"principal": kdc.principal("mallory"), "keytab": kdc.keytab("mallory")}
+    connections["tfos_stale_keytab_webhdfs"] = {**webhdfs, "extra": {**login, "keytab": mallory["keytab"]}}
+    connections["tfos_no_ticket_webhdfs"] = {**webhdfs, "extra": {"auth": "kerberos", "principal": alice.principal}}
+    connections["tfos_no_write_access_webhdfs"] = {**webhdfs, "extra": {"auth": "kerberos", **mallory}}
     home = tmp_path_factory.mktemp("airflow-secure")
     airflow = AirflowOnLab.start(
         secure_spark,
@@ -287,4 +294,31 @@ def test_proxy_user_runs_the_training_as_the_team_user_and_a_principal_without_t
     assert errors, tail(refused)
     cause = errors[-1].split(": ", 1)[1]
     assert cause.startswith("User: mallory is not allowed to impersonate alice"), cause
+    assert {a["id"] for a in night.apps()} == before  # nothing was submitted
+
+
+def _task_errors(output: str) -> dict[str, str]:
+    """The last error line of each task of an ``airflow dags test`` output (its part after the exception's name)."""
+    errors, task = {}, None
+    for line in output.splitlines():
+        started = re.search(r"\[DAG TEST\] running task <TaskInstance: [\w.]+?\.(\w+) ", line)
+        if started:
+            task = started.group(1)
+        elif task and re.match(r"^[\w.]+(Error|Exception): ", line):
+            errors[task] = line.split(": ", 1)[1]
+    return errors
+
+
+def test_a_wrong_login_fails_the_task_with_its_cause_first_naming_the_principal_and_the_keytab(secure_night, kdc):
+    night = secure_night
+    before = {a["id"] for a in night.apps()}
+    done = night.airflow.airflow("dags", "test", "tfos_secure_failures", DAY, timeout=300)
+    errors = _task_errors(done.stdout + done.stderr)
+    assert set(errors) == {"stale_keytab", "no_ticket", "no_write_access"}, tail(done)
+    alice, keytab = kdc.principal("alice"), kdc.keytab("mallory")
+    assert errors["stale_keytab"].startswith(f"the keytab does not hold the current key of {alice} (keytab {keytab})")
+    assert errors["no_ticket"].startswith(f"no Kerberos ticket for {alice} (ticket cache FILE:"), errors["no_ticket"]
+    assert f"run kinit {alice}, or give a principal and keytab" in errors["no_ticket"]
+    # the NameNode maps mallory to a user who may not write there: its own words first
+    assert errors["no_write_access"].startswith("Permission denied: user=mallory, access=WRITE"), errors
     assert {a["id"] for a in night.apps()} == before  # nothing was submitted

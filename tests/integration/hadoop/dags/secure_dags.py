@@ -89,3 +89,19 @@ for dag_id, conns in {"tfos_secure_proxy": "tfos_proxy", "tfos_secure_proxy_refu
             webhdfs_conn_id=f"{conns}_webhdfs",
             poll_interval=2,
         )
+
+# What a user meets when a login is wrong (test_secure_dag.py): each task's webhdfs connection is broken one way,
+# and the task fails before anything is submitted.
+with DAG("tfos_secure_failures", schedule=None, start_date=datetime(2026, 11, 1), catchup=False):
+    for task_id in ("stale_keytab", "no_ticket", "no_write_access"):
+        TFoSTrainOperator(
+            task_id=task_id,
+            train_fn="lab_training:train",
+            input_mode="TENSORFLOW",
+            args={"data": os.environ.get("LAB_DATA", "hdfs:///lab/linear"), "batch_size": 20},
+            num_workers=2,
+            spark_conn_id=SECURE["spark_conn_id"],
+            yarn_conn_id=SECURE["yarn_conn_id"],
+            webhdfs_conn_id=f"tfos_{task_id}_webhdfs",
+            retries=0,
+        )
