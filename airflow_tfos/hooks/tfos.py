@@ -20,10 +20,10 @@ from pathlib import Path
 from airflow.sdk import BaseHook
 
 from airflow_tfos.hooks.backends.base import Backend, Submission, check_tag, default_tracker_dir
+from airflow_tfos.hooks.backends.driver_token import DriverTokenMixin
 from airflow_tfos.hooks.backends.local_tracker import LocalBackend
 from airflow_tfos.hooks.backends.spark_submit import TrainingSubmit
 from airflow_tfos.hooks.backends.state import AppState
-from airflow_tfos.hooks.driver_token import DriverTokenMixin
 from airflow_tfos.hooks.errors import TFoSSubmitError
 from airflow_tfos.hooks.spark_conf import (
     _GPU_SCRIPT,
@@ -69,7 +69,7 @@ class TFoSHook(DriverTokenMixin, BaseHook):
     reaches WebHDFS with the application's HDFS delegation token from YARN, which spark-submit obtained and the
     ResourceManager renews and cancels (docs/kerberos.md). Only where Hadoop's files do not say so but the run
     directory's WebHDFS does, this hook obtains a token with its own login before spark-submit and hands it to
-    the driver (:class:`~airflow_tfos.hooks.driver_token.DriverTokenMixin`).
+    the driver (:class:`~airflow_tfos.hooks.backends.driver_token.DriverTokenMixin`).
 
     :param spark_conn_id: the ``spark`` connection (host ``yarn``, ``local-cluster[N,C,MB]``, ``local[N]`` or
         ``spark://host:port``; extras ``queue``, ``spark-binary``, ``principal``, ``keytab`` as in the Spark provider).

@@ -101,13 +101,8 @@ class _TFoSApplicationOperator(ResumableJobMixin, BaseOperator):
     :param py_files: extra ``--py-files``. :param archives: extra ``--archives``. :param files: extra ``--files``.
     :param packed_env: a packed Python environment for the application.
     :param ship_code: zip the user's functions' package and ship it with ``--py-files``.
-    :param proxy_user: run the YARN application as this user (templated; ``spark-submit --proxy-user``, as the
-        Spark provider's operator): the ``spark`` connection's principal, logged in from its keytab into a private
-        ticket cache, impersonates them, as Hadoop's ``hadoop.proxyuser.<principal>.hosts/groups`` allow. The run
-        directory, the application's tokens and the application are theirs; since run directories are 0700, the
-        ``webhdfs`` connection must read HDFS as them too (its extra ``doas``: one connection per proxied user,
-        which the sensors and the report use as well), which is checked before anything is submitted. Not
-        together with ``spark.kerberos.principal``/``keytab`` in ``conf`` (refused when the DAG is parsed).
+    :param proxy_user: the user the YARN application runs as (templated; ``--proxy-user``; docs/kerberos.md: the
+        ``webhdfs`` connection must read HDFS as them, extra ``doas``; not with Spark's keytab settings).
     """
 
     template_fields: Sequence[str] = ("run_dir", "env", "conf", "py_files", "archives", "files", "packed_env", "name",

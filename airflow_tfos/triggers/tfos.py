@@ -47,8 +47,9 @@ class TFoSApplicationTrigger(BaseTrigger):
     :param proxy_user: the user the application runs as (the operator's ``proxy_user``), for the search by tag.
     :param kill_on_kill: kill the application when a user kills the deferred task (mark failed, clear).
     :param webhdfs_token: the WebHDFS delegation token the task's hook handed the driver (YARN, Kerberized
-        run directory), sealed with Airflow's Fernet key (:func:`~airflow_tfos.hooks.driver_token.seal_token`: the
-        trigger's arguments are stored in Airflow's database as they are): renewed while the trigger waits,
+        run directory), sealed with Airflow's Fernet key
+        (:func:`~airflow_tfos.hooks.backends.driver_token.seal_token`: the trigger's arguments are stored in
+        Airflow's database as they are): renewed while the trigger waits,
         cancelled when the application ends or the task is killed.
     """
 
@@ -125,7 +126,7 @@ class TFoSApplicationTrigger(BaseTrigger):
         """Renew the driver's token from now on (in a thread of the keeper's)."""
         if not self.webhdfs_token or self._token_keeper is not None or not self.run_dir:
             return
-        from airflow_tfos.hooks.driver_token import unseal_token
+        from airflow_tfos.hooks.backends.driver_token import unseal_token
         from airflow_tfos.shared.storage.tokens import TokenKeeper
 
         storage = RunDirHook(self.run_dir, webhdfs_conn_id=self.webhdfs_conn_id).storage
