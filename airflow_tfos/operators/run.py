@@ -28,6 +28,7 @@ from airflow.sdk.exceptions import AirflowException
 
 from airflow_tfos.hooks.backends.local_tracker import ApplicationAlreadyRunningError
 from airflow_tfos.hooks.run_dir import pick_winner, progress_line, run_tag
+from airflow_tfos.shared.errors import DRIVER_EXIT_TOKEN_REFUSED
 from airflow_tfos.shared.events import SUBMIT, SUBMITTED
 from airflow_tfos.shared.fingerprint import carry_tables, changes, pending_tables, run_fingerprint, unseen
 from airflow_tfos.shared.lease import Lease, lease_timeout, take_lease, wait_for_lease
@@ -437,6 +438,13 @@ class TrainingRun(ApplicationRun):
             if app.app_id.startswith("application_")
             else ""
         )
+        if re.search(rf"exited with status {DRIVER_EXIT_TOKEN_REFUSED}\b", app.diagnostics or ""):
+            raise AirflowException(
+                f"the run directory's HDFS refused the delegation token of application {app.app_id}'s driver (expired "
+                "or cancelled), so it could not record its error: a run cannot outlive the token's maximum lifetime "
+                "(dfs.namenode.delegation.token.max-lifetime), and the ResourceManager (its renewer) or an "
+                f"administrator may have cancelled it ({ended}; {reason}); {resume}{logs}"
+            )
         raise AirflowException(
             f"application {app.app_id} failed before its driver recorded an error"
             f"{': ' + reason if reason else ''} ({ended}; nothing in status.json); {resume}{logs}"

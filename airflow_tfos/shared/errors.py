@@ -100,3 +100,11 @@ class LeaseHeldError(RunDirError):
 class TokenFileError(TFoSError, ValueError):
     """A Hadoop token file (a YARN container's ``HADOOP_TOKEN_FILE_LOCATION``) cannot be read: the message names the
     file and what is wrong."""
+
+
+#: The exit status of a driver whose run directory's HDFS refused its delegation token (expired or cancelled): it
+#: could not record its error in status.json, so the status is all the Airflow side learns (from YARN's diagnostics,
+#: ``User application exited with status 3``).
+DRIVER_EXIT_TOKEN_REFUSED = 3
+#: What such a refusal's message starts with (:func:`airflow_tfos.shared.storage.webhdfs_errors.translate`).
+TOKEN_REFUSED = "HDFS refused the delegation token"

@@ -95,6 +95,10 @@ def _fail(rundir: RunDir | None, message: str, code: int, **fields: Any) -> int:
             rundir.add_event(events.FAILED, error=message, exit_code=code)
         except Exception as exc:  # the storage may be what failed: say so, and still exit with the code
             sys.stderr.write(f"airflow-tfos driver: cannot record the failure either: {exc}\n")
+            from airflow_tfos.shared.errors import DRIVER_EXIT_TOKEN_REFUSED, TOKEN_REFUSED
+
+            if TOKEN_REFUSED in str(exc):  # the one thing the Airflow side then learns: the exit status
+                return DRIVER_EXIT_TOKEN_REFUSED
     return code
 
 
@@ -457,8 +461,10 @@ def _jsonable(value: Any) -> Any:
 def main(argv: list[str] | None = None) -> int:
     # First: the submitting hook's WebHDFS delegation token leaves the environment before Spark's JVM, the TF
     # nodes or anything else could copy it; it is this process's, in memory (TokenKeeper lends it to the nodes).
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     from_hook = take_submitted_token()
-    from_yarn = None if from_hook else use_container_token()
+    if not from_hook:  # on a secure YARN: the application's own token (it logs which)
+        use_container_token()
     parser = argparse.ArgumentParser(prog="python -m airflow_tfos.runtime.driver", description=__doc__.splitlines()[0])
     parser.add_argument("--run-dir", required=True, help="the run directory (path or URI) holding spec.json")
     parser.add_argument("--master", help="Spark master, when not started by spark-submit")
@@ -472,15 +478,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     add_config_option(parser)
     options = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if from_hook:
         log.info("WebHDFS is reached with the delegation token of the hook that submitted this driver")
-    elif from_yarn is not None:
-        log.info(
-            "WebHDFS is reached with the application's HDFS delegation token from YARN (%s): the ResourceManager "
-            "renews it while the application lives and cancels it when it ends",
-            from_yarn.describe(),
-        )
     if options.webhdfs_config:
         try:  # the TF nodes get it from the environment too (TFClusterRun passes AIRFLOW_TFOS_* on)
             use_config(options.webhdfs_config)

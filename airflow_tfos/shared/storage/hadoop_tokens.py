@@ -179,4 +179,9 @@ def use_container_token(environ=None) -> HadoopToken | None:
         return None
     if token is not None:
         use_delegation_token(token.url_string())
+        logging.getLogger("airflow_tfos.driver").info(
+            "WebHDFS is reached with the application's HDFS delegation token from YARN (%s): the ResourceManager "
+            "renews it while the application lives and cancels it when it ends",
+            token.describe(),
+        )
     return token

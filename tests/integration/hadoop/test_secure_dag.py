@@ -322,3 +322,43 @@ def test_a_wrong_login_fails_the_task_with_its_cause_first_naming_the_principal_
     # the NameNode maps mallory to a user who may not write there: its own words first
     assert errors["no_write_access"].startswith("Permission denied: user=mallory, access=WRITE"), errors
     assert {a["id"] for a in night.apps()} == before  # nothing was submitted
+
+
+def test_a_token_cancelled_while_the_run_trains_fails_the_task_with_the_token_s_refusal_not_a_hang(secure_night):
+    night, lab = secure_night, secure_night.lab
+    am = re.compile(r"container_[\d_]+_000001/")
+    run_path = f"{RUNS}/tfos_secure_token_cancelled/train/20261121T000000.000000"
+    with RunWatch(nodemanager_dirs(lab.conf_dir, "local")) as watch:
+        task = subprocess.Popen(
+            [sys.executable, "-m", "airflow", "tasks", "test", "tfos_secure_token_cancelled", "train", DAY],
+            env=night.airflow.env, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        )  # fmt: skip
+        try:
+            # once the TF nodes wrote a first checkpoint, the ResourceManager's user (the token's renewer: here
+            # HDFS's superuser) cancels the driver's token, as an administrator would
+            deadline, token, admin = time.monotonic() + 300, None, secure_storage(lab, night.superuser)
+            while time.monotonic() < deadline and task.poll() is None:
+                files = {p: d for p, d in watch.named("container_tokens").items() if am.search(p)}
+                found = [t for d in files.values() for t in read_token_file(d) if t.kind == HDFS_TOKEN_KIND]
+                folder = f"{run_path}/checkpoints"
+                listed = admin.listdir(folder) if found and admin.exists(folder) else []
+                if any(name.startswith("ckpt-") for name in listed):  # complete: they appear by rename
+                    token = found[0]
+                    break
+                time.sleep(1)
+            assert token is not None, "the run wrote no checkpoint in 300 s"
+            cancelled_at = time.monotonic()
+            admin.cancel_delegation_token(token.url_string())
+            output, _ = task.communicate(timeout=300)
+        finally:
+            if task.poll() is None:
+                task.kill()
+    failed_after = time.monotonic() - cancelled_at
+    # the driver could not record its error (its token is the one refused): its exit status says what happened
+    errors = [line for line in output.splitlines() if re.match(r"^[\w.]+(Error|Exception): ", line)]
+    assert errors, output[-6000:]
+    cause = errors[-1].split(": ", 1)[1]
+    assert cause.startswith("the run directory's HDFS refused the delegation token of application "), cause
+    assert "exited with status 3" in cause and "resumes from checkpoint step" in cause, cause
+    assert failed_after < 240  # the task ended on its own, not by the test's timeout
+    lab.timings["token_cancelled_task_failed_after_s"] = round(failed_after, 1)

@@ -105,3 +105,26 @@ with DAG("tfos_secure_failures", schedule=None, start_date=datetime(2026, 11, 1)
             webhdfs_conn_id=f"tfos_{task_id}_webhdfs",
             retries=0,
         )
+
+# A training whose HDFS delegation token is cancelled while it runs (test_secure_dag.py): one attempt, so that the
+# task fails with the token's refusal; long enough for the test to cancel the token between two checkpoints.
+with DAG("tfos_secure_token_cancelled", schedule=None, start_date=datetime(2026, 11, 1), catchup=False):
+    TFoSTrainOperator(
+        task_id="train",
+        train_fn="lab_training:train",
+        input_mode="TENSORFLOW",
+        args={
+            "data": os.environ.get("LAB_DATA", "hdfs:///lab/linear"),
+            "batch_size": 20,
+            "steps_per_epoch": 20,
+            "epochs": 3,
+            "checkpoint_every": 5,
+            "step_secs": 0.5,
+        },
+        num_workers=2,
+        executor_memory="768m",
+        max_attempts=1,
+        poll_interval=2,
+        retries=0,
+        **SECURE,
+    )

@@ -181,6 +181,12 @@ def test_racing_submissions_for_one_tag_start_one_application(tmp_path):
 def test_a_reused_pid_is_not_taken_for_the_application(backend, tmp_path):
     app_id = submit(backend, "print(1)", tmp_path)
     ended(backend, app_id)
+    # the wrapper writes its exit code, then exits: under load it may still be alive (and carry the application's
+    # marker) a moment later, which would rightly count as running
+    deadline = time.monotonic() + 30
+    while backend._members(app_id) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not backend._members(app_id)
     path = backend._app_file(app_id)
     record = json.loads(path.read_text())
     os.unlink(backend._app_file(app_id, ".exit.json"))
