@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import errno
 
-from airflow_tfos.shared.errors import TOKEN_REFUSED, WebHDFSError, WebHDFSServerError, WebHDFSUnavailableError
+from airflow_tfos.shared.errors import WebHDFSError, WebHDFSServerError, WebHDFSUnavailableError
 from airflow_tfos.shared.storage.kerberos import redact_credentials, redacted_error
 from airflow_tfos.shared.storage.webhdfs_config import WebHDFSConfig
 
@@ -90,7 +90,7 @@ def translate(exc: Exception, what: str, path: str, url: str, config: WebHDFSCon
         # ("Token has expired", "can't be found in cache"); on a token operation as InvalidToken itself
         return PermissionError(
             errno.EACCES,
-            f"{TOKEN_REFUSED} of this process at namenode {url} ({message}): the token expired or "
+            f"HDFS refused the delegation token of this process at namenode {url} ({message}): the token expired or "
             "was cancelled; the driver that obtained it renews it while the run lives (it needs a Kerberos login "
             "that can renew it, the token's renewer) and the token cannot outlive dfs.namenode.delegation.token."
             "max-lifetime",

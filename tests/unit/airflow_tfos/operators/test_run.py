@@ -58,3 +58,26 @@ def test_a_failure_before_the_driver_recorded_anything_says_the_cause_and_where_
         f"(application {app_id} ended FAILED/FAILED; nothing in status.json); no checkpoint was published; its "
         f"containers' logs: yarn logs -applicationId {app_id}"
     )
+
+
+#: What the ResourceManager said of the secure lab's application whose HDFS delegation token was cancelled while it
+#: trained: Spark's application master reports the driver's exit status.
+TOKEN_REFUSED_EXIT = "User application exited with status 3"
+
+
+@pytest.mark.parametrize(
+    ("diagnostics", "token"), [(TOKEN_REFUSED_EXIT, True), ("User application exited with status 1", False)]
+)
+def test_a_driver_that_exited_on_a_refused_token_is_named_as_such(tmp_path, diagnostics, token):
+    op = train_op(tmp_path / "run")
+    backend = FakeBackend()
+    use_backend(op, backend)
+    backend.on_submit = lambda app_id: backend.script.__setitem__(
+        app_id, [AppState(app_id, "FINISHED", "FAILED", diagnostics=diagnostics)]
+    )
+    with pytest.raises(AirflowException) as caught:
+        op.execute(make_context())
+    message = str(caught.value)
+    expected = "the run directory's HDFS refused the delegation token of application "
+    assert message.startswith(expected) is token, message
+    assert diagnostics in message

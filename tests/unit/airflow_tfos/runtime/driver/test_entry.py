@@ -58,3 +58,23 @@ def test_spec_checks_name_the_field(spec, message):
 def test_spec_round_trips_as_json():
     spec = parse_spec(json.loads(json.dumps({"train_fn": "pkg.mod:main", "num_nodes": 3, "args": [1, 2]})))
     assert (spec.num_nodes, spec.args, spec.input_mode) == (3, [1, 2], "SPARK")
+
+
+class _RefusingRunDir:
+    """A run directory whose storage refuses the process's delegation token, as a NameNode words it."""
+
+    def __init__(self, said: str) -> None:
+        self.said = said
+
+    def write_status(self, *args, **kwargs):
+        raise PermissionError(13, self.said)
+
+    add_event = write_status
+
+
+def test_a_failure_that_cannot_be_recorded_for_a_refused_token_exits_with_status_3():
+    from airflow_tfos.runtime.driver.entry import EXIT_FAILED, _fail
+
+    refused = "HDFS refused the delegation token of this process at namenode http://nn:9870 (... can't be found)"
+    assert _fail(_RefusingRunDir(refused), "the TF cluster failed", EXIT_FAILED) == 3
+    assert _fail(_RefusingRunDir("HDFS is read-only"), "the TF cluster failed", EXIT_FAILED) == EXIT_FAILED
