@@ -53,8 +53,6 @@ AIRFLOW_GROUP = [
     "tests/integration/kerberos/test_adoption_trust.py",
     "tests/integration/kerberos/test_sensors.py",
     "tests/project/test_provider.py",
-    # Moved here to even out the two sessions' time (the multi-host cluster's tests went the other way).
-    "tests/integration/spark/test_ps_checkpoints.py",
 ]
 GROUPS = {
     "airflow": AIRFLOW_GROUP,
