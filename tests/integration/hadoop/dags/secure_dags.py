@@ -21,30 +21,37 @@ from airflow_tfos.operators import TFoSTrainOperator
 from airflow_tfos.sensors import TFoSCheckpointSensor, YarnApplicationSensor
 
 RESULT = "ti.xcom_pull(task_ids='train')"
+DATA = os.environ.get("LAB_DATA", "hdfs:///lab/linear")
 SECURE = {
     "spark_conn_id": "tfos_secure_spark",
     "yarn_conn_id": "tfos_secure_yarn",
     "webhdfs_conn_id": "tfos_secure_webhdfs",
 }
 
-with DAG("tfos_secure_nightly", schedule="@daily", start_date=datetime(2026, 11, 1), catchup=False):
-    train = TFoSTrainOperator(
-        task_id="train",
+
+def secure_train(task_id: str = "train", conns: dict[str, str] = SECURE, **args) -> TFoSTrainOperator:
+    """The user's training (``lab_training.py``) on two workers, reading the Parquet data, with ``conns``; ``args``
+    over its defaults (20 rows a batch, 20 steps an epoch), operator arguments in ``args['operator']``."""
+    operator = args.pop("operator", {})
+    return TFoSTrainOperator(
+        task_id=task_id,
         train_fn="lab_training:train",
         input_mode="TENSORFLOW",
-        args={
-            "data": os.environ.get("LAB_DATA", "hdfs:///lab/linear"),
-            "batch_size": 20,
-            "steps_per_epoch": 20,
-            "epochs": 2,
-            "checkpoint_every": 10,
-            "step_secs": float(os.environ.get("LAB_STEP_SECS", "0")),
-        },
+        args={"data": DATA, "batch_size": 20, "steps_per_epoch": 20, **args},
         num_workers=2,
         executor_memory="768m",
-        deferrable=True,
         poll_interval=2,
-        **SECURE,
+        **conns,
+        **operator,
+    )
+
+
+with DAG("tfos_secure_nightly", schedule="@daily", start_date=datetime(2026, 11, 1), catchup=False):
+    train = secure_train(
+        epochs=2,
+        checkpoint_every=10,
+        step_secs=float(os.environ.get("LAB_STEP_SECS", "0")),
+        operator={"deferrable": True},
     )
     finished = YarnApplicationSensor(
         task_id="finished",
@@ -70,61 +77,22 @@ with DAG("tfos_secure_nightly", schedule="@daily", start_date=datetime(2026, 11,
 # same with a principal that has no proxy right.
 for dag_id, conns in {"tfos_secure_proxy": "tfos_proxy", "tfos_secure_proxy_refused": "tfos_mallory"}.items():
     with DAG(dag_id, schedule=None, start_date=datetime(2026, 11, 1), catchup=False, params={"team_user": "alice"}):
-        TFoSTrainOperator(
-            task_id="train",
-            train_fn="lab_training:train",
-            input_mode="TENSORFLOW",
-            args={
-                "data": os.environ.get("LAB_DATA", "hdfs:///lab/linear"),
-                "batch_size": 20,
-                "steps_per_epoch": 10,
-                "epochs": 1,
-                "checkpoint_every": 10,
-            },
-            num_workers=2,
-            executor_memory="768m",
-            proxy_user="{{ params.team_user }}",
-            spark_conn_id=f"{conns}_spark",
-            yarn_conn_id=f"{conns}_yarn",
-            webhdfs_conn_id=f"{conns}_webhdfs",
-            poll_interval=2,
+        connections = {f"{kind}_conn_id": f"{conns}_{kind}" for kind in ("spark", "yarn", "webhdfs")}
+        secure_train(
+            conns=connections,
+            steps_per_epoch=10,
+            epochs=1,
+            checkpoint_every=10,
+            operator={"proxy_user": "{{ params.team_user }}"},
         )
 
 # What a user meets when a login is wrong (test_secure_dag.py): each task's webhdfs connection is broken one way,
 # and the task fails before anything is submitted.
 with DAG("tfos_secure_failures", schedule=None, start_date=datetime(2026, 11, 1), catchup=False):
     for task_id in ("stale_keytab", "no_ticket", "no_write_access"):
-        TFoSTrainOperator(
-            task_id=task_id,
-            train_fn="lab_training:train",
-            input_mode="TENSORFLOW",
-            args={"data": os.environ.get("LAB_DATA", "hdfs:///lab/linear"), "batch_size": 20},
-            num_workers=2,
-            spark_conn_id=SECURE["spark_conn_id"],
-            yarn_conn_id=SECURE["yarn_conn_id"],
-            webhdfs_conn_id=f"tfos_{task_id}_webhdfs",
-            retries=0,
-        )
+        secure_train(task_id, {**SECURE, "webhdfs_conn_id": f"tfos_{task_id}_webhdfs"}, operator={"retries": 0})
 
 # A training whose HDFS delegation token is cancelled while it runs (test_secure_dag.py): one attempt, so that the
 # task fails with the token's refusal; long enough for the test to cancel the token between two checkpoints.
 with DAG("tfos_secure_token_cancelled", schedule=None, start_date=datetime(2026, 11, 1), catchup=False):
-    TFoSTrainOperator(
-        task_id="train",
-        train_fn="lab_training:train",
-        input_mode="TENSORFLOW",
-        args={
-            "data": os.environ.get("LAB_DATA", "hdfs:///lab/linear"),
-            "batch_size": 20,
-            "steps_per_epoch": 20,
-            "epochs": 3,
-            "checkpoint_every": 5,
-            "step_secs": 0.5,
-        },
-        num_workers=2,
-        executor_memory="768m",
-        max_attempts=1,
-        poll_interval=2,
-        retries=0,
-        **SECURE,
-    )
+    secure_train(epochs=3, checkpoint_every=5, step_secs=0.5, operator={"max_attempts": 1, "retries": 0})

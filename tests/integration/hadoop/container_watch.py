@@ -21,7 +21,7 @@ def nodemanager_dirs(conf_dir: Path, kind: str) -> list[Path]:
     return sorted((conf_dir / "data" / "yarn").glob(f"*/*/*-{kind}Dir-nm-*"))
 
 
-class RunWatch:
+class ContainerWatch:
     """Read, every ``interval`` seconds until the ``with`` block ends, the command line of every process and the
     files :data:`CONTAINER_FILES` names under ``local_dirs`` (the last content seen of each)."""
 
@@ -55,7 +55,7 @@ class RunWatch:
         """The files seen whose name is ``name``."""
         return {path: data for path, data in self.files.items() if Path(path).name == name}
 
-    def __enter__(self) -> RunWatch:
+    def __enter__(self) -> ContainerWatch:
         self._thread.start()
         return self
 
